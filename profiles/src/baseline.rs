@@ -1,0 +1,190 @@
+//! The operator's baseline policy (spec §10.2's second input), read from TOML.
+//! Defaults equal the reference runtime's (reference-runtime.md §6).
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use stsd_protocol::NetworkMode;
+
+/// The whole configuration file. Unknown keys are refused, so a typo cannot silently fall
+/// back to a default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub baseline: Baseline,
+    pub runtime: RuntimeInfo,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Baseline {
+    pub allow_classes: Vec<String>,
+    pub deny_classes: Vec<String>,
+    pub network_mode: NetworkMode,
+    pub allowed_hosts: Vec<String>,
+    pub file_read: bool,
+    pub file_write: bool,
+    /// `None`: the per-user data directory (see [`default_workspace`]).
+    pub fs_base_path: Option<PathBuf>,
+    pub timeout_seconds: u64,
+    pub max_steps: u64,
+    pub memory_limit_mib: u64,
+}
+
+impl Default for Baseline {
+    fn default() -> Self {
+        let s = |v: &[&str]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        Baseline {
+            allow_classes: s(&["java.lang.*", "java.math.*", "java.time.*", "java.util.*", "java.text.*"]),
+            deny_classes: s(&[
+                "java.lang.System",
+                "java.lang.Runtime",
+                "java.lang.ProcessBuilder",
+                "java.lang.Process",
+                "java.lang.Class",
+                "java.lang.invoke.*",
+                "java.lang.reflect.*",
+                "java.lang.Thread",
+                "java.lang.ThreadGroup",
+                "java.lang.ClassLoader",
+                "java.util.ServiceLoader",
+                "java.util.spi.*",
+            ]),
+            network_mode: NetworkMode::Blocked,
+            allowed_hosts: Vec::new(),
+            file_read: false,
+            file_write: false,
+            fs_base_path: None,
+            timeout_seconds: 30,
+            max_steps: 500_000,
+            memory_limit_mib: 128,
+        }
+    }
+}
+
+impl Baseline {
+    /// The base path in force: the configured one, else the per-user default.
+    pub fn fs_base_path(&self) -> PathBuf {
+        self.fs_base_path.clone().unwrap_or_else(default_workspace)
+    }
+}
+
+/// Identity written into `toolSafety.runtime` (§10.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeInfo {
+    pub id: String,
+    pub min_version: String,
+    pub ecma_version: String,
+    pub category_source: String,
+}
+
+impl Default for RuntimeInfo {
+    fn default() -> Self {
+        RuntimeInfo {
+            id: "stsd/quickjs".into(),
+            min_version: "0.1.0".into(),
+            ecma_version: "2024".into(),
+            category_source: "user".into(),
+        }
+    }
+}
+
+/// `$XDG_DATA_HOME/stsd/workspace`, else `$HOME/.local/share/stsd/workspace`, else
+/// `/var/lib/stsd/workspace` (a daemon started with no home).
+pub fn default_workspace() -> PathBuf {
+    let non_empty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(d) = non_empty("XDG_DATA_HOME") {
+        return PathBuf::from(d).join("stsd/workspace");
+    }
+    if let Some(h) = non_empty("HOME") {
+        return PathBuf::from(h).join(".local/share/stsd/workspace");
+    }
+    PathBuf::from("/var/lib/stsd/workspace")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl Config {
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        cfg.check().map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        Ok(cfg)
+    }
+
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_toml(&text, path)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let b = &self.baseline;
+        if let Some(p) = &b.fs_base_path {
+            if !p.is_absolute() {
+                return Err(format!("baseline.fs_base_path must be absolute, got {}", p.display()));
+            }
+        }
+        if b.timeout_seconds == 0 || b.timeout_seconds > 3600 {
+            return Err("baseline.timeout_seconds must be between 1 and 3600".into());
+        }
+        if b.max_steps == 0 {
+            return Err("baseline.max_steps must be at least 1".into());
+        }
+        if !(8..=4096).contains(&b.memory_limit_mib) {
+            return Err("baseline.memory_limit_mib must be between 8 and 4096".into());
+        }
+        let overlap: Vec<_> = b.allow_classes.iter().filter(|c| b.deny_classes.contains(c)).collect();
+        if !overlap.is_empty() {
+            return Err(format!("baseline allow_classes and deny_classes overlap: {overlap:?}"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_baseline_file_equals_the_built_in_defaults() {
+        let text = include_str!("../baseline.toml");
+        let cfg = Config::from_toml(text, Path::new("baseline.toml"));
+        assert_eq!(cfg.ok(), Some(Config::default()));
+    }
+
+    #[test]
+    fn empty_file_gives_defaults_and_typos_are_refused() {
+        assert_eq!(Config::from_toml("", Path::new("x")).ok(), Some(Config::default()));
+        let err = Config::from_toml("[baseline]\nnetwork_mod = \"open\"\n", Path::new("x"));
+        assert!(err.is_err());
+        let err = Config::from_toml("[baseline]\nfs_base_path = \"rel\"\n", Path::new("x"));
+        assert!(err.is_err());
+    }
+
+    #[test]
+    fn reference_defaults() {
+        let b = Baseline::default();
+        assert_eq!(b.network_mode, NetworkMode::Blocked);
+        assert!(!b.file_read && !b.file_write);
+        assert_eq!((b.timeout_seconds, b.max_steps), (30, 500_000));
+        assert_eq!(b.deny_classes.len(), 12);
+        assert_eq!(b.allow_classes.len(), 5);
+    }
+}

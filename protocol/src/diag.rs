@@ -1,0 +1,144 @@
+//! Diagnostics: every problem stsd reports about a spec carries a stable code, a JSON pointer
+//! (RFC 6901) to the field at fault, and a message a person can act on.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Stable error codes. The spelling is part of stsd's interface (CLI `--json`, MCP, audit log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Code {
+    /// The bytes are not a JSON document of the spec's shape: syntax, encoding, size, nesting,
+    /// or a field holding the wrong JSON type.
+    SpecParse,
+    /// The document has the right shape but breaks a rule the spec states (§4 to §10).
+    SpecInvariant,
+    /// The resolver refuses the posture (allow/deny overlap after the merge, unusable base path).
+    ResolverReject,
+    LocalPassFailed,
+    InvalidInput,
+    HelperRuntime,
+    Security,
+    Timeout,
+    MemoryLimit,
+    StepLimit,
+    OutputLimit,
+    SandboxViolation,
+    SandboxUnavailable,
+    WorkerCrashed,
+    JsError,
+    Overloaded,
+    ApprovalRejected,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::SpecParse => "SPEC_PARSE",
+            Code::SpecInvariant => "SPEC_INVARIANT",
+            Code::ResolverReject => "RESOLVER_REJECT",
+            Code::LocalPassFailed => "LOCAL_PASS_FAILED",
+            Code::InvalidInput => "INVALID_INPUT",
+            Code::HelperRuntime => "HELPER_RUNTIME",
+            Code::Security => "SECURITY",
+            Code::Timeout => "TIMEOUT",
+            Code::MemoryLimit => "MEMORY_LIMIT",
+            Code::StepLimit => "STEP_LIMIT",
+            Code::OutputLimit => "OUTPUT_LIMIT",
+            Code::SandboxViolation => "SANDBOX_VIOLATION",
+            Code::SandboxUnavailable => "SANDBOX_UNAVAILABLE",
+            Code::WorkerCrashed => "WORKER_CRASHED",
+            Code::JsError => "JS_ERROR",
+            Code::Overloaded => "OVERLOADED",
+            Code::ApprovalRejected => "APPROVAL_REJECTED",
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    /// The spec says a consumer must not reject this (e.g. a non-slug name), but it is worth fixing.
+    Warning,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnostic {
+    pub code: Code,
+    pub severity: Severity,
+    /// JSON pointer into the spec document ("" is the whole document).
+    pub pointer: String,
+    pub message: String,
+}
+
+impl Diagnostic {
+    pub fn error(code: Code, pointer: impl Into<String>, message: impl Into<String>) -> Self {
+        Diagnostic {
+            code,
+            severity: Severity::Error,
+            pointer: pointer.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn warning(code: Code, pointer: impl Into<String>, message: impl Into<String>) -> Self {
+        Diagnostic {
+            code,
+            severity: Severity::Warning,
+            pointer: pointer.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sev = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        let at = if self.pointer.is_empty() {
+            "(document)"
+        } else {
+            &self.pointer
+        };
+        write!(f, "{sev} {} at {at}: {}", self.code, self.message)
+    }
+}
+
+/// Builds JSON pointers with RFC 6901 escaping (`~` -> `~0`, `/` -> `~1`).
+pub fn pointer(parent: &str, token: impl fmt::Display) -> String {
+    let token = token.to_string().replace('~', "~0").replace('/', "~1");
+    format!("{parent}/{token}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointer_escapes_reserved_characters() {
+        assert_eq!(pointer("", "params"), "/params");
+        assert_eq!(pointer("/params", 2), "/params/2");
+        assert_eq!(pointer("/staticVariables/0", "a/b~c"), "/staticVariables/0/a~1b~0c");
+    }
+
+    #[test]
+    fn codes_serialize_in_their_stable_spelling() {
+        for code in [Code::SpecParse, Code::SpecInvariant, Code::ResolverReject, Code::JsError] {
+            let json = serde_json::to_string(&code).unwrap_or_default();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+        }
+    }
+}

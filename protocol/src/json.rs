@@ -1,0 +1,157 @@
+//! Bounded JSON reading. Spec files come from users; whatever they hold (truncated text, huge
+//! files, deep nesting, invalid UTF-8) must end in a SPEC_PARSE diagnostic, never a panic or an
+//! unbounded allocation.
+
+use crate::diag::{Code, Diagnostic};
+use serde_json::Value;
+
+/// Largest spec file stsd reads. The whole reference catalog's largest file is 110 KB.
+pub const MAX_SPEC_FILE_BYTES: usize = 16 * 1024 * 1024;
+/// Deepest array/object nesting accepted. A spec needs about 6 levels; serde_json's own
+/// recursion guard (128) would also stop a hostile document, but we refuse earlier with a
+/// message that says why.
+pub const MAX_NESTING: usize = 64;
+
+/// Parses one JSON document with the limits above.
+pub fn parse_bounded(bytes: &[u8]) -> Result<Value, Diagnostic> {
+    if bytes.len() > MAX_SPEC_FILE_BYTES {
+        return Err(Diagnostic::error(
+            Code::SpecParse,
+            "",
+            format!(
+                "document is {} bytes, over the {} byte limit for a spec file",
+                bytes.len(),
+                MAX_SPEC_FILE_BYTES
+            ),
+        ));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        Diagnostic::error(
+            Code::SpecParse,
+            "",
+            format!(
+                "document is not valid UTF-8: invalid byte sequence at byte offset {}",
+                e.valid_up_to()
+            ),
+        )
+    })?;
+    // A leading BOM is legal in files written by some editors; JSON itself does not allow it.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    check_nesting(text)?;
+    serde_json::from_str(text).map_err(|e| {
+        let what = match e.classify() {
+            serde_json::error::Category::Eof => "document ends early (truncated JSON)",
+            serde_json::error::Category::Syntax => "JSON syntax error",
+            serde_json::error::Category::Data => "JSON data error",
+            serde_json::error::Category::Io => "read error",
+        };
+        Diagnostic::error(
+            Code::SpecParse,
+            "",
+            format!("{what} at line {} column {}: {e}", e.line(), e.column()),
+        )
+    })
+}
+
+/// Scans bracket depth outside strings, so nesting is refused before serde recurses.
+fn check_nesting(text: &str) -> Result<(), Diagnostic> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut line = 1usize;
+    for b in text.bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(Diagnostic::error(
+                        Code::SpecParse,
+                        "",
+                        format!(
+                            "document nests arrays/objects deeper than {MAX_NESTING} levels (line {line})"
+                        ),
+                    ));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'\n' => line += 1,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Human-readable JSON type name for messages.
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_err(bytes: &[u8]) -> Diagnostic {
+        match parse_bounded(bytes) {
+            Ok(v) => panic!("expected an error, parsed {v}"),
+            Err(d) => d,
+        }
+    }
+
+    #[test]
+    fn truncated_json_is_spec_parse() {
+        let d = parse_err(br#"{"name": "a", "code": "ret"#);
+        assert_eq!(d.code, Code::SpecParse);
+        assert!(d.message.contains("truncated"), "{}", d.message);
+    }
+
+    #[test]
+    fn invalid_utf8_reports_offset() {
+        let d = parse_err(b"{\"name\": \"\xff\xfe\"}");
+        assert_eq!(d.code, Code::SpecParse);
+        assert!(d.message.contains("byte offset 10"), "{}", d.message);
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_recursion() {
+        let mut s = "[".repeat(100_000);
+        s.push_str(&"]".repeat(100_000));
+        let d = parse_err(s.as_bytes());
+        assert!(d.message.contains("deeper than"), "{}", d.message);
+    }
+
+    #[test]
+    fn brackets_inside_strings_do_not_count() {
+        let s = format!("{{\"code\": \"{}\"}}", "[".repeat(1000));
+        assert!(parse_bounded(s.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn oversized_document_is_refused() {
+        let big = vec![b' '; MAX_SPEC_FILE_BYTES + 1];
+        let d = parse_err(&big);
+        assert!(d.message.contains("over the"), "{}", d.message);
+    }
+
+    #[test]
+    fn bom_is_tolerated() {
+        let v = parse_bounded("\u{feff}{\"a\":1}".as_bytes());
+        assert!(v.is_ok());
+    }
+}
