@@ -34,7 +34,13 @@ impl Default for Baseline {
     fn default() -> Self {
         let s = |v: &[&str]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>();
         Baseline {
-            allow_classes: s(&["java.lang.*", "java.math.*", "java.time.*", "java.util.*", "java.text.*"]),
+            allow_classes: s(&[
+                "java.lang.*",
+                "java.math.*",
+                "java.time.*",
+                "java.util.*",
+                "java.text.*",
+            ]),
             deny_classes: s(&[
                 "java.lang.System",
                 "java.lang.Runtime",
@@ -138,7 +144,10 @@ impl Config {
         let b = &self.baseline;
         if let Some(p) = &b.fs_base_path {
             if !p.is_absolute() {
-                return Err(format!("baseline.fs_base_path must be absolute, got {}", p.display()));
+                return Err(format!(
+                    "baseline.fs_base_path must be absolute, got {}",
+                    p.display()
+                ));
             }
         }
         if b.timeout_seconds == 0 || b.timeout_seconds > 3600 {
@@ -150,9 +159,15 @@ impl Config {
         if !(8..=4096).contains(&b.memory_limit_mib) {
             return Err("baseline.memory_limit_mib must be between 8 and 4096".into());
         }
-        let overlap: Vec<_> = b.allow_classes.iter().filter(|c| b.deny_classes.contains(c)).collect();
+        let overlap: Vec<_> = b
+            .allow_classes
+            .iter()
+            .filter(|c| b.deny_classes.contains(c))
+            .collect();
         if !overlap.is_empty() {
-            return Err(format!("baseline allow_classes and deny_classes overlap: {overlap:?}"));
+            return Err(format!(
+                "baseline allow_classes and deny_classes overlap: {overlap:?}"
+            ));
         }
         Ok(())
     }
@@ -171,7 +186,10 @@ mod tests {
 
     #[test]
     fn empty_file_gives_defaults_and_typos_are_refused() {
-        assert_eq!(Config::from_toml("", Path::new("x")).ok(), Some(Config::default()));
+        assert_eq!(
+            Config::from_toml("", Path::new("x")).ok(),
+            Some(Config::default())
+        );
         let err = Config::from_toml("[baseline]\nnetwork_mod = \"open\"\n", Path::new("x"));
         assert!(err.is_err());
         let err = Config::from_toml("[baseline]\nfs_base_path = \"rel\"\n", Path::new("x"));

@@ -62,7 +62,11 @@ pub fn resolve(spec: &ToolSpec, config: &Config) -> Result<Resolved, Diagnostic>
     let o = &spec.sandbox_overrides;
 
     // Steps 1 to 3: class lists and their disjointness.
-    let effective_allow = merge(&b.allow_classes, &o.add_allow_classes, &o.remove_allow_classes);
+    let effective_allow = merge(
+        &b.allow_classes,
+        &o.add_allow_classes,
+        &o.remove_allow_classes,
+    );
     let effective_deny = merge(&b.deny_classes, &o.add_deny_classes, &o.remove_deny_classes);
     let overlap: Vec<&String> = effective_allow
         .iter()
@@ -129,7 +133,8 @@ pub fn resolve(spec: &ToolSpec, config: &Config) -> Result<Resolved, Diagnostic>
             console: true,
         },
         category: CategoryBlock {
-            source: stored_category_source(spec).unwrap_or_else(|| config.runtime.category_source.clone()),
+            source: stored_category_source(spec)
+                .unwrap_or_else(|| config.runtime.category_source.clone()),
             id: spec.category.clone(),
         },
         capabilities: Capabilities {

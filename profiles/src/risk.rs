@@ -58,9 +58,14 @@ fn is_critical(class: &str) -> bool {
 }
 
 fn is_file_write(class: &str) -> bool {
-    ["FileWriter", "FileOutputStream", "RandomAccessFile", "FileChannel"]
-        .iter()
-        .any(|p| class.contains(p))
+    [
+        "FileWriter",
+        "FileOutputStream",
+        "RandomAccessFile",
+        "FileChannel",
+    ]
+    .iter()
+    .any(|p| class.contains(p))
 }
 
 fn is_reflection_network_or_file_read(class: &str) -> bool {

@@ -6,7 +6,8 @@ use stsd_profiles::{resolve, Config, RiskLevel};
 use stsd_protocol::{validate_document, Code, NetworkMode, ToolSpec};
 
 fn spec(overrides: Value) -> ToolSpec {
-    let mut doc = json!({"name": "t", "code": "return 1", "codeType": "Javascript", "category": "MATH"});
+    let mut doc =
+        json!({"name": "t", "code": "return 1", "codeType": "Javascript", "category": "MATH"});
     if !overrides.is_null() {
         doc["sandboxOverrides"] = overrides;
     }
@@ -53,8 +54,11 @@ fn tristate_null_inherits_and_explicit_false_clears_the_baseline() {
         .unwrap_or_else(|d| panic!("{d}"));
     assert!(inherit.tool_safety.capabilities.file_read);
     assert_eq!(inherit.tool_safety.network_mode(), NetworkMode::Strict);
-    let cleared = resolve(&spec(json!({"fileRead": false, "networkMode": "blocked"})), &cfg)
-        .unwrap_or_else(|d| panic!("{d}"));
+    let cleared = resolve(
+        &spec(json!({"fileRead": false, "networkMode": "blocked"})),
+        &cfg,
+    )
+    .unwrap_or_else(|d| panic!("{d}"));
     assert!(!cleared.tool_safety.capabilities.file_read);
     assert_eq!(cleared.tool_safety.network_mode(), NetworkMode::Blocked);
     assert!(cleared.tool_safety.runtime.helpers.is_empty());
@@ -69,34 +73,57 @@ fn hosts_are_resolved_only_in_allowlist_mode() {
         &cfg,
     )
     .unwrap_or_else(|d| panic!("{d}"));
-    assert_eq!(r.tool_safety.capabilities.network.hosts, ["api.upbit.com", "STATUS.example.com"]);
+    assert_eq!(
+        r.tool_safety.capabilities.network.hosts,
+        ["api.upbit.com", "STATUS.example.com"]
+    );
     assert_eq!(r.tool_safety.runtime.helpers, ["safety.http/v1"]);
-    let strict = resolve(&spec(json!({"networkMode": "strict", "hostsAllow": ["a.com"]})), &cfg)
-        .unwrap_or_else(|d| panic!("{d}"));
+    let strict = resolve(
+        &spec(json!({"networkMode": "strict", "hostsAllow": ["a.com"]})),
+        &cfg,
+    )
+    .unwrap_or_else(|d| panic!("{d}"));
     assert!(strict.tool_safety.capabilities.network.hosts.is_empty());
 }
 
 #[test]
 fn base_path_override_and_its_absolute_rule() {
-    let r = resolve(&spec(json!({"fsBasePath": "/srv/data", "fileRead": true})), &Config::default())
-        .unwrap_or_else(|d| panic!("{d}"));
+    let r = resolve(
+        &spec(json!({"fsBasePath": "/srv/data", "fileRead": true})),
+        &Config::default(),
+    )
+    .unwrap_or_else(|d| panic!("{d}"));
     assert_eq!(r.fs_base_path, PathBuf::from("/srv/data"));
     assert_eq!(r.tool_safety.runtime.helpers, ["safety.fs/v1"]);
     let d = resolve(&spec(json!({"fsBasePath": "data"})), &Config::default()).err();
     let d = d.unwrap_or_else(|| panic!("relative base path accepted"));
-    assert_eq!((d.code, d.pointer.as_str()), (Code::ResolverReject, "/sandboxOverrides/fsBasePath"));
+    assert_eq!(
+        (d.code, d.pointer.as_str()),
+        (Code::ResolverReject, "/sandboxOverrides/fsBasePath")
+    );
 }
 
 #[test]
 fn allow_deny_overlap_after_the_merge_is_rejected() {
     // The override allows a class the baseline denies.
-    let d = resolve(&spec(json!({"addAllowClasses": ["java.lang.System"]})), &Config::default()).err();
+    let d = resolve(
+        &spec(json!({"addAllowClasses": ["java.lang.System"]})),
+        &Config::default(),
+    )
+    .err();
     let d = d.unwrap_or_else(|| panic!("overlap accepted"));
     assert_eq!(d.code, Code::ResolverReject);
     assert_eq!(d.pointer, "/sandboxOverrides/addAllowClasses");
     // The override denies a class the baseline allows.
-    let d = resolve(&spec(json!({"addDenyClasses": ["java.util.*"]})), &Config::default()).err();
-    assert_eq!(d.map(|d| d.pointer), Some("/sandboxOverrides/addDenyClasses".to_string()));
+    let d = resolve(
+        &spec(json!({"addDenyClasses": ["java.util.*"]})),
+        &Config::default(),
+    )
+    .err();
+    assert_eq!(
+        d.map(|d| d.pointer),
+        Some("/sandboxOverrides/addDenyClasses".to_string())
+    );
     // Removing it from deny first makes the same allow legal.
     assert!(resolve(
         &spec(json!({"addAllowClasses": ["java.lang.System"], "removeDenyClasses": ["java.lang.System"]})),
@@ -107,35 +134,76 @@ fn allow_deny_overlap_after_the_merge_is_rejected() {
 
 #[test]
 fn risk_from_capabilities() {
-    assert_eq!(risk(json!({"networkMode": "allowlist", "hostsAllow": ["a.com"]})), RiskLevel::L3);
-    assert_eq!(risk(json!({"networkMode": "allowlist", "hostsAllow": ["*"]})), RiskLevel::L4);
-    assert_eq!(risk(json!({"networkMode": "allowlist", "hostsAllow": []})), RiskLevel::L0);
+    assert_eq!(
+        risk(json!({"networkMode": "allowlist", "hostsAllow": ["a.com"]})),
+        RiskLevel::L3
+    );
+    assert_eq!(
+        risk(json!({"networkMode": "allowlist", "hostsAllow": ["*"]})),
+        RiskLevel::L4
+    );
+    assert_eq!(
+        risk(json!({"networkMode": "allowlist", "hostsAllow": []})),
+        RiskLevel::L0
+    );
     assert_eq!(risk(json!({"networkMode": "strict"})), RiskLevel::L3);
     assert_eq!(risk(json!({"networkMode": "open"})), RiskLevel::L4);
     assert_eq!(risk(json!({"fileRead": true})), RiskLevel::L3);
-    assert_eq!(risk(json!({"fileRead": true, "fileWrite": true})), RiskLevel::L4);
-    assert_eq!(risk(json!({"fileWrite": true, "destructive": true})), RiskLevel::L5);
+    assert_eq!(
+        risk(json!({"fileRead": true, "fileWrite": true})),
+        RiskLevel::L4
+    );
+    assert_eq!(
+        risk(json!({"fileWrite": true, "destructive": true})),
+        RiskLevel::L5
+    );
 }
 
 #[test]
 fn risk_from_class_list_escalations() {
     // Removing a critical class from the baseline denylist.
-    assert_eq!(risk(json!({"removeDenyClasses": ["java.lang.Runtime"]})), RiskLevel::L5);
-    // One or two non-critical removals -> L3, three or more -> L4.
-    assert_eq!(risk(json!({"removeDenyClasses": ["java.lang.Thread"]})), RiskLevel::L3);
     assert_eq!(
-        risk(json!({"removeDenyClasses": ["java.lang.Thread", "java.lang.ThreadGroup", "java.util.spi.*"]})),
+        risk(json!({"removeDenyClasses": ["java.lang.Runtime"]})),
+        RiskLevel::L5
+    );
+    // One or two non-critical removals -> L3, three or more -> L4.
+    assert_eq!(
+        risk(json!({"removeDenyClasses": ["java.lang.Thread"]})),
+        RiskLevel::L3
+    );
+    assert_eq!(
+        risk(
+            json!({"removeDenyClasses": ["java.lang.Thread", "java.lang.ThreadGroup", "java.util.spi.*"]})
+        ),
         RiskLevel::L4
     );
     // Removing a class the baseline never denied is no escalation.
-    assert_eq!(risk(json!({"removeDenyClasses": ["com.example.Nope"]})), RiskLevel::L0);
+    assert_eq!(
+        risk(json!({"removeDenyClasses": ["com.example.Nope"]})),
+        RiskLevel::L0
+    );
     // Added allow classes, by kind.
-    assert_eq!(risk(json!({"addAllowClasses": ["java.io.FileWriter"]})), RiskLevel::L5);
-    assert_eq!(risk(json!({"addAllowClasses": ["java.net.Socket"]})), RiskLevel::L4);
-    assert_eq!(risk(json!({"addAllowClasses": ["java.io.File"]})), RiskLevel::L4);
-    assert_eq!(risk(json!({"addAllowClasses": ["com.example.Util"]})), RiskLevel::L3);
+    assert_eq!(
+        risk(json!({"addAllowClasses": ["java.io.FileWriter"]})),
+        RiskLevel::L5
+    );
+    assert_eq!(
+        risk(json!({"addAllowClasses": ["java.net.Socket"]})),
+        RiskLevel::L4
+    );
+    assert_eq!(
+        risk(json!({"addAllowClasses": ["java.io.File"]})),
+        RiskLevel::L4
+    );
+    assert_eq!(
+        risk(json!({"addAllowClasses": ["com.example.Util"]})),
+        RiskLevel::L3
+    );
     // Adding what the baseline already allows is no escalation.
-    assert_eq!(risk(json!({"addAllowClasses": ["java.util.*"]})), RiskLevel::L0);
+    assert_eq!(
+        risk(json!({"addAllowClasses": ["java.util.*"]})),
+        RiskLevel::L0
+    );
 }
 
 #[test]
@@ -143,8 +211,13 @@ fn declared_ungated_helpers_survive_and_ungranted_gated_ones_are_dropped() {
     let doc = json!({"name": "t", "code": "x", "codeType": "Javascript",
         "toolSafety": {"runtime": {"helpers": ["safety.fs/v1", "tool-safety-helpers/v1#crypto"]},
                        "category": {"source": "builtin", "id": "CRYPTO"}}});
-    let s = validate_document(&doc).spec.unwrap_or_else(|| unreachable!());
+    let s = validate_document(&doc)
+        .spec
+        .unwrap_or_else(|| unreachable!());
     let r = resolve(&s, &Config::default()).unwrap_or_else(|d| panic!("{d}"));
-    assert_eq!(r.tool_safety.runtime.helpers, ["tool-safety-helpers/v1#crypto"]);
+    assert_eq!(
+        r.tool_safety.runtime.helpers,
+        ["tool-safety-helpers/v1#crypto"]
+    );
     assert_eq!(r.tool_safety.category.source, "builtin");
 }

@@ -131,12 +131,20 @@ mod tests {
     fn pointer_escapes_reserved_characters() {
         assert_eq!(pointer("", "params"), "/params");
         assert_eq!(pointer("/params", 2), "/params/2");
-        assert_eq!(pointer("/staticVariables/0", "a/b~c"), "/staticVariables/0/a~1b~0c");
+        assert_eq!(
+            pointer("/staticVariables/0", "a/b~c"),
+            "/staticVariables/0/a~1b~0c"
+        );
     }
 
     #[test]
     fn codes_serialize_in_their_stable_spelling() {
-        for code in [Code::SpecParse, Code::SpecInvariant, Code::ResolverReject, Code::JsError] {
+        for code in [
+            Code::SpecParse,
+            Code::SpecInvariant,
+            Code::ResolverReject,
+            Code::JsError,
+        ] {
             let json = serde_json::to_string(&code).unwrap_or_default();
             assert_eq!(json, format!("\"{}\"", code.as_str()));
         }

@@ -209,9 +209,18 @@ mod tests {
             placeholders(s).iter().map(|p| p.name).collect()
         }
         assert_eq!(names("${API_KEY}"), ["API_KEY"]);
-        assert_eq!(names("https://${API_HOST}/v2?k=${_K1}"), ["API_HOST", "_K1"]);
-        assert!(names("${api_key}").is_empty(), "lowercase is not a placeholder");
-        assert!(names("${1ABC}").is_empty(), "a leading digit is not a placeholder");
+        assert_eq!(
+            names("https://${API_HOST}/v2?k=${_K1}"),
+            ["API_HOST", "_K1"]
+        );
+        assert!(
+            names("${api_key}").is_empty(),
+            "lowercase is not a placeholder"
+        );
+        assert!(
+            names("${1ABC}").is_empty(),
+            "a leading digit is not a placeholder"
+        );
         assert!(names("${API-KEY}").is_empty());
         assert!(names("${}").is_empty());
         assert!(names("$API_KEY").is_empty());
@@ -257,7 +266,10 @@ mod tests {
     #[test]
     fn masking_is_egress_only_resolution_keeps_the_value() {
         let e = env(&[("TOKEN", "s3cr3t-token")]);
-        assert_eq!(resolve("Bearer ${TOKEN}", &e), Ok("Bearer s3cr3t-token".into()));
+        assert_eq!(
+            resolve("Bearer ${TOKEN}", &e),
+            Ok("Bearer s3cr3t-token".into())
+        );
         let set = SecretSet::collect(["Bearer ${TOKEN}"], &e);
         assert_eq!(set.mask("sent Bearer s3cr3t-token"), "sent Bearer ***");
     }
@@ -284,7 +296,10 @@ mod tests {
         let e = env(&[("K", "k\"ey.*")]);
         let set = SecretSet::collect(["${K}"], &e);
         // Regex metacharacters are literal; JSON quoting is not special.
-        assert_eq!(set.mask(r#"{"v":"k"ey.*","w":"kXey"}"#), r#"{"v":"***","w":"kXey"}"#);
+        assert_eq!(
+            set.mask(r#"{"v":"k"ey.*","w":"kXey"}"#),
+            r#"{"v":"***","w":"kXey"}"#
+        );
         // No partial-prefix matching.
         assert_eq!(set.mask("k\"ey"), "k\"ey");
     }
@@ -293,8 +308,14 @@ mod tests {
     fn secret_set_is_rebuilt_per_call() {
         let first = SecretSet::collect(["${K}"], &env(&[("K", "first-secret")]));
         let second = SecretSet::collect(["${K}"], &env(&[("K", "second-secret")]));
-        assert_eq!(first.mask("first-secret second-secret"), "*** second-secret");
-        assert_eq!(second.mask("first-secret second-secret"), "first-secret ***");
+        assert_eq!(
+            first.mask("first-secret second-secret"),
+            "*** second-secret"
+        );
+        assert_eq!(
+            second.mask("first-secret second-secret"),
+            "first-secret ***"
+        );
     }
 
     #[test]

@@ -11,5 +11,7 @@ pub mod spec;
 pub mod validate;
 
 pub use diag::{Code, Diagnostic, Severity};
-pub use spec::{NetworkMode, ParamSpec, ParamType, SandboxOverrides, StaticVariable, ToolSpec, Tri};
+pub use spec::{
+    NetworkMode, ParamSpec, ParamType, SandboxOverrides, StaticVariable, ToolSpec, Tri,
+};
 pub use validate::{validate_document, Validated};

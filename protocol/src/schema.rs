@@ -11,8 +11,7 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_str(super::SAFE_TOOL_SPEC_SCHEMA).unwrap_or_default();
         assert_eq!(
-            v["$schema"],
-            "https://json-schema.org/draft/2020-12/schema",
+            v["$schema"], "https://json-schema.org/draft/2020-12/schema",
             "schema must declare the 2020-12 dialect"
         );
     }

@@ -79,12 +79,16 @@ impl ParamType {
                             .unwrap_or(Value::Null)
                     }))
                 }
-                _ => Err(format!("{text:?} is not a finite number (expected e.g. \"4.5\")")),
+                _ => Err(format!(
+                    "{text:?} is not a finite number (expected e.g. \"4.5\")"
+                )),
             },
             ParamType::Boolean => match t {
                 "true" => Ok(Value::Bool(true)),
                 "false" => Ok(Value::Bool(false)),
-                _ => Err(format!("{text:?} is not a boolean (expected \"true\" or \"false\")")),
+                _ => Err(format!(
+                    "{text:?} is not a boolean (expected \"true\" or \"false\")"
+                )),
             },
             ParamType::Object => match serde_json::from_str::<Value>(t) {
                 Ok(v @ Value::Object(_)) => Ok(v),
@@ -569,7 +573,10 @@ impl Reader {
                     v => self.diags.push(Diagnostic::error(
                         Code::SpecParse,
                         pointer(&at, key),
-                        format!("static variable `{key}` must be a string, got {}", type_name(v)),
+                        format!(
+                            "static variable `{key}` must be a string, got {}",
+                            type_name(v)
+                        ),
                     )),
                 }
             }
@@ -605,7 +612,12 @@ impl Reader {
                 }
             },
             Slot::Present(v) => {
-                self.wrong_type(pointer(at, "networkMode"), "networkMode", "a string or null", v);
+                self.wrong_type(
+                    pointer(at, "networkMode"),
+                    "networkMode",
+                    "a string or null",
+                    v,
+                );
                 Tri::Absent
             }
         };
@@ -614,7 +626,12 @@ impl Reader {
             Slot::Null => Tri::Null,
             Slot::Present(Value::String(s)) => Tri::Set(s.clone()),
             Slot::Present(v) => {
-                self.wrong_type(pointer(at, "fsBasePath"), "fsBasePath", "a string or null", v);
+                self.wrong_type(
+                    pointer(at, "fsBasePath"),
+                    "fsBasePath",
+                    "a string or null",
+                    v,
+                );
                 Tri::Absent
             }
         };
@@ -698,7 +715,10 @@ mod tests {
         assert_eq!(o.file_write, Tri::Set(false));
         assert_eq!(o.fs_base_path, Tri::Set("/srv/x".to_string()));
         assert!(o.file_read.or_inherit(true), "null inherits the baseline");
-        assert!(!o.file_write.or_inherit(true), "explicit false clears the baseline");
+        assert!(
+            !o.file_write.or_inherit(true),
+            "explicit false clears the baseline"
+        );
     }
 
     #[test]
@@ -721,7 +741,10 @@ mod tests {
         assert!(ParamType::Number.parse_text("inf").is_err());
         assert_eq!(ParamType::Boolean.parse_text("true"), Ok(json!(true)));
         assert!(ParamType::Boolean.parse_text("yes").is_err());
-        assert_eq!(ParamType::Object.parse_text("{\"x\":3}"), Ok(json!({"x": 3})));
+        assert_eq!(
+            ParamType::Object.parse_text("{\"x\":3}"),
+            Ok(json!({"x": 3}))
+        );
         assert!(ParamType::Object.parse_text("[1]").is_err());
         assert_eq!(ParamType::Array.parse_text("[1, 3]"), Ok(json!([1, 3])));
         assert!(ParamType::Array.parse_text("{}").is_err());

@@ -60,7 +60,10 @@ fn check_invariants(spec: &ToolSpec, out: &mut Vec<Diagnostic>) {
     // §4.2 name.
     if spec.name.trim().is_empty() {
         if !already(out, "/name") {
-            out.push(inv("/name".into(), "`name` must be a non-empty string (§4.2)".into()));
+            out.push(inv(
+                "/name".into(),
+                "`name` must be a non-empty string (§4.2)".into(),
+            ));
         }
     } else if !is_slug(&spec.name) {
         out.push(warn(
@@ -77,7 +80,8 @@ fn check_invariants(spec: &ToolSpec, out: &mut Vec<Diagnostic>) {
         if id.trim().is_empty() {
             out.push(inv(
                 "/toolId".into(),
-                "`toolId` must not be empty; remove it to have one derived from the name (§4.1)".into(),
+                "`toolId` must not be empty; remove it to have one derived from the name (§4.1)"
+                    .into(),
             ));
         } else if uuid::Uuid::parse_str(id).is_err() {
             out.push(warn(
@@ -89,7 +93,10 @@ fn check_invariants(spec: &ToolSpec, out: &mut Vec<Diagnostic>) {
 
     // §8 code and codeType.
     if spec.code.trim().is_empty() && !already(out, "/code") {
-        out.push(inv("/code".into(), "`code` must be a non-empty JavaScript body (§8)".into()));
+        out.push(inv(
+            "/code".into(),
+            "`code` must be a non-empty JavaScript body (§8)".into(),
+        ));
     }
     if !spec.code_type.is_empty() && spec.code_type != CODE_TYPE_JAVASCRIPT {
         out.push(inv(
@@ -289,7 +296,8 @@ mod tests {
 
     #[test]
     fn minimal_spec_is_valid() {
-        let v = validate_document(&json!({"name": "a", "code": "return 1", "codeType": "Javascript"}));
+        let v =
+            validate_document(&json!({"name": "a", "code": "return 1", "codeType": "Javascript"}));
         assert!(v.is_valid(), "{:?}", v.diagnostics);
         assert!(v.diagnostics.is_empty());
     }

@@ -1,0 +1,128 @@
+//! The `stsd` binary as a user runs it.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn stsd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stsd"))
+        .args(args)
+        .env_remove("STSD_CONFIG")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run stsd: {e}"))
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn catalog() -> String {
+    let shared = std::env::var_os("STSD_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("../shared"));
+    shared.join("catalog").display().to_string()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn check_catalog_reports_116_valid_and_the_reference_histogram() {
+    let out = stsd(&["check", &catalog(), "--no-warnings"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("116 specs in 6 files: 116 valid, 0 invalid"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("risk: L0 50, L1 0, L2 0, L3 59, L4 4, L5 3"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("state: DRAFT 116"), "{stdout}");
+}
+
+#[test]
+fn check_json_is_one_machine_readable_document() {
+    let out = stsd(&["check", &catalog(), "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["summary"]["specs"], 116);
+    assert_eq!(v["summary"]["byRisk"]["L3"], 59);
+    let first = &v["specs"][0];
+    for key in [
+        "name",
+        "toolId",
+        "state",
+        "riskLevel",
+        "toolSafety",
+        "diagnostics",
+    ] {
+        assert!(first.get(key).is_some(), "missing {key} in {first}");
+    }
+}
+
+#[test]
+fn an_invalid_spec_exits_1_with_code_and_pointer() {
+    let bad = repo().join("tests/corpus/broken/integer-testvalue-word.json");
+    let out = stsd(&["check", &bad.display().to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("INVALID"), "{stdout}");
+    assert!(
+        stdout.contains("error SPEC_INVARIANT at /params/0/testValue"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(stsd(&["check", "/no/such/path"]).status.code(), Some(2));
+    assert_eq!(stsd(&["no-such-command"]).status.code(), Some(2));
+    let cfg = tempfile_path("bad.toml", "[baseline]\nnetwork_mod = 1\n");
+    assert_eq!(stsd(&["--config", &cfg, "check"]).status.code(), Some(2));
+}
+
+#[test]
+fn schema_prints_the_shipped_document() {
+    let out = stsd(&["schema"]);
+    assert_eq!(out.status.code(), Some(0));
+    let shipped = std::fs::read(repo().join("protocol/schema/safe-tool-spec.schema.json"))
+        .unwrap_or_default();
+    assert_eq!(out.stdout, shipped);
+}
+
+#[test]
+fn bundled_catalog_is_valid_and_active() {
+    let out = stsd(&["check", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let n = v["summary"]["specs"].as_u64().unwrap_or(0);
+    assert!(n >= 4);
+    assert_eq!(v["summary"]["byState"]["ACTIVE"], n);
+    assert_eq!(
+        v["summary"]["warnings"], 0,
+        "our own specs follow every SHOULD"
+    );
+}
+
+#[test]
+fn config_file_changes_the_resolved_posture() {
+    let cfg = tempfile_path("net.toml", "[baseline]\nnetwork_mode = \"strict\"\n");
+    let out = stsd(&["--config", &cfg, "check", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(
+        v["specs"][0]["toolSafety"]["capabilities"]["network"]["mode"],
+        "strict"
+    );
+    assert_eq!(v["specs"][0]["riskLevel"], "L3");
+}
+
+fn tempfile_path(name: &str, content: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("stsd-cli-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let p = dir.join(name);
+    let _ = std::fs::write(&p, content);
+    p.display().to_string()
+}
