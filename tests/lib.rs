@@ -44,3 +44,77 @@ pub fn read_json(path: &Path) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON in {}: {e}", path.display()))
 }
+
+/// The `stsd` binary of this build (target/<profile>/stsd), which `cargo test --workspace`
+/// builds with the test-only `attack` feature.
+pub fn stsd_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test>-<hash> -> target/<profile>/stsd
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("stsd"))
+        .unwrap_or_default();
+    assert!(
+        bin.is_file(),
+        "{} is missing: run the tests with `cargo test --workspace` (scripts/test)",
+        bin.display()
+    );
+    bin
+}
+
+pub fn exec_options() -> stsd::exec::ExecOptions {
+    stsd::exec::ExecOptions {
+        worker_exe: stsd_bin(),
+        kill_grace: std::time::Duration::from_millis(500),
+    }
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The worker user of the default config.
+pub const WORKER_UID: u32 = 65534;
+
+/// A scratch base path a worker may use: world-traversable, owned by the worker user when the
+/// tests run as root (so write postures can write).
+pub fn scratch_base() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("stsd-base-")
+        .tempdir_in("/tmp")
+        .unwrap_or_else(|e| panic!("tempdir: {e}"));
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755));
+    if is_root() {
+        let _ = std::os::unix::fs::chown(dir.path(), Some(WORKER_UID), Some(WORKER_UID));
+    }
+    dir
+}
+
+/// A job for `code` with the given posture and default limits.
+pub fn job(
+    code: &str,
+    fs: stsd_protocol::frames::FsAccess,
+    base: &Path,
+) -> stsd_protocol::frames::Job {
+    use stsd_protocol::frames::{Job, JobLimits, NetworkGrant, SandboxSpec};
+    Job {
+        call_id: 1,
+        code: code.to_string(),
+        args_json: "{}".into(),
+        statics_json: "{}".into(),
+        declared: Vec::new(),
+        tool_safety_json: "{}".into(),
+        sandbox: SandboxSpec {
+            fs,
+            base_path: base.display().to_string(),
+            uid: WORKER_UID,
+            gid: WORKER_UID,
+            network: NetworkGrant::Blocked,
+        },
+        limits: JobLimits::default(),
+        attack: None,
+    }
+}

@@ -12,6 +12,29 @@ use stsd_protocol::NetworkMode;
 pub struct Config {
     pub baseline: Baseline,
     pub runtime: RuntimeInfo,
+    pub worker: WorkerConfig,
+}
+
+/// How worker processes are started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    /// The unprivileged user a worker switches to when the daemon runs as root.
+    pub uid: u32,
+    pub gid: u32,
+    /// Extra time after the deadline before the supervisor SIGKILLs a worker (the interrupt
+    /// handler does not fire inside some C builtins).
+    pub kill_grace_ms: u64,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            uid: 65534,
+            gid: 65534,
+            kill_grace_ms: 500,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,7 +46,7 @@ pub struct Baseline {
     pub allowed_hosts: Vec<String>,
     pub file_read: bool,
     pub file_write: bool,
-    /// `None`: the per-user data directory (see [`default_workspace`]).
+    /// `None`: stsd's own workspace (see [`default_workspace`]).
     pub fs_base_path: Option<PathBuf>,
     pub timeout_seconds: u64,
     pub max_steps: u64,
@@ -95,9 +118,13 @@ impl Default for RuntimeInfo {
     }
 }
 
-/// `$XDG_DATA_HOME/stsd/workspace`, else `$HOME/.local/share/stsd/workspace`, else
-/// `/var/lib/stsd/workspace` (a daemon started with no home).
+/// `/var/lib/stsd/workspace` when running as root (workers run as an unprivileged user that
+/// cannot enter root's home), else `$XDG_DATA_HOME/stsd/workspace`, else
+/// `$HOME/.local/share/stsd/workspace`.
 pub fn default_workspace() -> PathBuf {
+    if nix::unistd::Uid::effective().is_root() {
+        return PathBuf::from(ROOT_WORKSPACE);
+    }
     let non_empty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
     if let Some(d) = non_empty("XDG_DATA_HOME") {
         return PathBuf::from(d).join("stsd/workspace");
@@ -105,8 +132,10 @@ pub fn default_workspace() -> PathBuf {
     if let Some(h) = non_empty("HOME") {
         return PathBuf::from(h).join(".local/share/stsd/workspace");
     }
-    PathBuf::from("/var/lib/stsd/workspace")
+    PathBuf::from(ROOT_WORKSPACE)
 }
+
+pub const ROOT_WORKSPACE: &str = "/var/lib/stsd/workspace";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -10,3 +10,4 @@ pub use baseline::{Baseline, Config};
 pub use resolve::{resolve, Limits, Resolved};
 pub use risk::RiskLevel;
 pub use tool_safety::ToolSafety;
+pub mod os;

@@ -29,6 +29,8 @@ pub enum Code {
     JsError,
     Overloaded,
     ApprovalRejected,
+    /// A `${ENV}` placeholder the call needs is unset, empty or blank (spec §11.2).
+    MissingRequirements,
 }
 
 impl Code {
@@ -51,7 +53,34 @@ impl Code {
             Code::JsError => "JS_ERROR",
             Code::Overloaded => "OVERLOADED",
             Code::ApprovalRejected => "APPROVAL_REJECTED",
+            Code::MissingRequirements => "MISSING_REQUIREMENTS",
         }
+    }
+
+    pub const ALL: [Code; 18] = [
+        Code::SpecParse,
+        Code::SpecInvariant,
+        Code::ResolverReject,
+        Code::LocalPassFailed,
+        Code::InvalidInput,
+        Code::HelperRuntime,
+        Code::Security,
+        Code::Timeout,
+        Code::MemoryLimit,
+        Code::StepLimit,
+        Code::OutputLimit,
+        Code::SandboxViolation,
+        Code::SandboxUnavailable,
+        Code::WorkerCrashed,
+        Code::JsError,
+        Code::Overloaded,
+        Code::ApprovalRejected,
+        Code::MissingRequirements,
+    ];
+
+    /// The code for its stable spelling.
+    pub fn parse(s: &str) -> Option<Code> {
+        Code::ALL.into_iter().find(|c| c.as_str() == s)
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod diag;
 pub mod envvar;
+pub mod frames;
 pub mod ids;
 pub mod json;
 pub mod schema;

@@ -6,9 +6,11 @@ use std::process::ExitCode;
 
 use stsd::{check, store};
 
+mod cli_run;
+
 /// Exit codes: 0 success, 1 the input is invalid (a spec, a tool call), 2 a usage error.
-const EXIT_INVALID: u8 = 1;
-const EXIT_USAGE: u8 = 2;
+pub(crate) const EXIT_INVALID: u8 = 1;
+pub(crate) const EXIT_USAGE: u8 = 2;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -40,6 +42,35 @@ enum Command {
     },
     /// Print the Safe Tool Spec JSON Schema (2020-12).
     Schema,
+    /// Run one call of a tool in a sandboxed worker.
+    Run {
+        /// A spec file (a single spec, or an array/bundle with --tool).
+        spec: PathBuf,
+        /// The tool to run when the file holds several.
+        #[arg(long)]
+        tool: Option<String>,
+        /// An argument as NAME=VALUE, parsed to the param's declared type.
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
+        /// All arguments as one JSON object (--arg values override).
+        #[arg(long)]
+        args_json: Option<String>,
+        /// Print the outcome as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Print where the time went (spawn, profile, context, body) to stderr.
+        #[arg(long)]
+        timings: bool,
+    },
+    /// Run the Local Pass of specs; --write persists draft:false for those that pass.
+    Test {
+        paths: Vec<PathBuf>,
+        #[arg(long)]
+        write: bool,
+    },
+    /// Internal: the sandboxed worker process (started by exec, never by hand).
+    #[command(hide = true)]
+    Worker,
 }
 
 /// The catalog of stsd's own example tools, next to the binary's sources.
@@ -48,6 +79,11 @@ fn bundled_catalog() -> PathBuf {
 }
 
 fn main() -> ExitCode {
+    // The worker must not start a logging subscriber or touch anything before its sandbox:
+    // dispatch it first.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "worker") {
+        return ExitCode::from(stsd_worker::run().clamp(0, 255) as u8);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("STSD_LOG")
@@ -55,6 +91,12 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // A CLI writing to a closed pipe (`stsd check | head`) should end quietly, as any Unix
+    // tool does, not panic in println!.
+    // SAFETY: setting a signal disposition to its default before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let config = match &cli.config {
         Some(p) => match stsd_profiles::Config::load(p) {
@@ -104,5 +146,30 @@ fn main() -> ExitCode {
             print!("{}", stsd_protocol::schema::SAFE_TOOL_SPEC_SCHEMA);
             ExitCode::SUCCESS
         }
+        Command::Run {
+            spec,
+            tool,
+            args,
+            args_json,
+            json,
+            timings,
+        } => cli_run::run(
+            &config,
+            &spec,
+            tool.as_deref(),
+            &args,
+            args_json.as_deref(),
+            json,
+            timings,
+        ),
+        Command::Test { paths, write } => {
+            let paths = if paths.is_empty() {
+                vec![bundled_catalog()]
+            } else {
+                paths
+            };
+            cli_run::test(&config, &paths, write)
+        }
+        Command::Worker => ExitCode::from(EXIT_USAGE),
     }
 }

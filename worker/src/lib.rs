@@ -1,2 +1,123 @@
-//! stsd-worker: the sandboxed QuickJS worker process. Built with the sandboxed-execution work;
-//! this crate exists now so the workspace has the design card's layout.
+//! stsd-worker: the process that runs one tool call. Started by exec of `stsd worker` (never a
+//! fork of the supervisor) with its socket on fd 3. It reports Ready, takes a job, applies the
+//! OS profile before the tool's code is even parsed, runs the body in QuickJS, streams console
+//! lines and the result back, and exits.
+
+mod channel;
+mod console;
+mod engine;
+
+// Compiled only into debug (test) builds, even when a workspace build unifies the feature on.
+#[cfg(all(feature = "attack", debug_assertions))]
+mod attack;
+
+use channel::Channel;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use stsd_profiles::os::{self, WORKER_SOCKET_FD};
+use stsd_protocol::frames::{FromWorker, ToWorker, WorkerTimings};
+use stsd_protocol::Code;
+
+pub use engine::STEPS_PER_TICK;
+
+#[cfg(all(feature = "attack", debug_assertions))]
+pub use attack::HOSTILE as ATTACK_PROBES;
+
+/// Whether this build carries the attack probes (test builds only).
+pub const ATTACK_MODE: bool = cfg!(all(feature = "attack", debug_assertions));
+
+fn fail(channel: &Channel, code: Code, message: impl Into<String>) -> i32 {
+    let _ = channel.send(&FromWorker::Error {
+        code: code.as_str().into(),
+        message: message.into(),
+        stack: None,
+    });
+    0
+}
+
+/// The worker's whole life. Returns the process exit code.
+pub fn run() -> i32 {
+    let parent = nix::unistd::getppid().as_raw() as u32;
+    // SAFETY: the supervisor placed the socket on fd 3 and nothing else in this process owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(WORKER_SOCKET_FD) };
+    if os::close_other_fds().is_err() {
+        return 70;
+    }
+    let channel = Rc::new(Channel::new(fd));
+    if channel
+        .send(&FromWorker::Ready {
+            pid: std::process::id(),
+        })
+        .is_err()
+    {
+        return 71;
+    }
+    let job = match channel.recv() {
+        Ok(ToWorker::Job(job)) => job,
+        Err(_) => return 72,
+    };
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(job.limits.timeout_ms);
+
+    if job.attack.is_some() && !ATTACK_MODE {
+        return fail(
+            &channel,
+            Code::InvalidInput,
+            "this build has no attack mode",
+        );
+    }
+    if let Err(e) = os::apply(&job.sandbox, &job.limits, parent) {
+        return fail(
+            &channel,
+            Code::SandboxUnavailable,
+            format!(
+                "the OS sandbox cannot be fully enforced here, so the tool was not run: {}",
+                e.0
+            ),
+        );
+    }
+    let profile_us = started.elapsed().as_micros() as u64;
+    if channel.send(&FromWorker::Confined).is_err() {
+        return 73;
+    }
+
+    #[cfg(all(feature = "attack", debug_assertions))]
+    if let Some(probe) = &job.attack {
+        let outcome = attack::run(probe, &job.sandbox.base_path, parent);
+        let _ = channel.send(&FromWorker::Probe {
+            name: probe.clone(),
+            outcome,
+        });
+        return 0;
+    }
+
+    let t_ctx = Instant::now();
+    let engine = match engine::Engine::new(&job, deadline, &channel) {
+        Ok(e) => e,
+        Err(f) => return fail(&channel, f.code, f.message),
+    };
+    let context_us = t_ctx.elapsed().as_micros() as u64;
+    let t_run = Instant::now();
+    let outcome = engine.run(&job);
+    let run_us = t_run.elapsed().as_micros() as u64;
+    let sent = match outcome {
+        Ok(r) => engine::send_result(&channel, &r),
+        Err(f) => channel.send(&FromWorker::Error {
+            code: f.code.as_str().into(),
+            message: f.message,
+            stack: f.stack,
+        }),
+    };
+    let _ = channel.send(&FromWorker::Timings(WorkerTimings {
+        profile_us,
+        context_us,
+        run_us,
+    }));
+    drop(engine);
+    if sent.is_err() {
+        74
+    } else {
+        0
+    }
+}

@@ -1,0 +1,84 @@
+//! The OS profile of a posture, applied in one irreversible step before the tool's code is
+//! parsed: close every other fd, switch user and clear capabilities (when root), lock the
+//! process, set rlimits, Landlock, then seccomp (last, because it forbids the calls above).
+
+pub mod landlock;
+pub mod privileges;
+pub mod seccomp;
+
+use privileges::RLimits;
+use std::path::Path;
+use stsd_protocol::frames::{JobLimits, SandboxSpec};
+
+/// The fd the worker's socket sits on; every other fd above stderr is closed.
+pub const WORKER_SOCKET_FD: i32 = 3;
+/// Largest file a write posture may create.
+pub const MAX_WRITE_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Why the profile could not be applied. The tool is refused (SANDBOX_UNAVAILABLE).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxUnavailable(pub String);
+
+pub fn rlimits_for(spec: &SandboxSpec, limits: &JobLimits) -> RLimits {
+    RLimits {
+        // The socket, stdio, and a few files for fs helpers.
+        nofile: if spec.fs == stsd_protocol::frames::FsAccess::None {
+            8
+        } else {
+            32
+        },
+        // The QuickJS heap limit is the real memory wall; this backstop covers what the engine
+        // does not account (binary, stack, allocator slack), with room to spare.
+        address_space: limits
+            .memory_bytes
+            .saturating_mul(2)
+            .saturating_add(1 << 30),
+        cpu_seconds: limits.timeout_ms.div_ceil(1000) + 2,
+        file_size: if spec.fs.can_write() {
+            MAX_WRITE_FILE_BYTES
+        } else {
+            0
+        },
+    }
+}
+
+/// Closes every fd above stderr except the worker socket. Stdio stays open on /dev/null (the
+/// supervisor spawns the worker that way) so nothing the tool opens can land on fd 0 to 2.
+pub fn close_other_fds() -> Result<(), SandboxUnavailable> {
+    // SAFETY: close_range with plain integer arguments; no Rust object owns these fds.
+    let rc = unsafe { libc::close_range((WORKER_SOCKET_FD + 1) as u32, u32::MAX, 0) };
+    if rc != 0 {
+        return Err(SandboxUnavailable(format!(
+            "close_range: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
+/// Applies the whole profile. After this returns Ok, the process can never regain anything.
+pub fn apply(
+    spec: &SandboxSpec,
+    limits: &JobLimits,
+    parent_pid: u32,
+) -> Result<(), SandboxUnavailable> {
+    let fail = |e: String| SandboxUnavailable(e);
+    let base = Path::new(&spec.base_path);
+    if spec.fs != stsd_protocol::frames::FsAccess::None && !base.is_absolute() {
+        return Err(fail(format!(
+            "base path {} is not absolute",
+            spec.base_path
+        )));
+    }
+    close_other_fds()?;
+    privileges::switch_user(spec.uid, spec.gid).map_err(fail)?;
+    privileges::clear_capabilities().map_err(fail)?;
+    privileges::lock_process(parent_pid).map_err(fail)?;
+    privileges::apply_rlimits(&rlimits_for(spec, limits)).map_err(fail)?;
+    landlock::restrict(spec.fs, base).map_err(fail)?;
+    // Compiled before it is applied: compiling allocates, and nothing after this point may
+    // need a call the filter forbids.
+    let program = seccomp::program_for(spec.fs, std::process::id()).map_err(fail)?;
+    seccompiler::apply_filter(&program).map_err(|e| fail(format!("seccomp: {e}")))?;
+    Ok(())
+}

@@ -1,0 +1,303 @@
+//! Supervisor <-> worker frames. One frame is one SOCK_SEQPACKET record, bincode-encoded.
+//!
+//! JSON values travel as JSON text (`*_json: String`): bincode cannot decode self-describing
+//! types such as `serde_json::Value`, and the worker hands the text straight to QuickJS's own
+//! JSON parser anyway.
+
+use serde::{Deserialize, Serialize};
+
+/// Largest frame either side accepts. Anything bigger is split into chunks by the sender
+/// (see [`FromWorker::ResultChunk`]); a peer that sends a bigger record is broken or hostile.
+pub const MAX_FRAME_BYTES: usize = 128 * 1024;
+/// Result and console payloads are cut into chunks of at most this size.
+pub const CHUNK_BYTES: usize = 60 * 1024;
+
+/// What the OS profile grants on the base path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FsAccess {
+    None,
+    ReadOnly,
+    WriteOnly,
+    ReadWrite,
+}
+
+impl FsAccess {
+    pub fn from_flags(read: bool, write: bool) -> FsAccess {
+        match (read, write) {
+            (false, false) => FsAccess::None,
+            (true, false) => FsAccess::ReadOnly,
+            (false, true) => FsAccess::WriteOnly,
+            (true, true) => FsAccess::ReadWrite,
+        }
+    }
+
+    pub fn can_read(self) -> bool {
+        matches!(self, FsAccess::ReadOnly | FsAccess::ReadWrite)
+    }
+
+    pub fn can_write(self) -> bool {
+        matches!(self, FsAccess::WriteOnly | FsAccess::ReadWrite)
+    }
+}
+
+/// The OS-level part of a posture: everything the worker needs to confine itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    pub fs: FsAccess,
+    /// Absolute path; the only place Landlock lets the worker touch (when `fs` is not None).
+    pub base_path: String,
+    /// Switch to this uid/gid when the worker starts as root.
+    pub uid: u32,
+    pub gid: u32,
+    pub network: NetworkGrant,
+}
+
+/// Network grant as the worker sees it. The worker never holds a socket in any mode; a grant
+/// only means `fetch` is installed and brokered by the supervisor (network egress issue).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NetworkGrant {
+    Blocked,
+    Brokered,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLimits {
+    pub timeout_ms: u64,
+    pub max_steps: u64,
+    pub memory_bytes: u64,
+    pub stack_bytes: u64,
+    pub max_result_bytes: u64,
+    pub max_console_lines: u64,
+    pub max_console_bytes: u64,
+}
+
+impl Default for JobLimits {
+    fn default() -> Self {
+        JobLimits {
+            timeout_ms: 30_000,
+            max_steps: 500_000,
+            memory_bytes: 128 * 1024 * 1024,
+            stack_bytes: 1024 * 1024,
+            max_result_bytes: 1024 * 1024,
+            max_console_lines: 1000,
+            max_console_bytes: 256 * 1024,
+        }
+    }
+}
+
+/// One call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub call_id: u64,
+    /// The spec's JavaScript body.
+    pub code: String,
+    /// JSON object: argument name -> typed value (already checked against the params).
+    pub args_json: String,
+    /// JSON object: static variable name -> resolved value.
+    pub statics_json: String,
+    /// Every declared param and static name; those with no value are bound to `undefined`.
+    pub declared: Vec<String>,
+    /// The resolved toolSafety block, JSON text (for the record and for helper gating).
+    pub tool_safety_json: String,
+    pub sandbox: SandboxSpec,
+    pub limits: JobLimits,
+    /// Test builds only (the `attack` feature): a raw-syscall probe run after the profile
+    /// is applied instead of the body. Release workers refuse a job that carries one.
+    pub attack: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToWorker {
+    Job(Box<Job>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConsoleLevel {
+    Log,
+    Info,
+    Warn,
+    Error,
+    Debug,
+}
+
+impl ConsoleLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsoleLevel::Log => "log",
+            ConsoleLevel::Info => "info",
+            ConsoleLevel::Warn => "warn",
+            ConsoleLevel::Error => "error",
+            ConsoleLevel::Debug => "debug",
+        }
+    }
+}
+
+/// Where the time of one call went inside the worker, in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerTimings {
+    pub profile_us: u64,
+    pub context_us: u64,
+    pub run_us: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FromWorker {
+    /// Sent once after exec, before any job: the worker is alive and waiting.
+    Ready {
+        pid: u32,
+    },
+    /// The OS profile is in force (sent before the body is parsed).
+    Confined,
+    Console {
+        level: ConsoleLevel,
+        line: String,
+    },
+    /// Console output went over its caps; later lines are dropped.
+    ConsoleTruncated,
+    /// A piece of the result's JSON text; `last` closes it.
+    ResultChunk {
+        data: String,
+        last: bool,
+    },
+    /// The body finished with `undefined` (or `null`).
+    ResultUndefined,
+    /// The call failed inside the worker, classified (`code` is a stable error code).
+    Error {
+        code: String,
+        message: String,
+        stack: Option<String>,
+    },
+    Timings(WorkerTimings),
+    /// Attack mode only: a probe's outcome when the process survived it.
+    Probe {
+        name: String,
+        outcome: ProbeOutcome,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProbeOutcome {
+    /// The operation failed with this errno.
+    Denied { errno: i32 },
+    /// The operation succeeded: the sandbox did not hold.
+    Allowed { detail: String },
+    /// The probe could not be set up (for example a missing fixture).
+    Skipped { why: String },
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_FRAME_BYTES>()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame encode: {0}")]
+    Encode(#[from] bincode::error::EncodeError),
+    #[error("frame decode: {0}")]
+    Decode(#[from] bincode::error::DecodeError),
+    #[error("frame of {0} bytes exceeds the {MAX_FRAME_BYTES} byte limit")]
+    TooLarge(usize),
+    #[error("trailing bytes after a frame")]
+    Trailing,
+}
+
+pub fn encode<T: Serialize>(frame: &T) -> Result<Vec<u8>, FrameError> {
+    let bytes = bincode::serde::encode_to_vec(frame, config())?;
+    if bytes.len() > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge(bytes.len()));
+    }
+    Ok(bytes)
+}
+
+pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameError> {
+    if bytes.len() > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge(bytes.len()));
+    }
+    let (frame, used) = bincode::serde::decode_from_slice(bytes, config())?;
+    if used != bytes.len() {
+        return Err(FrameError::Trailing);
+    }
+    Ok(frame)
+}
+
+/// Splits text into chunks of at most [`CHUNK_BYTES`] on UTF-8 boundaries.
+pub fn chunks(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while rest.len() > CHUNK_BYTES {
+        let mut cut = CHUNK_BYTES;
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (head, tail) = rest.split_at(cut);
+        out.push(head);
+        rest = tail;
+    }
+    out.push(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        Job {
+            call_id: 7,
+            code: "return a + 1".into(),
+            args_json: r#"{"a":1}"#.into(),
+            statics_json: "{}".into(),
+            declared: vec!["a".into(), "b".into()],
+            tool_safety_json: "{}".into(),
+            sandbox: SandboxSpec {
+                fs: FsAccess::ReadOnly,
+                base_path: "/srv/x".into(),
+                uid: 65534,
+                gid: 65534,
+                network: NetworkGrant::Blocked,
+            },
+            limits: JobLimits::default(),
+            attack: None,
+        }
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let f = ToWorker::Job(Box::new(job()));
+        let bytes = encode(&f).unwrap_or_default();
+        assert_eq!(decode::<ToWorker>(&bytes).ok(), Some(f));
+        let e = FromWorker::Error {
+            code: "JS_ERROR".into(),
+            message: "boom".into(),
+            stack: Some("at <anonymous> (tool.js:1)".into()),
+        };
+        assert_eq!(
+            decode::<FromWorker>(&encode(&e).unwrap_or_default()).ok(),
+            Some(e)
+        );
+    }
+
+    #[test]
+    fn garbage_and_oversize_are_errors_not_panics() {
+        assert!(decode::<ToWorker>(&[0xff; 64]).is_err());
+        assert!(decode::<ToWorker>(&[]).is_err());
+        assert!(matches!(
+            decode::<ToWorker>(&vec![0u8; MAX_FRAME_BYTES + 1]),
+            Err(FrameError::TooLarge(_))
+        ));
+        // A length prefix claiming a huge string must not allocate it.
+        let mut evil = vec![0u8, 7];
+        evil.extend_from_slice(&[0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
+        assert!(decode::<ToWorker>(&evil).is_err());
+    }
+
+    #[test]
+    fn chunks_respect_utf8_and_size() {
+        let s = "é".repeat(CHUNK_BYTES);
+        let parts = chunks(&s);
+        assert!(parts.len() >= 2);
+        assert!(parts.iter().all(|p| p.len() <= CHUNK_BYTES));
+        assert_eq!(parts.concat(), s);
+        assert_eq!(chunks(""), vec![""]);
+    }
+}

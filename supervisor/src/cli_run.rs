@@ -1,0 +1,233 @@
+//! `stsd run` and `stsd test`.
+
+use crate::{EXIT_INVALID, EXIT_USAGE};
+use serde_json::{json, Map, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+use stsd::exec::{self, job, CallValue, Event, ExecOptions};
+use stsd::local_pass;
+use stsd::store::Catalog;
+use stsd_profiles::{resolve, Config};
+use stsd_protocol::envvar::ProcessEnv;
+use stsd_protocol::Diagnostic;
+
+fn exec_options(config: &Config) -> Result<ExecOptions, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the stsd binary: {e}"))?;
+    Ok(ExecOptions {
+        worker_exe: exe,
+        kill_grace: Duration::from_millis(config.worker.kill_grace_ms),
+    })
+}
+
+fn usage(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("stsd: {msg}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+fn input_error(d: &Diagnostic, json_out: bool) -> ExitCode {
+    if json_out {
+        println!("{}", json!({"ok": false, "error": d}));
+    } else {
+        eprintln!("stsd: {d}");
+    }
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// Renders a result for people: strings as they are, anything else as JSON.
+fn render(v: &CallValue) -> String {
+    match v {
+        CallValue::Undefined => "undefined".into(),
+        CallValue::Json(text) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::String(s)) => s,
+            _ => text.clone(),
+        },
+    }
+}
+
+pub fn run(
+    config: &Config,
+    spec_path: &Path,
+    tool: Option<&str>,
+    arg_pairs: &[String],
+    args_json: Option<&str>,
+    json_out: bool,
+    timings: bool,
+) -> ExitCode {
+    let cat = Catalog::load(&[spec_path.to_path_buf()]);
+    if let Some(p) = cat.problems.first() {
+        return usage(format!("{}: {}", p.path.display(), p.diagnostic));
+    }
+    let candidates: Vec<_> = cat
+        .entries
+        .iter()
+        .filter(|e| match (tool, &e.validated.spec) {
+            (Some(t), Some(s)) => s.name == t,
+            (None, _) => true,
+            _ => false,
+        })
+        .collect();
+    let entry = match candidates.as_slice() {
+        [e] => *e,
+        [] => {
+            return usage(format!(
+                "no tool {:?} in {}",
+                tool.unwrap_or(""),
+                spec_path.display()
+            ))
+        }
+        _ => {
+            return usage(format!(
+                "{} holds {} specs; choose one with --tool NAME",
+                spec_path.display(),
+                candidates.len()
+            ))
+        }
+    };
+    let Some(spec) = entry
+        .validated
+        .spec
+        .as_ref()
+        .filter(|_| entry.validated.is_valid())
+    else {
+        for d in entry.validated.errors() {
+            eprintln!("stsd: {d}");
+        }
+        return ExitCode::from(EXIT_USAGE);
+    };
+    let resolved = match resolve(spec, config) {
+        Ok(r) => r,
+        Err(d) => return input_error(&d, json_out),
+    };
+    // Arguments: the JSON object first, then each --arg on top.
+    let mut args = Map::new();
+    if let Some(text) = args_json {
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(m)) => args = m,
+            Ok(_) => return usage("--args-json must be a JSON object"),
+            Err(e) => return usage(format!("--args-json is not JSON: {e}")),
+        }
+    }
+    for pair in arg_pairs {
+        match job::parse_text_argument(spec, pair) {
+            Ok((k, v)) => {
+                args.insert(k, v);
+            }
+            Err(d) => return input_error(&d, json_out),
+        }
+    }
+    let args = match job::check_arguments(spec, &args) {
+        Ok(a) => a,
+        Err(d) => return input_error(&d, json_out),
+    };
+    let prepared = match job::prepare(1, spec, &resolved, config, args, &ProcessEnv) {
+        Ok(p) => p,
+        Err(d) => return input_error(&d, json_out),
+    };
+    if let Err(e) = stsd::workspace::prepare_base_path(&prepared.job.sandbox, config) {
+        return usage(e);
+    }
+    let opts = match exec_options(config) {
+        Ok(o) => o,
+        Err(e) => return usage(e),
+    };
+    let secrets = &prepared.secrets;
+    let mut stderr = std::io::stderr();
+    let out = exec::run_job(&prepared.job, &opts, &mut |ev| {
+        if let Event::Console(level, line) = ev {
+            let _ = writeln!(stderr, "[{}] {}", level.as_str(), secrets.mask(line));
+        }
+    });
+    if out.console_truncated {
+        eprintln!("[stsd] console output went over its caps; later lines were dropped");
+    }
+    if timings {
+        let t = &out.timings;
+        eprintln!(
+            "[stsd] timings: spawn+exec {} us, profile {} us, context {} us, body {} us, total {} us",
+            t.spawn_us, t.worker.profile_us, t.worker.context_us, t.worker.run_us, t.total_us
+        );
+    }
+    match out.result {
+        Ok(v) => {
+            if json_out {
+                let result: Value = match &v {
+                    CallValue::Undefined => Value::Null,
+                    CallValue::Json(t) => {
+                        serde_json::from_str(&secrets.mask(t)).unwrap_or(Value::Null)
+                    }
+                };
+                println!("{}", json!({"ok": true, "result": result}));
+            } else {
+                println!("{}", secrets.mask(&render(&v)));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let message = secrets.mask(&e.message);
+            let stack = e.stack.as_deref().map(|s| secrets.mask(s));
+            if json_out {
+                println!(
+                    "{}",
+                    json!({"ok": false, "error": {"code": e.code, "message": message, "stack": stack}})
+                );
+            } else {
+                eprintln!("stsd: {}: {message}", e.code);
+                if let Some(s) = stack {
+                    eprintln!("{s}");
+                }
+            }
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+pub fn test(config: &Config, paths: &[PathBuf], write: bool) -> ExitCode {
+    if let Some(missing) = paths.iter().find(|p| !p.exists()) {
+        return usage(format!("no such file or directory: {}", missing.display()));
+    }
+    let opts = match exec_options(config) {
+        Ok(o) => o,
+        Err(e) => return usage(e),
+    };
+    let mut cat = Catalog::load(paths);
+    for p in &cat.problems {
+        println!("FAIL {}: {}", p.path.display(), p.diagnostic);
+    }
+    let mut passed = Vec::new();
+    let mut failed = cat.problems.len();
+    for (i, e) in cat.entries.iter().enumerate() {
+        let report = local_pass::run_entry(&cat, e, config, &ProcessEnv, &opts);
+        let ms = report.elapsed.as_millis();
+        match &report.outcome {
+            Ok(_) => {
+                println!("PASS {:<28} {ms:>5} ms  {}", report.name, report.location);
+                passed.push(i);
+            }
+            Err(d) => {
+                println!("FAIL {:<28} {ms:>5} ms  {}", report.name, report.location);
+                println!("     {d}");
+                failed += 1;
+            }
+        }
+    }
+    println!("\n{} passed, {} failed", passed.len(), failed);
+    if write && !passed.is_empty() {
+        match local_pass::write_passes(&mut cat, &passed) {
+            Ok(files) => println!(
+                "wrote draft:false for {} specs in {files} files",
+                passed.len()
+            ),
+            Err(e) => {
+                eprintln!("stsd: cannot write: {e}");
+                return ExitCode::from(EXIT_INVALID);
+            }
+        }
+    }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_INVALID)
+    }
+}

@@ -1,0 +1,279 @@
+//! One call, supervisor side: spawn, wait for Ready, send the job, read the streamed frames,
+//! SIGKILL at the deadline plus a grace period, reap, and classify the outcome.
+
+use super::spawn::{spawn_worker, Spawned};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::socket::{recv, send, MsgFlags};
+use nix::unistd::Pid;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use stsd_protocol::frames::{
+    self, ConsoleLevel, FromWorker, Job, ProbeOutcome, ToWorker, WorkerTimings, MAX_FRAME_BYTES,
+};
+use stsd_protocol::Code;
+
+/// How long a freshly exec'd worker may take to report Ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone)]
+pub struct ExecOptions {
+    /// The stsd binary to exec as a worker.
+    pub worker_exe: PathBuf,
+    pub kill_grace: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallValue {
+    Undefined,
+    /// The result's JSON text.
+    Json(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallError {
+    pub code: Code,
+    pub message: String,
+    pub stack: Option<String>,
+}
+
+impl CallError {
+    pub fn new(code: Code, message: impl Into<String>) -> CallError {
+        CallError {
+            code,
+            message: message.into(),
+            stack: None,
+        }
+    }
+}
+
+/// Where the time of a call went, in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallTimings {
+    /// spawn() until the worker's Ready frame (exec, dynamic loading, main).
+    pub spawn_us: u64,
+    pub worker: WorkerTimings,
+    /// spawn() until the worker was reaped.
+    pub total_us: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallOutcome {
+    pub result: Result<CallValue, CallError>,
+    pub worker_pid: u32,
+    pub console_truncated: bool,
+    pub timings: CallTimings,
+    /// Attack mode only.
+    pub probe: Option<ProbeOutcome>,
+}
+
+/// Events streamed while a call runs.
+pub enum Event<'a> {
+    /// The worker process exists (its pid), before the job is sent.
+    Started(u32),
+    Console(ConsoleLevel, &'a str),
+}
+
+enum Recv {
+    Frame(FromWorker),
+    Eof,
+    Timeout,
+    Broken(String),
+}
+
+fn recv_until(sock: &impl AsFd, until: Instant) -> Recv {
+    let now = Instant::now();
+    if now >= until {
+        return Recv::Timeout;
+    }
+    let ms = (until - now).as_millis().min(i32::MAX as u128) as i32;
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+    match poll(
+        &mut fds,
+        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+    ) {
+        Ok(0) => return Recv::Timeout,
+        Ok(_) => {}
+        Err(nix::errno::Errno::EINTR) => return recv_until(sock, until),
+        Err(e) => return Recv::Broken(format!("poll: {e}")),
+    }
+    let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
+    match recv(
+        sock.as_fd().as_raw_fd(),
+        &mut buf,
+        MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT,
+    ) {
+        Ok(0) => Recv::Eof,
+        Ok(n) if n > MAX_FRAME_BYTES => Recv::Broken(format!("worker sent a {n} byte frame")),
+        Ok(n) => match frames::decode(&buf[..n]) {
+            Ok(f) => Recv::Frame(f),
+            Err(e) => Recv::Broken(format!("worker sent an undecodable frame: {e}")),
+        },
+        Err(nix::errno::Errno::EAGAIN) => recv_until(sock, until),
+        Err(nix::errno::Errno::ECONNRESET) => Recv::Eof,
+        Err(e) => Recv::Broken(format!("recv: {e}")),
+    }
+}
+
+/// Runs one job in a fresh worker. Never panics on anything the worker does.
+pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>)) -> CallOutcome {
+    let t0 = Instant::now();
+    let mut out = CallOutcome {
+        result: Err(CallError::new(Code::WorkerCrashed, "worker did not start")),
+        worker_pid: 0,
+        console_truncated: false,
+        timings: CallTimings::default(),
+        probe: None,
+    };
+    let Spawned { mut child, socket } = match spawn_worker(&opts.worker_exe) {
+        Ok(s) => s,
+        Err(e) => {
+            out.result = Err(CallError::new(
+                Code::WorkerCrashed,
+                format!("cannot start a worker: {e}"),
+            ));
+            return out;
+        }
+    };
+    out.worker_pid = child.id();
+    on_event(Event::Started(child.id()));
+
+    let mut killed_at_deadline = false;
+    let mut settled: Option<Result<CallValue, CallError>> = None;
+    let mut protocol_error: Option<String> = None;
+    // Phase 1: Ready.
+    match recv_until(&socket, t0 + READY_TIMEOUT) {
+        Recv::Frame(FromWorker::Ready { .. }) => {}
+        Recv::Frame(other) => protocol_error = Some(format!("expected Ready, got {other:?}")),
+        Recv::Eof => protocol_error = Some("worker exited before it was ready".into()),
+        Recv::Timeout => protocol_error = Some("worker did not become ready in time".into()),
+        Recv::Broken(e) => protocol_error = Some(e),
+    }
+    out.timings.spawn_us = t0.elapsed().as_micros() as u64;
+
+    if protocol_error.is_none() {
+        let sent = frames::encode(&ToWorker::Job(Box::new(job.clone())))
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                send(socket.as_raw_fd(), &b, MsgFlags::MSG_NOSIGNAL).map_err(|e| e.to_string())
+            });
+        if let Err(e) = sent {
+            settled = Some(Err(CallError::new(
+                Code::InvalidInput,
+                format!("cannot send the job: {e}"),
+            )));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_millis(job.limits.timeout_ms) + opts.kill_grace;
+    let mut result_text = String::new();
+
+    // Phase 2: frames until the outcome, EOF, or the deadline.
+    while settled.is_none() && protocol_error.is_none() {
+        match recv_until(&socket, deadline) {
+            Recv::Frame(FromWorker::Console { level, line }) => {
+                on_event(Event::Console(level, &line))
+            }
+            Recv::Frame(FromWorker::ConsoleTruncated) => out.console_truncated = true,
+            Recv::Frame(FromWorker::Confined) => {}
+            Recv::Frame(FromWorker::ResultUndefined) => settled = Some(Ok(CallValue::Undefined)),
+            Recv::Frame(FromWorker::ResultChunk { data, last }) => {
+                if (result_text.len() + data.len()) as u64 > job.limits.max_result_bytes {
+                    settled = Some(Err(CallError::new(
+                        Code::OutputLimit,
+                        format!(
+                            "the result is over the {} byte limit",
+                            job.limits.max_result_bytes
+                        ),
+                    )));
+                } else {
+                    result_text.push_str(&data);
+                    if last {
+                        settled = Some(Ok(CallValue::Json(std::mem::take(&mut result_text))));
+                    }
+                }
+            }
+            Recv::Frame(FromWorker::Error {
+                code,
+                message,
+                stack,
+            }) => {
+                let code = Code::parse(&code).unwrap_or(Code::WorkerCrashed);
+                settled = Some(Err(CallError {
+                    code,
+                    message,
+                    stack,
+                }));
+            }
+            Recv::Frame(FromWorker::Probe { outcome, .. }) => {
+                out.probe = Some(outcome);
+                settled = Some(Ok(CallValue::Undefined));
+            }
+            Recv::Frame(FromWorker::Timings(t)) => out.timings.worker = t,
+            Recv::Frame(FromWorker::Ready { .. }) => {
+                protocol_error = Some("second Ready frame".into())
+            }
+            Recv::Eof => break,
+            Recv::Timeout => {
+                killed_at_deadline = true;
+                break;
+            }
+            Recv::Broken(e) => protocol_error = Some(e),
+        }
+    }
+    // Phase 3: the trailing Timings frame, briefly, then make sure the worker is gone.
+    if settled.is_some() && !killed_at_deadline {
+        if let Recv::Frame(FromWorker::Timings(t)) =
+            recv_until(&socket, Instant::now() + Duration::from_millis(200))
+        {
+            out.timings.worker = t;
+        }
+    }
+    let pid = Pid::from_raw(child.id() as i32);
+    let status = match child.try_wait() {
+        Ok(Some(s)) => Some(s),
+        _ => {
+            // Still running after its outcome (or past its deadline, or misbehaving): kill.
+            let _ = kill(pid, Signal::SIGKILL);
+            child.wait().ok()
+        }
+    };
+    drop(socket);
+    out.timings.total_us = t0.elapsed().as_micros() as u64;
+
+    out.result = match (settled, protocol_error) {
+        (Some(r), _) => r,
+        (None, Some(e)) => Err(CallError::new(
+            Code::WorkerCrashed,
+            format!("worker protocol error: {e}"),
+        )),
+        (None, None) if killed_at_deadline => Err(CallError::new(
+            Code::Timeout,
+            format!(
+                "execution timed out after {} ms (worker killed)",
+                job.limits.timeout_ms
+            ),
+        )),
+        (None, None) => Err(death_cause(status)),
+    };
+    out
+}
+
+fn death_cause(status: Option<std::process::ExitStatus>) -> CallError {
+    match status {
+        Some(s) if s.signal() == Some(libc::SIGSYS) => CallError::new(
+            Code::SandboxViolation,
+            "the worker made a system call its sandbox forbids and was killed (SIGSYS)",
+        ),
+        Some(s) if s.signal() == Some(libc::SIGXCPU) => CallError::new(
+            Code::Timeout,
+            "the worker used up its CPU-time limit (SIGXCPU)",
+        ),
+        Some(s) => CallError::new(
+            Code::WorkerCrashed,
+            format!("the worker died mid-call ({s})"),
+        ),
+        None => CallError::new(Code::WorkerCrashed, "the worker died mid-call"),
+    }
+}

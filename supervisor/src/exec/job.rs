@@ -1,0 +1,243 @@
+//! Turning a spec, its resolved posture and a caller's arguments into a worker job: arguments
+//! checked against the params, `${ENV}` static variables resolved, secrets collected.
+
+use serde_json::{Map, Value};
+use stsd_profiles::{Config, Resolved};
+use stsd_protocol::envvar::{self, EnvSource, SecretSet};
+use stsd_protocol::frames::{FsAccess, Job, JobLimits, NetworkGrant, SandboxSpec};
+use stsd_protocol::{Code, Diagnostic, NetworkMode, ToolSpec};
+
+/// Checks arguments against the params (§6): unknown names, missing required ones and wrong
+/// types are INVALID_INPUT with a pointer (`/arguments/NAME`). Blank strings count as missing,
+/// as in the reference runtime.
+pub fn check_arguments(
+    spec: &ToolSpec,
+    args: &Map<String, Value>,
+) -> Result<Map<String, Value>, Diagnostic> {
+    let bad = |name: &str, msg: String| {
+        Diagnostic::error(Code::InvalidInput, format!("/arguments/{name}"), msg)
+    };
+    for name in args.keys() {
+        if spec.param(name).is_none() {
+            let known: Vec<&str> = spec.params.iter().map(|p| p.name.as_str()).collect();
+            return Err(bad(
+                name,
+                format!("unknown argument {name:?}; this tool takes {known:?}"),
+            ));
+        }
+    }
+    let mut out = Map::new();
+    for p in &spec.params {
+        let v = args.get(&p.name).filter(|v| match v {
+            Value::Null => false,
+            Value::String(s) => !s.trim().is_empty(),
+            _ => true,
+        });
+        match v {
+            None if p.required => {
+                return Err(bad(
+                    &p.name,
+                    format!(
+                        "missing required argument {:?} ({})",
+                        p.name,
+                        p.ty.spec_name()
+                    ),
+                ))
+            }
+            None => {}
+            Some(v) if !p.ty.accepts(v) => {
+                return Err(bad(
+                    &p.name,
+                    format!(
+                        "argument {:?} must be {}, got {}",
+                        p.name,
+                        p.ty.json_schema_name(),
+                        stsd_protocol::json::type_name(v)
+                    ),
+                ))
+            }
+            Some(v) => {
+                out.insert(p.name.clone(), v.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Parses `NAME=VALUE` text arguments to the declared types (the CLI's `--arg`).
+pub fn parse_text_argument(spec: &ToolSpec, pair: &str) -> Result<(String, Value), Diagnostic> {
+    let Some((name, text)) = pair.split_once('=') else {
+        return Err(Diagnostic::error(
+            Code::InvalidInput,
+            "/arguments",
+            format!("--arg takes NAME=VALUE, got {pair:?}"),
+        ));
+    };
+    let Some(p) = spec.param(name) else {
+        let known: Vec<&str> = spec.params.iter().map(|p| p.name.as_str()).collect();
+        return Err(Diagnostic::error(
+            Code::InvalidInput,
+            format!("/arguments/{name}"),
+            format!("unknown argument {name:?}; this tool takes {known:?}"),
+        ));
+    };
+    let v =
+        p.ty.parse_text(text)
+            .map_err(|e| Diagnostic::error(Code::InvalidInput, format!("/arguments/{name}"), e))?;
+    Ok((name.to_string(), v))
+}
+
+/// The arguments of the Local Pass (§11.3): every required param from its testValue, parsed to
+/// its type, and every optional param whose testValue is non-blank and parses. The catalog
+/// depends on the latter: evalExpression's test expression uses its optional `variables`.
+pub fn test_arguments(spec: &ToolSpec) -> Result<Map<String, Value>, Diagnostic> {
+    let mut out = Map::new();
+    for p in &spec.params {
+        let Some(tv) = p.test_value.as_deref().filter(|t| !t.trim().is_empty()) else {
+            continue;
+        };
+        match p.ty.parse_text(tv) {
+            Ok(v) => {
+                out.insert(p.name.clone(), v);
+            }
+            Err(e) if p.required => {
+                return Err(Diagnostic::error(
+                    Code::SpecInvariant,
+                    format!("/params/{}/testValue", p.index),
+                    e,
+                ))
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(out)
+}
+
+/// A job ready to send, and the secrets to mask in everything that comes back.
+pub struct Prepared {
+    pub job: Job,
+    pub secrets: SecretSet,
+}
+
+pub fn prepare(
+    call_id: u64,
+    spec: &ToolSpec,
+    resolved: &Resolved,
+    config: &Config,
+    args: Map<String, Value>,
+    env: &dyn EnvSource,
+) -> Result<Prepared, Diagnostic> {
+    let mut statics = Map::new();
+    for (key, template) in spec.static_bag() {
+        match envvar::resolve(template, env) {
+            Ok(v) => {
+                statics.insert(key.to_string(), Value::String(v));
+            }
+            Err((_, missing)) => {
+                return Err(Diagnostic::error(
+                    Code::MissingRequirements,
+                    "/staticVariables",
+                    format!(
+                        "environment variable(s) {} must be set (non-blank) for this tool to run (§11.2)",
+                        missing.join(", ")
+                    ),
+                ))
+            }
+        }
+    }
+    let secrets = SecretSet::collect(spec.static_variables.iter().map(|s| s.value.as_str()), env);
+    let caps = &resolved.tool_safety.capabilities;
+    let mut declared: Vec<String> = spec.params.iter().map(|p| p.name.clone()).collect();
+    for (k, _) in spec.static_bag() {
+        if !declared.iter().any(|d| d == k) {
+            declared.push(k.to_string());
+        }
+    }
+    let job = Job {
+        call_id,
+        code: spec.code.clone(),
+        args_json: Value::Object(args).to_string(),
+        statics_json: Value::Object(statics).to_string(),
+        declared,
+        tool_safety_json: serde_json::to_string(&resolved.tool_safety).unwrap_or_default(),
+        sandbox: SandboxSpec {
+            fs: FsAccess::from_flags(caps.file_read, caps.file_write),
+            base_path: resolved.fs_base_path.display().to_string(),
+            uid: config.worker.uid,
+            gid: config.worker.gid,
+            network: if caps.network.mode == NetworkMode::Blocked {
+                NetworkGrant::Blocked
+            } else {
+                NetworkGrant::Brokered
+            },
+        },
+        limits: JobLimits {
+            timeout_ms: resolved.limits.timeout_ms,
+            max_steps: resolved.limits.max_steps,
+            memory_bytes: resolved.limits.memory_limit_bytes,
+            ..JobLimits::default()
+        },
+        attack: None,
+    };
+    Ok(Prepared { job, secrets })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec() -> ToolSpec {
+        let doc = json!({"name": "t", "code": "x", "codeType": "Javascript", "params": [
+            {"name": "q", "type": "STRING", "required": true, "testValue": "a"},
+            {"name": "n", "type": "INTEGER", "required": false, "testValue": "3"},
+            {"name": "o", "type": "OBJECT", "required": false}]});
+        stsd_protocol::validate_document(&doc)
+            .spec
+            .unwrap_or_else(|| unreachable!())
+    }
+
+    fn args(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn argument_checks() {
+        let s = spec();
+        assert!(check_arguments(&s, &args(json!({"q": "x", "n": 2}))).is_ok());
+        let e = check_arguments(&s, &args(json!({"n": 2}))).err();
+        assert_eq!(
+            e.map(|d| (d.code, d.pointer)),
+            Some((Code::InvalidInput, "/arguments/q".into()))
+        );
+        let e = check_arguments(&s, &args(json!({"q": "x", "n": "2"}))).err();
+        assert_eq!(e.map(|d| d.pointer), Some("/arguments/n".into()));
+        let e = check_arguments(&s, &args(json!({"q": "x", "n": 2.5}))).err();
+        assert!(e.is_some(), "2.5 is not an INTEGER");
+        let e = check_arguments(&s, &args(json!({"q": "x", "zz": 1}))).err();
+        assert_eq!(e.map(|d| d.pointer), Some("/arguments/zz".into()));
+        // Blank strings are missing.
+        assert!(check_arguments(&s, &args(json!({"q": "  "}))).is_err());
+        let ok = check_arguments(&s, &args(json!({"q": "x", "o": null}))).unwrap_or_default();
+        assert!(!ok.contains_key("o"));
+    }
+
+    #[test]
+    fn text_arguments_parse_to_declared_types() {
+        let s = spec();
+        assert_eq!(
+            parse_text_argument(&s, "n=7").ok(),
+            Some(("n".into(), json!(7)))
+        );
+        assert!(parse_text_argument(&s, "n=seven").is_err());
+        assert_eq!(
+            parse_text_argument(&s, "o={\"a\":1}").ok(),
+            Some(("o".into(), json!({"a": 1})))
+        );
+        assert!(parse_text_argument(&s, "novalue").is_err());
+        assert_eq!(
+            test_arguments(&s).ok(),
+            Some(args(json!({"q": "a", "n": 3})))
+        );
+    }
+}

@@ -1,0 +1,256 @@
+//! The OS layer holds on its own. In attack mode a worker, after its profile is applied, makes
+//! raw syscalls (no JavaScript, as an exploited engine would) and each must be denied by the
+//! kernel or kill the worker, under every posture. Reading and writing inside the base path
+//! works exactly where the posture grants it.
+
+use std::path::Path;
+use stsd::exec::{run_job, CallOutcome};
+use stsd_protocol::frames::{FsAccess, ProbeOutcome};
+use stsd_protocol::Code;
+use stsd_tests::{exec_options, is_root, job, scratch_base};
+
+/// Every hostile probe the worker knows (kept in step with worker/src/attack.rs).
+const HOSTILE: &[&str] = &[
+    "open_etc_passwd",
+    "create_in_tmp",
+    "symlink_out_of_base",
+    "dotdot_out_of_base",
+    "socket_inet",
+    "socket_unix",
+    "connect_abstract_unix",
+    "execve_sh",
+    "fork",
+    "clone_process",
+    "clone3_process",
+    "ptrace_parent",
+    "kill_parent",
+    "io_uring_setup",
+    "process_vm_readv",
+    "mount_tmpfs",
+    "unshare_user",
+    "chmod_outside_base",
+    "mknod_outside_base",
+    "bpf_prog_load",
+    "perf_event_open",
+    "write_proc_self_mem",
+    "seccomp_loosen",
+    "setuid_root",
+    "keyctl",
+    "userfaultfd",
+];
+
+fn fixture() -> tempfile::TempDir {
+    let base = scratch_base();
+    let _ = std::fs::write(base.path().join("inside.txt"), "inside");
+    let _ = std::os::unix::fs::symlink("/etc/passwd", base.path().join("escape-link"));
+    base
+}
+
+fn probe(name: &str, fs: FsAccess, base: &Path) -> CallOutcome {
+    let mut j = job("", fs, base);
+    j.attack = Some(name.to_string());
+    run_job(&j, &exec_options(), &mut |_| {})
+}
+
+/// Denied means: the kernel said no (an errno) or the process was killed for asking (SIGSYS).
+fn assert_denied(name: &str, fs: FsAccess, out: &CallOutcome) {
+    match (&out.probe, &out.result) {
+        (Some(ProbeOutcome::Denied { .. }), _) => {}
+        (None, Err(e)) if e.code == Code::SandboxViolation => {}
+        other => panic!("{name} under {fs:?} was not denied: {other:?}"),
+    }
+}
+
+#[test]
+fn attack_mode_is_compiled_into_test_builds() {
+    let base = fixture();
+    let out = probe("read_inside_base", FsAccess::ReadOnly, base.path());
+    assert!(
+        out.probe.is_some(),
+        "the stsd binary has no attack mode; build the workspace tests with `cargo test --workspace`: {out:?}"
+    );
+}
+
+#[test]
+fn every_hostile_syscall_is_denied_under_every_posture() {
+    let base = fixture();
+    let mut killed = 0;
+    let mut errno = 0;
+    for fs in [
+        FsAccess::None,
+        FsAccess::ReadOnly,
+        FsAccess::WriteOnly,
+        FsAccess::ReadWrite,
+    ] {
+        for name in HOSTILE {
+            let out = probe(name, fs, base.path());
+            assert_denied(name, fs, &out);
+            let how = match &out.probe {
+                Some(ProbeOutcome::Denied { errno }) => format!("errno {errno}"),
+                _ => "SIGSYS".to_string(),
+            };
+            eprintln!("{fs:?} {name}: {how}");
+            if out.probe.is_some() {
+                errno += 1;
+            } else {
+                killed += 1;
+            }
+        }
+    }
+    // Both layers took part: seccomp killed some, Landlock/DAC refused others with an errno.
+    assert!(killed > 0 && errno > 0, "killed {killed}, errno {errno}");
+    // Nothing leaked onto the host.
+    assert!(!base.path().join("../stsd-attack-node").exists());
+    let leftovers: Vec<_> = std::fs::read_dir("/tmp")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !leftovers
+            .iter()
+            .any(|n: &String| n.starts_with("stsd-attack-")),
+        "{leftovers:?}"
+    );
+}
+
+#[test]
+fn file_syscalls_kill_a_worker_without_file_access() {
+    // With no file posture the open family is not even in the seccomp allowlist.
+    let base = fixture();
+    for name in ["open_etc_passwd", "read_inside_base"] {
+        let out = probe(name, FsAccess::None, base.path());
+        assert_eq!(out.probe, None, "{name}");
+        assert_eq!(
+            out.result.map_err(|e| e.code),
+            Err(Code::SandboxViolation),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn landlock_refuses_paths_outside_the_base_even_with_file_access() {
+    // With file access the open syscall is allowed, so these are Landlock's refusals (EACCES),
+    // symlinks and `..` resolved against real inodes.
+    let base = fixture();
+    for name in [
+        "open_etc_passwd",
+        "symlink_out_of_base",
+        "dotdot_out_of_base",
+        "create_in_tmp",
+    ] {
+        let out = probe(name, FsAccess::ReadWrite, base.path());
+        assert_eq!(
+            out.probe,
+            Some(ProbeOutcome::Denied {
+                errno: libc::EACCES
+            }),
+            "{name}: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn reading_and_writing_inside_the_base_follow_the_posture() {
+    let base = fixture();
+    let allowed = |o: &CallOutcome| matches!(o.probe, Some(ProbeOutcome::Allowed { .. }));
+    assert!(allowed(&probe(
+        "read_inside_base",
+        FsAccess::ReadOnly,
+        base.path()
+    )));
+    assert!(allowed(&probe(
+        "read_inside_base",
+        FsAccess::ReadWrite,
+        base.path()
+    )));
+    assert!(!allowed(&probe(
+        "read_inside_base",
+        FsAccess::WriteOnly,
+        base.path()
+    )));
+    assert!(!allowed(&probe(
+        "write_inside_base",
+        FsAccess::ReadOnly,
+        base.path()
+    )));
+    assert!(allowed(&probe(
+        "write_inside_base",
+        FsAccess::WriteOnly,
+        base.path()
+    )));
+    assert!(allowed(&probe(
+        "write_inside_base",
+        FsAccess::ReadWrite,
+        base.path()
+    )));
+    assert_eq!(
+        std::fs::read(base.path().join("written-by-probe.txt")).ok(),
+        Some(b"ok".to_vec())
+    );
+}
+
+#[test]
+fn proc_status_shows_the_confined_worker() {
+    let base = fixture();
+    // Spin for a while so the test can look at the running worker.
+    let mut j = job(
+        "const end = Date.now() + 1500; while (Date.now() < end) {} return 1;",
+        FsAccess::None,
+        base.path(),
+    );
+    j.limits.max_steps = u64::MAX;
+    let (tx, rx) = std::sync::mpsc::channel::<u32>();
+    let watcher = std::thread::spawn(move || {
+        let pid = rx.recv().unwrap_or(0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                if s.lines()
+                    .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Seccomp:", "2"])
+                {
+                    return Some(s);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        None
+    });
+    let out = run_job(&j, &exec_options(), &mut |ev| {
+        if let stsd::exec::Event::Started(pid) = ev {
+            let _ = tx.send(pid);
+        }
+    });
+    assert!(out.result.is_ok(), "{out:?}");
+    let status = watcher
+        .join()
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("never saw the worker under seccomp"));
+    let field = |k: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(k))
+            .map(|l| l[k.len()..].trim().to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("NoNewPrivs:"), "1");
+    assert_eq!(field("Seccomp:"), "2");
+    for set in ["CapEff:", "CapPrm:", "CapInh:", "CapBnd:", "CapAmb:"] {
+        assert_eq!(field(set), "0000000000000000", "{set}");
+    }
+    if is_root() {
+        let uids: Vec<String> = field("Uid:")
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(
+            uids, ["65534"; 4],
+            "a root daemon's worker runs as the worker user"
+        );
+        assert_eq!(field("Groups:"), "");
+    }
+}

@@ -1,0 +1,306 @@
+//! JavaScript-level behaviour of a call: limits, classification, bindings, isolation.
+
+use std::time::{Duration, Instant};
+use stsd::exec::{run_job, CallOutcome, CallValue};
+use stsd_protocol::frames::{FsAccess, Job};
+use stsd_protocol::Code;
+use stsd_tests::{exec_options, job, scratch_base};
+
+fn base_job(code: &str) -> (Job, tempfile::TempDir) {
+    let base = scratch_base();
+    (job(code, FsAccess::None, base.path()), base)
+}
+
+fn run(j: &Job) -> CallOutcome {
+    run_job(j, &exec_options(), &mut |_| {})
+}
+
+fn ok_json(out: &CallOutcome) -> serde_json::Value {
+    match &out.result {
+        Ok(CallValue::Json(t)) => serde_json::from_str(t).unwrap_or_else(|e| panic!("{e}: {t}")),
+        other => panic!("expected a JSON result, got {other:?}"),
+    }
+}
+
+fn err_code(out: &CallOutcome) -> Code {
+    match &out.result {
+        Err(e) => e.code,
+        Ok(v) => panic!("expected an error, got {v:?}"),
+    }
+}
+
+#[test]
+fn infinite_loop_times_out_within_the_deadline_plus_one_second() {
+    let (mut j, _b) = base_job("while (true) {}");
+    j.limits.timeout_ms = 2000;
+    j.limits.max_steps = u64::MAX; // the deadline, not the step budget, is under test
+    let t0 = Instant::now();
+    let out = run(&j);
+    let took = t0.elapsed();
+    assert_eq!(err_code(&out), Code::Timeout, "{out:?}");
+    assert!(
+        took >= Duration::from_millis(2000) && took < Duration::from_millis(3000),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn the_step_budget_stops_a_loop_long_before_the_deadline() {
+    let (j, _b) = base_job("let i = 0; while (true) { i++; }");
+    let t0 = Instant::now();
+    let out = run(&j);
+    assert_eq!(err_code(&out), Code::StepLimit, "{out:?}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn index_of_over_a_huge_array_like_is_stopped_at_the_deadline() {
+    let (mut j, _b) = base_job("return Array.prototype.indexOf.call({length: 2**32 - 1}, 1);");
+    j.limits.timeout_ms = 1500;
+    j.limits.max_steps = u64::MAX;
+    let t0 = Instant::now();
+    let out = run(&j);
+    assert_eq!(err_code(&out), Code::Timeout, "{out:?}");
+    assert!(
+        t0.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn a_c_builtin_that_never_polls_is_killed_by_the_supervisor() {
+    // join over a sparse array of 2^31 holes runs in C without reaching the interrupt handler.
+    let (mut j, _b) = base_job("return new Array(2**31 - 1).join('');");
+    j.limits.timeout_ms = 1000;
+    j.limits.max_steps = u64::MAX;
+    let t0 = Instant::now();
+    let out = run(&j);
+    let took = t0.elapsed();
+    assert_eq!(err_code(&out), Code::Timeout, "{out:?}");
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+}
+
+#[test]
+fn an_allocation_loop_hits_the_memory_limit() {
+    let (mut j, _b) =
+        base_job("const keep = []; while (true) keep.push(new Array(1e5).fill(1.5));");
+    j.limits.max_steps = u64::MAX;
+    j.limits.memory_bytes = 64 * 1024 * 1024;
+    let out = run(&j);
+    assert_eq!(err_code(&out), Code::MemoryLimit, "{out:?}");
+}
+
+#[test]
+fn deep_recursion_is_a_clean_js_error() {
+    let (mut j, _b) = base_job("function f(n) { return f(n + 1) + 1; }\nreturn f(0);");
+    j.limits.max_steps = u64::MAX;
+    let out = run(&j);
+    let e = out
+        .result
+        .err()
+        .unwrap_or_else(|| panic!("recursion returned"));
+    assert_eq!(e.code, Code::JsError);
+    assert!(e.message.contains("RangeError"), "{}", e.message);
+}
+
+#[test]
+fn a_10_mb_result_is_output_limit() {
+    let (j, _b) = base_job("return 'x'.repeat(10 * 1024 * 1024);");
+    assert_eq!(err_code(&run(&j)), Code::OutputLimit);
+}
+
+#[test]
+fn results_just_under_the_limit_arrive_whole_in_chunks() {
+    let (j, _b) = base_job("return 'é'.repeat(400 * 1024);");
+    let v = ok_json(&run(&j));
+    assert_eq!(v.as_str().map(|s| s.chars().count()), Some(400 * 1024));
+}
+
+#[test]
+fn js_errors_carry_message_and_a_stack_with_body_line_numbers() {
+    let (j, _b) = base_job("const a = 1;\n\nthrow new TypeError('bad input: ' + a);");
+    let e = run(&j).result.err().unwrap_or_else(|| panic!("no error"));
+    assert_eq!(e.code, Code::JsError);
+    assert_eq!(e.message, "TypeError: bad input: 1");
+    let stack = e.stack.unwrap_or_default();
+    assert!(stack.contains("tool.js:3"), "line 3 of the body: {stack}");
+    // A thrown non-Error value is reported too.
+    let (j, _b) = base_job("throw 'plain';");
+    assert_eq!(
+        run(&j).result.err().map(|e| e.message),
+        Some("Uncaught plain".into())
+    );
+}
+
+#[test]
+fn top_level_return_and_await_work() {
+    let (j, _b) =
+        base_job("const v = await new Promise((r) => r(41));\nawait null;\nreturn { v: v + 1 };");
+    assert_eq!(ok_json(&run(&j)), serde_json::json!({"v": 42}));
+    let (j, _b) = base_job("return;");
+    assert_eq!(run(&j).result, Ok(CallValue::Undefined));
+}
+
+#[test]
+fn a_promise_that_never_settles_is_a_clean_error() {
+    let (j, _b) = base_job("await new Promise(() => {});");
+    let e = run(&j).result.err().unwrap_or_else(|| panic!("settled"));
+    assert_eq!(e.code, Code::JsError);
+    assert!(e.message.contains("never settled"), "{}", e.message);
+}
+
+#[test]
+fn params_and_statics_are_globals_and_undeclared_ones_are_undefined() {
+    let (mut j, _b) = base_job("return [q, n, typeof missing, key, typeof other];");
+    j.args_json = r#"{"q": "hi", "n": 7}"#.into();
+    j.statics_json = r#"{"key": "from-static", "q": "static wins"}"#.into();
+    j.declared = vec![
+        "q".into(),
+        "n".into(),
+        "missing".into(),
+        "key".into(),
+        "other".into(),
+    ];
+    assert_eq!(
+        ok_json(&run(&j)),
+        serde_json::json!(["static wins", 7, "undefined", "from-static", "undefined"])
+    );
+}
+
+#[test]
+fn console_lines_stream_in_order_with_caps() {
+    let (mut j, _b) = base_job("for (let i = 0; i < 5; i++) console.log('line', i, {a: i});\nconsole.error(new Error('e'));\nreturn 1;");
+    j.limits.max_console_lines = 4;
+    let mut lines = Vec::new();
+    let out = run_job(&j, &exec_options(), &mut |ev| {
+        if let stsd::exec::Event::Console(level, line) = ev {
+            lines.push(format!("{}:{line}", level.as_str()));
+        }
+    });
+    assert!(out.result.is_ok());
+    assert_eq!(
+        lines,
+        [
+            "log:line 0 {\"a\":0}",
+            "log:line 1 {\"a\":1}",
+            "log:line 2 {\"a\":2}",
+            "log:line 3 {\"a\":3}"
+        ]
+    );
+    assert!(out.console_truncated);
+}
+
+#[test]
+fn a_tool_sees_no_environment_no_host_path_and_no_host_object() {
+    let code = r#"
+const names = Object.getOwnPropertyNames(globalThis).sort();
+let stack = '';
+try { null.x; } catch (e) { stack = String(e.stack); }
+return { names, stack, types: [typeof process, typeof require, typeof std, typeof os, typeof Java,
+  typeof Deno, typeof fetch, typeof safety, typeof scriptArgs, typeof print] };
+"#;
+    let (j, _b) = base_job(code);
+    let v = ok_json(&run(&j));
+    assert_eq!(v["types"], serde_json::json!(vec!["undefined"; 10]));
+    let names: Vec<String> = serde_json::from_value(v["names"].clone()).unwrap_or_default();
+    // Everything on globalThis is an ECMAScript builtin, plus the posture's `console`.
+    const ALLOWED: &[&str] = &[
+        "AggregateError",
+        "Array",
+        "ArrayBuffer",
+        "BigInt",
+        "BigInt64Array",
+        "BigUint64Array",
+        "Boolean",
+        "DataView",
+        "Date",
+        "Error",
+        "EvalError",
+        "FinalizationRegistry",
+        "Float16Array",
+        "Float32Array",
+        "Float64Array",
+        "Function",
+        "Infinity",
+        "Int16Array",
+        "Int32Array",
+        "Int8Array",
+        "InternalError",
+        "Iterator",
+        "JSON",
+        "Map",
+        "Math",
+        "NaN",
+        "Number",
+        "Object",
+        "Promise",
+        "Proxy",
+        "RangeError",
+        "ReferenceError",
+        "Reflect",
+        "RegExp",
+        "Set",
+        "SharedArrayBuffer",
+        "String",
+        "Symbol",
+        "SyntaxError",
+        "TypeError",
+        "URIError",
+        "Uint16Array",
+        "Uint32Array",
+        "Uint8Array",
+        "Uint8ClampedArray",
+        "WeakMap",
+        "WeakRef",
+        "WeakSet",
+        "Atomics",
+        "console",
+        "decodeURI",
+        "decodeURIComponent",
+        "encodeURI",
+        "encodeURIComponent",
+        "escape",
+        "eval",
+        "globalThis",
+        "isFinite",
+        "isNaN",
+        "parseFloat",
+        "parseInt",
+        "queueMicrotask",
+        "undefined",
+        "unescape",
+        "SuppressedError",
+        "DisposableStack",
+        "AsyncDisposableStack",
+        "Iterator",
+    ];
+    let extra: Vec<&String> = names
+        .iter()
+        .filter(|n| !ALLOWED.contains(&n.as_str()))
+        .collect();
+    assert!(extra.is_empty(), "unexpected globals: {extra:?}");
+    let stack = v["stack"].as_str().unwrap_or_default();
+    assert!(
+        stack.contains("tool.js") && !stack.contains('/'),
+        "stack leaks a host path: {stack}"
+    );
+}
+
+#[test]
+fn each_call_gets_a_fresh_process_and_context() {
+    let (j, _b) = base_job("globalThis.leak = (globalThis.leak || 0) + 1; return leak;");
+    let a = run(&j);
+    let b = run(&j);
+    assert_eq!(ok_json(&a), 1);
+    assert_eq!(ok_json(&b), 1);
+    assert_ne!(a.worker_pid, b.worker_pid);
+}
+
+#[test]
+fn a_job_that_asks_for_a_missing_base_path_is_refused_not_run_weaker() {
+    let (mut j, _b) = base_job("return 1;");
+    j.sandbox.fs = FsAccess::ReadOnly;
+    j.sandbox.base_path = "/nonexistent/stsd/base".into();
+    assert_eq!(err_code(&run(&j)), Code::SandboxUnavailable);
+}

@@ -1,0 +1,286 @@
+//! One call in QuickJS: a fresh runtime and context with a memory limit, a stack limit and an
+//! interrupt handler for the deadline and the step budget; the body runs as the body of an
+//! async function; the outcome is classified.
+//!
+//! A *step* is one QuickJS poll point: a JS function call or a backward jump (a loop
+//! iteration). QuickJS calls the interrupt handler once every 10,000 poll points, so the budget
+//! is enforced in units of 10,000 steps. Single C builtins (`Array.prototype.join` on a huge
+//! array) poll nothing; the supervisor's SIGKILL at the deadline covers them.
+
+use crate::channel::Channel;
+use crate::console::{self, ConsoleState};
+use rquickjs::context::{intrinsic, EvalOptions};
+use rquickjs::promise::PromiseState;
+use rquickjs::{
+    CatchResultExt, CaughtError, Context, Ctx, Function, Object, Promise, Runtime, Value,
+};
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Instant;
+use stsd_protocol::frames::{self, FromWorker, Job};
+use stsd_protocol::Code;
+
+/// Poll points between two interrupt-handler calls in QuickJS-NG (JS_INTERRUPT_COUNTER_INIT).
+pub const STEPS_PER_TICK: u64 = 10_000;
+
+/// The engine's builtins a tool gets: no module loader, no std/os, no bytecode loading.
+type Intrinsics = (
+    intrinsic::Date,
+    intrinsic::Eval,
+    intrinsic::RegExpCompiler,
+    intrinsic::RegExp,
+    intrinsic::Json,
+    intrinsic::Proxy,
+    intrinsic::MapSet,
+    intrinsic::TypedArrays,
+    intrinsic::Promise,
+    intrinsic::WeakRef,
+);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Deadline,
+    Steps,
+}
+
+/// A classified failure inside the worker.
+pub struct Failure {
+    pub code: Code,
+    pub message: String,
+    pub stack: Option<String>,
+}
+
+impl Failure {
+    fn new(code: Code, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+            stack: None,
+        }
+    }
+}
+
+/// What a successful body returned.
+pub enum Returned {
+    Undefined,
+    Json(String),
+}
+
+pub struct Engine {
+    // Field order matters: the context must drop before the runtime.
+    context: Context,
+    _runtime: Runtime,
+    stop: Rc<Cell<Option<Stop>>>,
+    limits: stsd_protocol::frames::JobLimits,
+}
+
+impl Engine {
+    /// Builds the runtime and context. `deadline` is the absolute end of the call.
+    pub fn new(job: &Job, deadline: Instant, channel: &Rc<Channel>) -> Result<Engine, Failure> {
+        let l = &job.limits;
+        let rt = Runtime::new()
+            .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS runtime: {e}")))?;
+        rt.set_memory_limit(l.memory_bytes as usize);
+        rt.set_max_stack_size(l.stack_bytes as usize);
+        let stop: Rc<Cell<Option<Stop>>> = Rc::new(Cell::new(None));
+        let ticks = Cell::new(0u64);
+        let max_ticks = l.max_steps.div_ceil(STEPS_PER_TICK).max(1);
+        let s = stop.clone();
+        rt.set_interrupt_handler(Some(Box::new(move || {
+            if s.get().is_some() {
+                return true;
+            }
+            ticks.set(ticks.get() + 1);
+            if ticks.get() > max_ticks {
+                s.set(Some(Stop::Steps));
+            } else if Instant::now() >= deadline {
+                s.set(Some(Stop::Deadline));
+            }
+            s.get().is_some()
+        })));
+        let context = Context::custom::<Intrinsics>(&rt)
+            .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS context: {e}")))?;
+        let console = ConsoleState::new(channel.clone(), l.max_console_lines, l.max_console_bytes);
+        context
+            .with(|ctx| -> rquickjs::Result<()> {
+                console::install(&ctx, &console)?;
+                bind_globals(&ctx, job)
+            })
+            .map_err(|e| Failure::new(Code::InvalidInput, format!("binding arguments: {e}")))?;
+        Ok(Engine {
+            context,
+            _runtime: rt,
+            stop,
+            limits: l.clone(),
+        })
+    }
+
+    /// Runs the body to completion (every pending job drained) and classifies the outcome.
+    pub fn run(&self, job: &Job) -> Result<Returned, Failure> {
+        let source = wrap(&job.code, &job.declared, job);
+        self.context.with(|ctx| {
+            let outcome = run_in(&ctx, &source);
+            // A limit hit wins over whatever error surfaced because of it.
+            if let Some(stop) = self.stop.get() {
+                return Err(self.stop_failure(stop));
+            }
+            match outcome {
+                Ok(v) => serialize(&ctx, v, self.limits.max_result_bytes),
+                Err(e) => Err(classify(e)),
+            }
+        })
+    }
+
+    fn stop_failure(&self, stop: Stop) -> Failure {
+        match stop {
+            Stop::Deadline => Failure::new(
+                Code::Timeout,
+                format!("execution timed out after {} ms", self.limits.timeout_ms),
+            ),
+            Stop::Steps => Failure::new(
+                Code::StepLimit,
+                format!(
+                    "execution exceeded its budget of {} steps (a step is a JS function call or loop iteration)",
+                    self.limits.max_steps
+                ),
+            ),
+        }
+    }
+}
+
+/// The body becomes the body of an async function, on the wrapper's first line so that line
+/// numbers in stacks are the body's own. Declared names with no value are `var`-declared there
+/// (so they read as `undefined`); supplied ones are globals.
+fn wrap(code: &str, declared: &[String], job: &Job) -> String {
+    let supplied = |name: &str| {
+        let probe = format!("\"{}\":", name.replace('\\', "\\\\").replace('"', "\\\""));
+        job.args_json.contains(&probe) || job.statics_json.contains(&probe)
+    };
+    let missing: Vec<&str> = declared
+        .iter()
+        .map(String::as_str)
+        .filter(|n| stsd_protocol::validate::is_js_identifier(n) && !supplied(n))
+        .collect();
+    let vars = if missing.is_empty() {
+        String::new()
+    } else {
+        format!("var {};", missing.join(", "))
+    };
+    format!("(async function () {{{vars} {code}\n}})")
+}
+
+fn bind_globals(ctx: &Ctx<'_>, job: &Job) -> rquickjs::Result<()> {
+    let globals = ctx.globals();
+    // Params first, then static variables: a static value wins on a name clash, as the
+    // reference runtime does.
+    for json in [&job.args_json, &job.statics_json] {
+        let v: Value = ctx.json_parse(json.as_bytes())?;
+        if let Some(obj) = v.as_object() {
+            for key in obj.keys::<String>() {
+                let key = key?;
+                let value: Value = obj.get(&key)?;
+                globals.set(key, value)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_in<'js>(ctx: &Ctx<'js>, source: &str) -> Result<Value<'js>, CaughtError<'js>> {
+    let mut opts = EvalOptions::default();
+    opts.global = true;
+    opts.strict = false;
+    opts.filename = Some("tool.js".into());
+    let f: Function = ctx.eval_with_options(source, opts).catch(ctx)?;
+    let p: Promise = f.call(()).catch(ctx)?;
+    while p.state() == PromiseState::Pending && ctx.execute_pending_job() {}
+    match p.result::<Value>() {
+        Some(r) => r.catch(ctx),
+        None => Err(CaughtError::Error(rquickjs::Error::WouldBlock)),
+    }
+}
+
+fn serialize<'js>(ctx: &Ctx<'js>, v: Value<'js>, max: u64) -> Result<Returned, Failure> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(Returned::Undefined);
+    }
+    let text = match ctx.json_stringify(v).catch(ctx) {
+        Ok(Some(s)) => s
+            .to_string()
+            .map_err(|e| Failure::new(Code::JsError, e.to_string()))?,
+        Ok(None) => return Ok(Returned::Undefined),
+        Err(e) => {
+            let f = classify(e);
+            return Err(Failure::new(
+                f.code,
+                format!("the result is not JSON-serialisable: {}", f.message),
+            ));
+        }
+    };
+    if text.len() as u64 > max {
+        return Err(Failure::new(
+            Code::OutputLimit,
+            format!(
+                "the result is {} bytes, over the {} byte limit",
+                text.len(),
+                max
+            ),
+        ));
+    }
+    Ok(Returned::Json(text))
+}
+
+fn classify(e: CaughtError<'_>) -> Failure {
+    match e {
+        CaughtError::Exception(ex) => {
+            let obj: &Object = ex.as_object();
+            let name: String = obj.get("name").unwrap_or_else(|_| "Error".into());
+            let message = ex.message().unwrap_or_default();
+            if name == "InternalError" && message.contains("out of memory") {
+                return Failure::new(Code::MemoryLimit, "the tool exceeded its memory limit");
+            }
+            Failure {
+                code: Code::JsError,
+                message: format!("{name}: {message}"),
+                stack: ex.stack().filter(|s| !s.is_empty()),
+            }
+        }
+        CaughtError::Value(v) => {
+            let text = v
+                .as_string()
+                .and_then(|s| s.to_string().ok())
+                .or_else(|| {
+                    v.ctx()
+                        .json_stringify(v.clone())
+                        .ok()
+                        .flatten()
+                        .and_then(|s| s.to_string().ok())
+                })
+                .unwrap_or_else(|| format!("{:?}", v.type_of()));
+            Failure::new(Code::JsError, format!("Uncaught {text}"))
+        }
+        CaughtError::Error(rquickjs::Error::WouldBlock) => Failure::new(
+            Code::JsError,
+            "the tool's promise never settled (it awaits something that never resolves)",
+        ),
+        CaughtError::Error(e) => Failure::new(Code::JsError, e.to_string()),
+    }
+}
+
+/// Sends a successful result, in chunks.
+pub fn send_result(channel: &Channel, r: &Returned) -> Result<(), String> {
+    match r {
+        Returned::Undefined => channel.send(&FromWorker::ResultUndefined),
+        Returned::Json(text) => {
+            let parts = frames::chunks(text);
+            let n = parts.len();
+            for (i, part) in parts.into_iter().enumerate() {
+                channel.send(&FromWorker::ResultChunk {
+                    data: part.to_string(),
+                    last: i + 1 == n,
+                })?;
+            }
+            Ok(())
+        }
+    }
+}
