@@ -178,7 +178,8 @@ fn console_lines_stream_in_order_with_caps() {
             lines.push(format!("{}:{line}", level.as_str()));
         }
     });
-    assert!(out.result.is_ok());
+    // Over the caps: the lines within them arrived, in order, and the call is OUTPUT_LIMIT.
+    assert_eq!(err_code(&out), Code::OutputLimit, "{out:?}");
     assert_eq!(
         lines,
         [
@@ -189,6 +190,17 @@ fn console_lines_stream_in_order_with_caps() {
         ]
     );
     assert!(out.console_truncated);
+    // Within the caps, errors print as `Name: message` and the call succeeds.
+    let (j, _b) =
+        base_job("console.warn(new RangeError('r'), undefined, null, 1.5, [1]);\nreturn 'done';");
+    let mut lines = Vec::new();
+    let out = run_job(&j, &exec_options(), &mut |ev| {
+        if let stsd::exec::Event::Console(level, line) = ev {
+            lines.push(format!("{}:{line}", level.as_str()));
+        }
+    });
+    assert_eq!(ok_json(&out), "done");
+    assert_eq!(lines, ["warn:RangeError: r undefined null 1.5 [1]"]);
 }
 
 #[test]
@@ -303,4 +315,65 @@ fn a_job_that_asks_for_a_missing_base_path_is_refused_not_run_weaker() {
     j.sandbox.fs = FsAccess::ReadOnly;
     j.sandbox.base_path = "/nonexistent/stsd/base".into();
     assert_eq!(err_code(&run(&j)), Code::SandboxUnavailable);
+}
+
+#[test]
+fn many_microtask_chains_do_not_outlive_the_step_budget() {
+    // The body waits forever while 20000 independent chains spin; each interrupt would end only
+    // one chain if the job loop kept draining after a stop.
+    let code = "let n = 0; for (let c = 0; c < 20000; c++) { const spin = () => { n++; queueMicrotask(spin); }; queueMicrotask(spin); }\nawait new Promise(() => {});";
+    let (mut j, _b) = base_job(code);
+    j.limits.timeout_ms = 5000;
+    let t0 = Instant::now();
+    let out = run(&j);
+    assert_eq!(err_code(&out), Code::StepLimit, "{out:?}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn console_with_huge_arguments_is_cut_not_a_crash() {
+    // 200 arguments of 16 MiB each: rendering stops at the line budget, so this costs one
+    // string copy and the line arrives cut to 16 KiB.
+    let (mut j, _b) =
+        base_job("const s = 'x'.repeat(16 << 20); console.log(...Array(200).fill(s)); return 1;");
+    j.limits.max_steps = u64::MAX;
+    let mut sizes = Vec::new();
+    let t0 = Instant::now();
+    let out = run_job(&j, &exec_options(), &mut |ev| {
+        if let stsd::exec::Event::Console(_, line) = ev {
+            sizes.push(line.len());
+        }
+    });
+    assert_eq!(ok_json(&out), 1, "{out:?}");
+    assert_eq!(sizes.len(), 1);
+    assert!(sizes[0] <= 16 * 1024 + 64, "{sizes:?}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_throwing_to_json_in_console_propagates_to_the_tool() {
+    let (j, _b) = base_job("try { console.log({ toJSON() { throw new Error('boom'); } }); } catch (e) { return 'caught ' + e.message; }");
+    assert_eq!(ok_json(&run(&j)), "caught boom");
+}
+
+#[test]
+fn nested_argument_keys_do_not_count_as_supplied_names() {
+    let (mut j, _b) = base_job("return [typeof a, typeof b];");
+    j.args_json = r#"{"a": {"b": 1}}"#.into();
+    j.declared = vec!["a".into(), "b".into()];
+    assert_eq!(
+        ok_json(&run(&j)),
+        serde_json::json!(["object", "undefined"])
+    );
+}
+
+#[test]
+fn a_worker_binary_that_dies_at_once_is_worker_crashed() {
+    let (j, _b) = base_job("return 1;");
+    let opts = stsd::exec::ExecOptions {
+        worker_exe: "/bin/true".into(),
+        kill_grace: Duration::from_millis(100),
+    };
+    let out = run_job(&j, &opts, &mut |_| {});
+    assert_eq!(err_code(&out), Code::WorkerCrashed, "{out:?}");
 }

@@ -48,6 +48,9 @@ pub struct Baseline {
     pub file_write: bool,
     /// `None`: stsd's own workspace (see [`default_workspace`]).
     pub fs_base_path: Option<PathBuf>,
+    /// Where a spec's own `fsBasePath` may point, besides the base path above (and anything
+    /// under it). A spec cannot name `/` or the operator's home and get Landlock to grant it.
+    pub allowed_base_roots: Vec<PathBuf>,
     pub timeout_seconds: u64,
     pub max_steps: u64,
     pub memory_limit_mib: u64,
@@ -83,6 +86,7 @@ impl Default for Baseline {
             file_read: false,
             file_write: false,
             fs_base_path: None,
+            allowed_base_roots: Vec::new(),
             timeout_seconds: 30,
             max_steps: 500_000,
             memory_limit_mib: 128,
@@ -94,6 +98,13 @@ impl Baseline {
     /// The base path in force: the configured one, else the per-user default.
     pub fn fs_base_path(&self) -> PathBuf {
         self.fs_base_path.clone().unwrap_or_else(default_workspace)
+    }
+
+    /// Every root a base path may live under: the baseline's own base path first.
+    pub fn base_roots(&self) -> Vec<PathBuf> {
+        let mut roots = vec![self.fs_base_path()];
+        roots.extend(self.allowed_base_roots.iter().cloned());
+        roots
     }
 }
 
@@ -176,6 +187,14 @@ impl Config {
                 return Err(format!(
                     "baseline.fs_base_path must be absolute, got {}",
                     p.display()
+                ));
+            }
+        }
+        for r in &b.allowed_base_roots {
+            if !crate::resolve::is_plain_absolute(r) || r.parent().is_none() {
+                return Err(format!(
+                    "baseline.allowed_base_roots entries must be absolute, without `.` or `..`, and not `/`: {}",
+                    r.display()
                 ));
             }
         }

@@ -56,6 +56,15 @@ fn merge(base: &[String], add: &[String], remove: &[String]) -> Vec<String> {
     out
 }
 
+/// Absolute, with no `.` or `..` components: a path whose meaning does not depend on
+/// normalisation. (Symlinks are dealt with when the path is opened.)
+pub fn is_plain_absolute(p: &std::path::Path) -> bool {
+    use std::path::Component;
+    p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+}
+
 /// Resolves one spec. The only failures are RESOLVER_REJECT diagnostics.
 pub fn resolve(spec: &ToolSpec, config: &Config) -> Result<Resolved, Diagnostic> {
     let b = &config.baseline;
@@ -105,15 +114,22 @@ pub fn resolve(spec: &ToolSpec, config: &Config) -> Result<Resolved, Diagnostic>
     let fs_base_path = match &o.fs_base_path {
         Tri::Set(p) => {
             let p = PathBuf::from(p);
-            if !p.is_absolute() {
-                return Err(Diagnostic::error(
-                    Code::ResolverReject,
-                    "/sandboxOverrides/fsBasePath",
-                    format!(
-                        "fsBasePath {:?} must be an absolute path (or null to inherit the baseline)",
-                        p.display().to_string()
-                    ),
-                ));
+            let reject = |why: String| {
+                Diagnostic::error(Code::ResolverReject, "/sandboxOverrides/fsBasePath", why)
+            };
+            if !is_plain_absolute(&p) {
+                return Err(reject(format!(
+                    "fsBasePath {:?} must be an absolute path without `.` or `..` (or null to inherit the baseline)",
+                    p.display().to_string()
+                )));
+            }
+            let roots = b.base_roots();
+            if !roots.iter().any(|r| p.starts_with(r)) {
+                return Err(reject(format!(
+                    "fsBasePath {:?} is outside the roots the operator allows ({}); add a root to [baseline] allowed_base_roots to permit it",
+                    p.display().to_string(),
+                    roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
+                )));
             }
             p
         }

@@ -88,12 +88,26 @@ fn hosts_are_resolved_only_in_allowlist_mode() {
 
 #[test]
 fn base_path_override_and_its_absolute_rule() {
+    let mut cfg = Config::default();
+    cfg.baseline.allowed_base_roots = vec![PathBuf::from("/srv")];
     let r = resolve(
         &spec(json!({"fsBasePath": "/srv/data", "fileRead": true})),
-        &Config::default(),
+        &cfg,
     )
     .unwrap_or_else(|d| panic!("{d}"));
     assert_eq!(r.fs_base_path, PathBuf::from("/srv/data"));
+    // Outside every allowed root, or not plain: rejected, whatever the spec asks.
+    for bad in ["/", "/etc", "/root/.ssh", "/srv/../etc", "/srvx"] {
+        let d = resolve(&spec(json!({"fsBasePath": bad, "fileRead": true})), &cfg).err();
+        assert_eq!(d.map(|d| d.code), Some(Code::ResolverReject), "{bad}");
+    }
+    // Under the baseline's own base path is always allowed.
+    let ws = Config::default().baseline.fs_base_path().join("project");
+    let under = resolve(
+        &spec(json!({"fsBasePath": ws.display().to_string()})),
+        &Config::default(),
+    );
+    assert!(under.is_ok());
     assert_eq!(r.tool_safety.runtime.helpers, ["safety.fs/v1"]);
     let d = resolve(&spec(json!({"fsBasePath": "data"})), &Config::default()).err();
     let d = d.unwrap_or_else(|| panic!("relative base path accepted"));

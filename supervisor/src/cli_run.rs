@@ -121,12 +121,22 @@ pub fn run(
         Ok(a) => a,
         Err(d) => return input_error(&d, json_out),
     };
-    let prepared = match job::prepare(1, spec, &resolved, config, args, &ProcessEnv) {
+    let mut prepared = match job::prepare(1, spec, &resolved, config, args, &ProcessEnv) {
         Ok(p) => p,
         Err(d) => return input_error(&d, json_out),
     };
-    if let Err(e) = stsd::workspace::prepare_base_path(&prepared.job.sandbox, config) {
-        return usage(e);
+    if let Err(e) = stsd::workspace::prepare_base_path(&mut prepared.job.sandbox, config) {
+        let d = Diagnostic::error(
+            stsd_protocol::Code::SandboxUnavailable,
+            "/sandboxOverrides/fsBasePath",
+            e,
+        );
+        if json_out {
+            println!("{}", json!({"ok": false, "error": d}));
+        } else {
+            eprintln!("stsd: {d}");
+        }
+        return ExitCode::from(EXIT_INVALID);
     }
     let opts = match exec_options(config) {
         Ok(o) => o,

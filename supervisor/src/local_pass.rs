@@ -51,9 +51,9 @@ pub fn run_entry(
         };
         let resolved = resolve(spec, config).map_err(|d| failed(d.code, &d.message, &d.pointer))?;
         let args = job::test_arguments(spec).map_err(|d| failed(d.code, &d.message, &d.pointer))?;
-        let prepared = job::prepare(0, spec, &resolved, config, args, env)
+        let mut prepared = job::prepare(0, spec, &resolved, config, args, env)
             .map_err(|d| failed(d.code, &d.message, &d.pointer))?;
-        crate::workspace::prepare_base_path(&prepared.job.sandbox, config)
+        crate::workspace::prepare_base_path(&mut prepared.job.sandbox, config)
             .map_err(|e| failed(Code::SandboxUnavailable, e, "/sandboxOverrides/fsBasePath"))?;
         let out = exec::run_job(&prepared.job, opts, &mut |_| {});
         match out.result {

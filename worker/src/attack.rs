@@ -218,6 +218,76 @@ pub fn run(name: &str, base: &str, parent: u32) -> ProbeOutcome {
             "setuid_root" => outcome(libc::setuid(0) as i64, "setuid(0)"),
             "keyctl" => outcome(libc::syscall(libc::SYS_keyctl, 0, 0, 0, 0, 0), "keyctl"),
             "userfaultfd" => outcome(libc::syscall(libc::SYS_userfaultfd, 0), "userfaultfd"),
+            "mmap_exec" => {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                outcome(
+                    if p == libc::MAP_FAILED { -1 } else { 0 },
+                    "mmap(PROT_EXEC)",
+                )
+            }
+            "mprotect_exec" => {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                outcome(
+                    libc::mprotect(p, 4096, libc::PROT_READ | libc::PROT_EXEC) as i64,
+                    "mprotect(PROT_EXEC)",
+                )
+            }
+            "fcntl_setown_parent" => {
+                // SIGIO ownership of the socket aimed at the supervisor: a signal by other means.
+                outcome(
+                    libc::fcntl(3, libc::F_SETOWN, ppid) as i64,
+                    "fcntl(F_SETOWN)",
+                )
+            }
+            "sendmsg_scm_rights" => {
+                let mut data = [0u8; 1];
+                let mut iov = libc::iovec {
+                    iov_base: data.as_mut_ptr() as *mut libc::c_void,
+                    iov_len: 1,
+                };
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_iov = &mut iov;
+                msg.msg_iovlen = 1;
+                outcome(libc::sendmsg(3, &msg, 0) as i64, "sendmsg")
+            }
+            "open_o_path_outside" => open("/etc/shadow", libc::O_PATH),
+            "stat_outside" => {
+                let p = cstr("/etc/shadow");
+                let mut st: libc::stat = std::mem::zeroed();
+                outcome(libc::stat(p.as_ptr(), &mut st) as i64, "stat(/etc/shadow)")
+            }
+            "statx_outside" => {
+                let p = cstr("/etc/shadow");
+                let mut st: libc::statx = std::mem::zeroed();
+                outcome(
+                    libc::statx(libc::AT_FDCWD, p.as_ptr(), 0, libc::STATX_SIZE, &mut st) as i64,
+                    "statx(/etc/shadow)",
+                )
+            }
+            "readlink_outside" => {
+                let p = cstr("/proc/1/exe");
+                let mut buf = [0u8; 256];
+                outcome(
+                    libc::readlink(p.as_ptr(), buf.as_mut_ptr() as *mut libc::c_char, buf.len())
+                        as i64,
+                    "readlink",
+                )
+            }
+            "x32_syscall" => outcome(libc::syscall(0x4000_0000 | libc::SYS_getpid), "x32 getpid"),
             "read_inside_base" => read_file(&format!("{base}/inside.txt")),
             "write_inside_base" => {
                 match std::fs::write(format!("{base}/written-by-probe.txt"), b"ok") {
@@ -264,4 +334,13 @@ pub const HOSTILE: &[&str] = &[
     "setuid_root",
     "keyctl",
     "userfaultfd",
+    "mmap_exec",
+    "mprotect_exec",
+    "fcntl_setown_parent",
+    "sendmsg_scm_rights",
+    "open_o_path_outside",
+    "stat_outside",
+    "statx_outside",
+    "readlink_outside",
+    "x32_syscall",
 ];

@@ -13,15 +13,24 @@ const MAX_LINE_BYTES: usize = 16 * 1024;
 
 pub struct ConsoleState {
     channel: Rc<Channel>,
+    /// Raised when output goes over its caps; the engine's interrupt handler then stops the
+    /// body at its next poll point and the call ends as OUTPUT_LIMIT.
+    over_cap: Rc<Cell<bool>>,
     lines_left: Cell<u64>,
     bytes_left: Cell<u64>,
     truncated: Cell<bool>,
 }
 
 impl ConsoleState {
-    pub fn new(channel: Rc<Channel>, max_lines: u64, max_bytes: u64) -> Rc<ConsoleState> {
+    pub fn new(
+        channel: Rc<Channel>,
+        over_cap: Rc<Cell<bool>>,
+        max_lines: u64,
+        max_bytes: u64,
+    ) -> Rc<ConsoleState> {
         Rc::new(ConsoleState {
             channel,
+            over_cap,
             lines_left: Cell::new(max_lines),
             bytes_left: Cell::new(max_bytes),
             truncated: Cell::new(false),
@@ -43,6 +52,7 @@ impl ConsoleState {
         let cost = line.len() as u64;
         if self.lines_left.get() == 0 || self.bytes_left.get() < cost {
             self.truncated.set(true);
+            self.over_cap.set(true);
             let _ = self.channel.send(&FromWorker::ConsoleTruncated);
             return;
         }
@@ -53,27 +63,24 @@ impl ConsoleState {
 }
 
 /// How one console argument prints: strings as they are, objects as JSON when they can be,
-/// everything else as JavaScript's own String().
-fn render<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> String {
+/// everything else as JavaScript's own String(). Exceptions (a throwing getter, `toJSON` or
+/// `toString`, or the engine's own interrupt) propagate to the caller.
+fn render<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> rquickjs::Result<String> {
     if let Some(s) = v.as_string() {
-        return s.to_string().unwrap_or_default();
+        return s.to_string();
     }
     if v.is_undefined() {
-        return "undefined".into();
+        return Ok("undefined".into());
     }
     let is_error = v
         .as_object()
         .is_some_and(|o| o.get::<_, Value>("stack").is_ok_and(|s| s.is_string()));
     if (v.is_object() || v.is_array()) && !v.is_function() && !is_error {
-        if let Ok(Some(s)) = ctx.json_stringify(v.clone()) {
-            if let Ok(s) = s.to_string() {
-                return s;
-            }
+        if let Some(s) = ctx.json_stringify(v.clone())? {
+            return s.to_string();
         }
     }
-    Coerced::<String>::from_js(ctx, v)
-        .map(|c| c.0)
-        .unwrap_or_else(|_| "[unprintable]".into())
+    Coerced::<String>::from_js(ctx, v).map(|c| c.0)
 }
 
 pub fn install<'js>(ctx: &Ctx<'js>, state: &Rc<ConsoleState>) -> rquickjs::Result<()> {
@@ -86,10 +93,26 @@ pub fn install<'js>(ctx: &Ctx<'js>, state: &Rc<ConsoleState>) -> rquickjs::Resul
         ("debug", ConsoleLevel::Debug),
     ] {
         let st = state.clone();
-        let f = Function::new(ctx.clone(), move |ctx: Ctx<'js>, args: Rest<Value<'js>>| {
-            let parts: Vec<String> = args.0.into_iter().map(|v| render(&ctx, v)).collect();
-            st.emit(level, parts.join(" "));
-        })?
+        let f = Function::new(
+            ctx.clone(),
+            move |ctx: Ctx<'js>, args: Rest<Value<'js>>| -> rquickjs::Result<()> {
+                // Arguments are rendered one by one and rendering stops once the line is over its
+                // budget, so `console.log(...hugeStrings)` costs one string copy, not all of them.
+                let budget = (MAX_LINE_BYTES as u64).min(st.bytes_left.get()) as usize + 1;
+                let mut line = String::new();
+                for (i, v) in args.0.into_iter().enumerate() {
+                    if line.len() > budget {
+                        break;
+                    }
+                    if i > 0 {
+                        line.push(' ');
+                    }
+                    line.push_str(&render(&ctx, v)?);
+                }
+                st.emit(level, line);
+                Ok(())
+            },
+        )?
         .with_name(name)?;
         console.set(name, f)?;
     }

@@ -41,6 +41,7 @@ type Intrinsics = (
 enum Stop {
     Deadline,
     Steps,
+    Console,
 }
 
 /// A classified failure inside the worker.
@@ -71,6 +72,7 @@ pub struct Engine {
     context: Context,
     _runtime: Runtime,
     stop: Rc<Cell<Option<Stop>>>,
+    console_over: Rc<Cell<bool>>,
     limits: stsd_protocol::frames::JobLimits,
 }
 
@@ -83,11 +85,16 @@ impl Engine {
         rt.set_memory_limit(l.memory_bytes as usize);
         rt.set_max_stack_size(l.stack_bytes as usize);
         let stop: Rc<Cell<Option<Stop>>> = Rc::new(Cell::new(None));
+        let console_over = Rc::new(Cell::new(false));
         let ticks = Cell::new(0u64);
         let max_ticks = l.max_steps.div_ceil(STEPS_PER_TICK).max(1);
-        let s = stop.clone();
+        let (s, over) = (stop.clone(), console_over.clone());
         rt.set_interrupt_handler(Some(Box::new(move || {
             if s.get().is_some() {
+                return true;
+            }
+            if over.get() {
+                s.set(Some(Stop::Console));
                 return true;
             }
             ticks.set(ticks.get() + 1);
@@ -100,7 +107,12 @@ impl Engine {
         })));
         let context = Context::custom::<Intrinsics>(&rt)
             .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS context: {e}")))?;
-        let console = ConsoleState::new(channel.clone(), l.max_console_lines, l.max_console_bytes);
+        let console = ConsoleState::new(
+            channel.clone(),
+            console_over.clone(),
+            l.max_console_lines,
+            l.max_console_bytes,
+        );
         context
             .with(|ctx| -> rquickjs::Result<()> {
                 console::install(&ctx, &console)?;
@@ -111,6 +123,7 @@ impl Engine {
             context,
             _runtime: rt,
             stop,
+            console_over,
             limits: l.clone(),
         })
     }
@@ -119,8 +132,12 @@ impl Engine {
     pub fn run(&self, job: &Job) -> Result<Returned, Failure> {
         let source = wrap(&job.code, &job.declared, job);
         self.context.with(|ctx| {
-            let outcome = run_in(&ctx, &source);
-            // A limit hit wins over whatever error surfaced because of it.
+            let outcome = run_in(&ctx, &source, &self.stop);
+            // A limit hit wins over whatever error surfaced because of it. Console output over
+            // its caps fails the call even when the body finished before the next poll point.
+            if self.console_over.get() && self.stop.get().is_none() {
+                self.stop.set(Some(Stop::Console));
+            }
             if let Some(stop) = self.stop.get() {
                 return Err(self.stop_failure(stop));
             }
@@ -137,6 +154,13 @@ impl Engine {
                 Code::Timeout,
                 format!("execution timed out after {} ms", self.limits.timeout_ms),
             ),
+            Stop::Console => Failure::new(
+                Code::OutputLimit,
+                format!(
+                    "console output went over its caps ({} lines or {} bytes)",
+                    self.limits.max_console_lines, self.limits.max_console_bytes
+                ),
+            ),
             Stop::Steps => Failure::new(
                 Code::StepLimit,
                 format!(
@@ -152,14 +176,19 @@ impl Engine {
 /// numbers in stacks are the body's own. Declared names with no value are `var`-declared there
 /// (so they read as `undefined`); supplied ones are globals.
 fn wrap(code: &str, declared: &[String], job: &Job) -> String {
-    let supplied = |name: &str| {
-        let probe = format!("\"{}\":", name.replace('\\', "\\\\").replace('"', "\\\""));
-        job.args_json.contains(&probe) || job.statics_json.contains(&probe)
+    let keys = |json: &str| -> Vec<String> {
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
     };
+    let mut supplied = keys(&job.args_json);
+    supplied.extend(keys(&job.statics_json));
     let missing: Vec<&str> = declared
         .iter()
         .map(String::as_str)
-        .filter(|n| stsd_protocol::validate::is_js_identifier(n) && !supplied(n))
+        .filter(|n| {
+            stsd_protocol::validate::is_js_identifier(n) && !supplied.iter().any(|s| s == n)
+        })
         .collect();
     let vars = if missing.is_empty() {
         String::new()
@@ -186,14 +215,20 @@ fn bind_globals(ctx: &Ctx<'_>, job: &Job) -> rquickjs::Result<()> {
     Ok(())
 }
 
-fn run_in<'js>(ctx: &Ctx<'js>, source: &str) -> Result<Value<'js>, CaughtError<'js>> {
+fn run_in<'js>(
+    ctx: &Ctx<'js>,
+    source: &str,
+    stop: &Cell<Option<Stop>>,
+) -> Result<Value<'js>, CaughtError<'js>> {
     let mut opts = EvalOptions::default();
     opts.global = true;
     opts.strict = false;
     opts.filename = Some("tool.js".into());
     let f: Function = ctx.eval_with_options(source, opts).catch(ctx)?;
     let p: Promise = f.call(()).catch(ctx)?;
-    while p.state() == PromiseState::Pending && ctx.execute_pending_job() {}
+    // Once a limit has stopped the body, no further job runs: many microtask chains must not
+    // each get their own slice of CPU until the deadline.
+    while p.state() == PromiseState::Pending && stop.get().is_none() && ctx.execute_pending_job() {}
     match p.result::<Value>() {
         Some(r) => r.catch(ctx),
         None => Err(CaughtError::Error(rquickjs::Error::WouldBlock)),

@@ -78,7 +78,10 @@ pub fn apply(
     landlock::restrict(spec.fs, base).map_err(fail)?;
     // Compiled before it is applied: compiling allocates, and nothing after this point may
     // need a call the filter forbids.
+    let enosys = seccomp::enosys_program().map_err(fail)?;
     let program = seccomp::program_for(spec.fs, std::process::id()).map_err(fail)?;
+    // The ENOSYS filter first: once the allowlist is in, seccomp() itself is forbidden.
+    seccompiler::apply_filter(&enosys).map_err(|e| fail(format!("seccomp: {e}")))?;
     seccompiler::apply_filter(&program).map_err(|e| fail(format!("seccomp: {e}")))?;
     Ok(())
 }

@@ -19,7 +19,14 @@ fn errno(what: &str) -> String {
 /// Switches to `uid`/`gid` when running as root. Bounding-set drops need CAP_SETPCAP, so they
 /// come first, while still root.
 pub fn switch_user(uid: u32, gid: u32) -> Result<(), String> {
-    if !Uid::effective().is_root() {
+    let ids = nix::unistd::getresuid().map_err(|e| format!("getresuid: {e}"))?;
+    if !ids.effective.is_root() {
+        // Not root now; but a root real or saved uid could be switched back to.
+        if ids.real.is_root() || ids.saved.is_root() {
+            return Err(
+                "the real or saved uid is root while the effective one is not; refusing".into(),
+            );
+        }
         return Ok(());
     }
     if uid == 0 || gid == 0 {

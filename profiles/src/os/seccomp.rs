@@ -9,6 +9,7 @@ use stsd_protocol::frames::FsAccess;
 pub const BASE: &str = include_str!("../../seccomp/base.json");
 pub const FILE_READ: &str = include_str!("../../seccomp/file_read.json");
 pub const FILE_WRITE: &str = include_str!("../../seccomp/file_write.json");
+pub const ENOSYS: &str = include_str!("../../seccomp/enosys.json");
 
 #[cfg(target_arch = "x86_64")]
 const ARCH: TargetArch = TargetArch::x86_64;
@@ -38,20 +39,37 @@ pub fn rules_for(fs: FsAccess, own_pid: u32) -> Result<Vec<Value>, String> {
     Ok(rules)
 }
 
-/// Compiles the allowlist of a posture to BPF.
-pub fn program_for(fs: FsAccess, own_pid: u32) -> Result<BpfProgram, String> {
-    let doc = json!({
-        "worker": {
-            "mismatch_action": "kill_process",
-            "match_action": "allow",
-            "filter": rules_for(fs, own_pid)?,
-        }
-    });
+fn compile(doc: Value) -> Result<BpfProgram, String> {
     let text = doc.to_string();
     let mut map = seccompiler::compile_from_json(text.as_bytes(), ARCH)
         .map_err(|e| format!("seccomp compile: {e}"))?;
     map.remove("worker")
         .ok_or_else(|| "seccomp compile: filter missing".to_string())
+}
+
+/// Compiles the allowlist of a posture to BPF (default: kill the process).
+pub fn program_for(fs: FsAccess, own_pid: u32) -> Result<BpfProgram, String> {
+    compile(json!({
+        "worker": {
+            "mismatch_action": "kill_process",
+            "match_action": "allow",
+            "filter": rules_for(fs, own_pid)?,
+        }
+    }))
+}
+
+/// The filter stacked before the allowlist: the calls in `enosys.json` answer ENOSYS. The
+/// kernel applies the strictest action of all filters, so under a posture whose allowlist
+/// omits them they still kill.
+pub fn enosys_program() -> Result<BpfProgram, String> {
+    let v: Value = serde_json::from_str(ENOSYS).map_err(|e| format!("seccomp data: {e}"))?;
+    compile(json!({
+        "worker": {
+            "mismatch_action": "allow",
+            "match_action": {"errno": libc::ENOSYS},
+            "filter": v["filter"],
+        }
+    }))
 }
 
 /// Syscall names a posture allows (for tests and `--explain` output).
@@ -78,6 +96,7 @@ mod tests {
             let p = program_for(fs, 4242);
             assert!(p.as_ref().is_ok_and(|p| p.len() > 20), "{fs:?}: {p:?}");
         }
+        assert!(enosys_program().is_ok_and(|p| p.len() > 5));
     }
 
     #[test]
@@ -130,8 +149,23 @@ mod tests {
             "landlock_restrict_self",
             "pidfd_open",
             "memfd_create",
+            "fcntl",
+            "sendmsg",
+            "recvmsg",
+            "open",
+            "openat2",
+            "prlimit64",
+            "setrlimit",
+            "setuid",
+            "setgid",
+            "execve",
         ];
-        for fs in [FsAccess::None, FsAccess::ReadOnly, FsAccess::ReadWrite] {
+        for fs in [
+            FsAccess::None,
+            FsAccess::ReadOnly,
+            FsAccess::WriteOnly,
+            FsAccess::ReadWrite,
+        ] {
             let names = allowed_names(fs);
             for f in forbidden {
                 assert!(!names.iter().any(|n| n == f), "{f} allowed under {fs:?}");

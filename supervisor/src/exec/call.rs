@@ -83,39 +83,62 @@ enum Recv {
     Broken(String),
 }
 
-fn recv_until(sock: &impl AsFd, until: Instant) -> Recv {
-    let now = Instant::now();
-    if now >= until {
-        return Recv::Timeout;
-    }
-    let ms = (until - now).as_millis().min(i32::MAX as u128) as i32;
-    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
-    match poll(
-        &mut fds,
-        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-    ) {
-        Ok(0) => return Recv::Timeout,
-        Ok(_) => {}
-        Err(nix::errno::Errno::EINTR) => return recv_until(sock, until),
-        Err(e) => return Recv::Broken(format!("poll: {e}")),
-    }
-    let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
-    match recv(
-        sock.as_fd().as_raw_fd(),
-        &mut buf,
-        MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT,
-    ) {
-        Ok(0) => Recv::Eof,
-        Ok(n) if n > MAX_FRAME_BYTES => Recv::Broken(format!("worker sent a {n} byte frame")),
-        Ok(n) => match frames::decode(&buf[..n]) {
-            Ok(f) => Recv::Frame(f),
-            Err(e) => Recv::Broken(format!("worker sent an undecodable frame: {e}")),
-        },
-        Err(nix::errno::Errno::EAGAIN) => recv_until(sock, until),
-        Err(nix::errno::Errno::ECONNRESET) => Recv::Eof,
-        Err(e) => Recv::Broken(format!("recv: {e}")),
+/// Receives one frame before `until`. `buf` is reused across calls (one allocation per call).
+fn recv_until(sock: &impl AsFd, until: Instant, buf: &mut [u8]) -> Recv {
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            return Recv::Timeout;
+        }
+        let ms = (until - now).as_millis().min(i32::MAX as u128) as i32;
+        let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+        match poll(
+            &mut fds,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        ) {
+            Ok(0) => return Recv::Timeout,
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Recv::Broken(format!("poll: {e}")),
+        }
+        return match recv(
+            sock.as_fd().as_raw_fd(),
+            buf,
+            MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT,
+        ) {
+            // SEQPACKET: 0 is EOF (a zero-length record reads the same; the worker never
+            // sends one, and the death is then classified from the exit status).
+            Ok(0) => Recv::Eof,
+            Ok(n) if n > MAX_FRAME_BYTES => Recv::Broken(format!("worker sent a {n} byte frame")),
+            Ok(n) => match frames::decode(&buf[..n]) {
+                Ok(f) => Recv::Frame(f),
+                Err(e) => Recv::Broken(format!("worker sent an undecodable frame: {e}")),
+            },
+            Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::ECONNRESET) => Recv::Eof,
+            Err(e) => Recv::Broken(format!("recv: {e}")),
+        };
     }
 }
+
+/// The error codes a worker may report itself. Anything else (a worker claiming OVERLOADED or
+/// APPROVAL_REJECTED, say) is a protocol violation.
+const WORKER_CODES: &[Code] = &[
+    Code::JsError,
+    Code::Timeout,
+    Code::StepLimit,
+    Code::MemoryLimit,
+    Code::OutputLimit,
+    Code::InvalidInput,
+    Code::HelperRuntime,
+    Code::Security,
+    Code::SandboxUnavailable,
+    Code::WorkerCrashed,
+];
+
+/// Codes a worker may report before it is confined (it failed to confine itself, or refused
+/// the job outright).
+const PRE_CONFINEMENT_CODES: &[Code] = &[Code::SandboxUnavailable, Code::InvalidInput];
 
 /// Runs one job in a fresh worker. Never panics on anything the worker does.
 pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>)) -> CallOutcome {
@@ -143,8 +166,9 @@ pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>
     let mut killed_at_deadline = false;
     let mut settled: Option<Result<CallValue, CallError>> = None;
     let mut protocol_error: Option<String> = None;
+    let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
     // Phase 1: Ready.
-    match recv_until(&socket, t0 + READY_TIMEOUT) {
+    match recv_until(&socket, t0 + READY_TIMEOUT, &mut buf) {
         Recv::Frame(FromWorker::Ready { .. }) => {}
         Recv::Frame(other) => protocol_error = Some(format!("expected Ready, got {other:?}")),
         Recv::Eof => protocol_error = Some("worker exited before it was ready".into()),
@@ -168,17 +192,55 @@ pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>
     }
     let deadline = Instant::now() + Duration::from_millis(job.limits.timeout_ms) + opts.kill_grace;
     let mut result_text = String::new();
+    let mut confined = false;
+    let (mut console_lines, mut console_bytes) = (0u64, 0u64);
 
-    // Phase 2: frames until the outcome, EOF, or the deadline.
+    // Phase 2: frames until the outcome, EOF, or the deadline. Everything a worker says is
+    // checked here too: a compromised worker gets no more than a well-behaved one.
     while settled.is_none() && protocol_error.is_none() {
-        match recv_until(&socket, deadline) {
-            Recv::Frame(FromWorker::Console { level, line }) => {
-                on_event(Event::Console(level, &line))
+        let frame = match recv_until(&socket, deadline, &mut buf) {
+            Recv::Frame(f) => f,
+            Recv::Eof => break,
+            Recv::Timeout => {
+                killed_at_deadline = true;
+                break;
             }
-            Recv::Frame(FromWorker::ConsoleTruncated) => out.console_truncated = true,
-            Recv::Frame(FromWorker::Confined) => {}
-            Recv::Frame(FromWorker::ResultUndefined) => settled = Some(Ok(CallValue::Undefined)),
-            Recv::Frame(FromWorker::ResultChunk { data, last }) => {
+            Recv::Broken(e) => {
+                protocol_error = Some(e);
+                break;
+            }
+        };
+        let is_output = matches!(
+            frame,
+            FromWorker::ResultUndefined
+                | FromWorker::ResultChunk { .. }
+                | FromWorker::Console { .. }
+                | FromWorker::Probe { .. }
+        );
+        if is_output && !confined {
+            protocol_error = Some("output before the sandbox was applied".into());
+            break;
+        }
+        match frame {
+            FromWorker::Console { level, line } => {
+                console_lines += 1;
+                console_bytes += line.len() as u64;
+                if console_lines > job.limits.max_console_lines
+                    || console_bytes > job.limits.max_console_bytes
+                {
+                    out.console_truncated = true;
+                    settled = Some(Err(CallError::new(
+                        Code::OutputLimit,
+                        "console output went over its caps (enforced by the supervisor)",
+                    )));
+                } else {
+                    on_event(Event::Console(level, &line));
+                }
+            }
+            FromWorker::ConsoleTruncated => out.console_truncated = true,
+            FromWorker::Confined => confined = true,
+            FromWorker::ResultUndefined => settled = Some(Ok(CallValue::Undefined)),
+            FromWorker::ResultChunk { data, last } => {
                 if (result_text.len() + data.len()) as u64 > job.limits.max_result_bytes {
                     settled = Some(Err(CallError::new(
                         Code::OutputLimit,
@@ -194,39 +256,45 @@ pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>
                     }
                 }
             }
-            Recv::Frame(FromWorker::Error {
+            FromWorker::Error {
                 code,
                 message,
                 stack,
-            }) => {
-                let code = Code::parse(&code).unwrap_or(Code::WorkerCrashed);
-                settled = Some(Err(CallError {
-                    code,
-                    message,
-                    stack,
-                }));
-            }
-            Recv::Frame(FromWorker::Probe { outcome, .. }) => {
+            } => match Code::parse(&code) {
+                Some(c)
+                    if WORKER_CODES.contains(&c)
+                        && (confined || PRE_CONFINEMENT_CODES.contains(&c)) =>
+                {
+                    settled = Some(Err(CallError {
+                        code: c,
+                        message,
+                        stack,
+                    }));
+                }
+                _ => {
+                    protocol_error = Some(format!(
+                        "worker reported an error code it may not use: {code}"
+                    ))
+                }
+            },
+            FromWorker::Probe { outcome, .. } if job.attack.is_some() => {
                 out.probe = Some(outcome);
                 settled = Some(Ok(CallValue::Undefined));
             }
-            Recv::Frame(FromWorker::Timings(t)) => out.timings.worker = t,
-            Recv::Frame(FromWorker::Ready { .. }) => {
-                protocol_error = Some("second Ready frame".into())
+            FromWorker::Probe { .. } => {
+                protocol_error = Some("probe frame outside attack mode".into())
             }
-            Recv::Eof => break,
-            Recv::Timeout => {
-                killed_at_deadline = true;
-                break;
-            }
-            Recv::Broken(e) => protocol_error = Some(e),
+            FromWorker::Timings(t) => out.timings.worker = t,
+            FromWorker::Ready { .. } => protocol_error = Some("second Ready frame".into()),
         }
     }
     // Phase 3: the trailing Timings frame, briefly, then make sure the worker is gone.
     if settled.is_some() && !killed_at_deadline {
-        if let Recv::Frame(FromWorker::Timings(t)) =
-            recv_until(&socket, Instant::now() + Duration::from_millis(200))
-        {
+        if let Recv::Frame(FromWorker::Timings(t)) = recv_until(
+            &socket,
+            Instant::now() + Duration::from_millis(200),
+            &mut buf,
+        ) {
             out.timings.worker = t;
         }
     }
