@@ -13,6 +13,36 @@ pub struct Config {
     pub baseline: Baseline,
     pub runtime: RuntimeInfo,
     pub worker: WorkerConfig,
+    pub daemon: DaemonConfig,
+}
+
+/// The daemon (`stsd` with no subcommand).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// Calls waiting for a worker beyond the running ones; more are answered OVERLOADED.
+    pub queue_limit: usize,
+    /// uids allowed to connect to the socket, besides the daemon's own.
+    pub allowed_uids: Vec<u32>,
+    /// A group given read/write on the socket (mode 0660 instead of 0600).
+    pub socket_group: Option<u32>,
+    /// The audit log; unset: `$XDG_STATE_HOME/stsd/audit.jsonl`, `~/.local/state/stsd/...`,
+    /// or `/var/log/stsd/audit.jsonl` when root.
+    pub audit_log: Option<PathBuf>,
+    /// SIGTERM/SIGINT: how long in-flight calls may finish before they are killed.
+    pub shutdown_grace_seconds: u64,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            queue_limit: 1024,
+            allowed_uids: Vec::new(),
+            socket_group: None,
+            audit_log: None,
+            shutdown_grace_seconds: 10,
+        }
+    }
 }
 
 /// How worker processes are started.

@@ -31,6 +31,8 @@ pub enum Code {
     ApprovalRejected,
     /// A `${ENV}` placeholder the call needs is unset, empty or blank (spec §11.2).
     MissingRequirements,
+    /// The caller went away (disconnected or cancelled) and the call was stopped.
+    Cancelled,
 }
 
 impl Code {
@@ -54,10 +56,11 @@ impl Code {
             Code::Overloaded => "OVERLOADED",
             Code::ApprovalRejected => "APPROVAL_REJECTED",
             Code::MissingRequirements => "MISSING_REQUIREMENTS",
+            Code::Cancelled => "CANCELLED",
         }
     }
 
-    pub const ALL: [Code; 18] = [
+    pub const ALL: [Code; 19] = [
         Code::SpecParse,
         Code::SpecInvariant,
         Code::ResolverReject,
@@ -76,6 +79,7 @@ impl Code {
         Code::Overloaded,
         Code::ApprovalRejected,
         Code::MissingRequirements,
+        Code::Cancelled,
     ];
 
     /// The code for its stable spelling.

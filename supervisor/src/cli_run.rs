@@ -201,7 +201,12 @@ pub fn test(config: &Config, paths: &[PathBuf], write: bool) -> ExitCode {
         Ok(o) => o,
         Err(e) => return usage(e),
     };
-    let mut cat = Catalog::load(paths);
+    let extra = if paths.is_empty() {
+        stsd::bundled::examples().into_iter().collect()
+    } else {
+        Vec::new()
+    };
+    let mut cat = Catalog::load_with(paths, extra);
     for p in &cat.problems {
         println!("FAIL {}: {}", p.path.display(), p.diagnostic);
     }

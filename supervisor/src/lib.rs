@@ -1,9 +1,17 @@
 //! The stsd supervisor as a library: spec store, lifecycle, and the `check` report. The `stsd`
 //! binary is a thin CLI over it; integration tests in `tests/` use it directly.
 
+pub mod audit;
+pub mod bundled;
 pub mod check;
+pub mod daemon;
 pub mod exec;
 pub mod lifecycle;
+pub mod listener;
 pub mod local_pass;
+pub mod mcp;
+pub mod paths;
+pub mod pool;
+pub mod service;
 pub mod store;
 pub mod workspace;

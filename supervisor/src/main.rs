@@ -22,8 +22,64 @@ struct Cli {
     /// Baseline policy file (TOML); defaults equal the reference runtime's.
     #[arg(long, global = true, env = "STSD_CONFIG")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    daemon: DaemonArgs,
+    /// With no subcommand, stsd runs the daemon.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct DaemonArgs {
+    /// Workers kept exec'd and waiting (default: the number of CPUs).
+    #[arg(long, global = true)]
+    pool: Option<usize>,
+    /// The daemon's Unix socket (default: $XDG_RUNTIME_DIR/stsd.sock, /run/stsd/stsd.sock as root).
+    #[arg(long, global = true, env = "STSD_SOCKET")]
+    socket: Option<PathBuf>,
+    /// Spec files or directories to serve (repeatable; default: the bundled catalog).
+    #[arg(long = "catalog", global = true)]
+    catalogs: Vec<PathBuf>,
+}
+
+impl DaemonArgs {
+    fn options(
+        &self,
+        config: stsd_profiles::Config,
+    ) -> Result<stsd::daemon::DaemonOptions, String> {
+        let worker_exe =
+            std::env::current_exe().map_err(|e| format!("cannot find the stsd binary: {e}"))?;
+        let sources = if self.catalogs.is_empty() {
+            vec![stsd::service::Source::Bundled]
+        } else {
+            self.catalogs
+                .iter()
+                .cloned()
+                .map(stsd::service::Source::Path)
+                .collect()
+        };
+        if let Some(missing) = self.catalogs.iter().find(|p| !p.exists()) {
+            return Err(format!("no such catalog: {}", missing.display()));
+        }
+        let pool = self.pool.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+        });
+        if pool == 0 || pool > 1024 {
+            return Err("--pool must be between 1 and 1024".into());
+        }
+        Ok(stsd::daemon::DaemonOptions {
+            config,
+            pool,
+            socket: self
+                .socket
+                .clone()
+                .unwrap_or_else(stsd::paths::default_socket),
+            sources,
+            worker_exe,
+        })
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -31,7 +87,7 @@ enum Command {
     /// Validate specs and show their state, risk level and resolved toolSafety.
     Check {
         /// Spec files (single spec, array or bundle) or directories of them.
-        /// Defaults to the bundled catalog.
+        /// Defaults to the bundled catalog (compiled into stsd).
         paths: Vec<PathBuf>,
         /// One JSON document instead of text.
         #[arg(long)]
@@ -68,14 +124,11 @@ enum Command {
         #[arg(long)]
         write: bool,
     },
+    /// MCP on stdio: bridges to a running daemon, or serves the catalog itself.
+    Mcp,
     /// Internal: the sandboxed worker process (started by exec, never by hand).
     #[command(hide = true)]
     Worker,
-}
-
-/// The catalog of stsd's own example tools, next to the binary's sources.
-fn bundled_catalog() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("catalog")
 }
 
 fn main() -> ExitCode {
@@ -108,22 +161,38 @@ fn main() -> ExitCode {
         },
         None => stsd_profiles::Config::default(),
     };
-    match cli.command {
+    let Some(command) = cli.command else {
+        return match cli.daemon.options(config).and_then(stsd::daemon::run) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("stsd: {e}");
+                ExitCode::from(EXIT_INVALID)
+            }
+        };
+    };
+    match command {
+        Command::Mcp => match cli.daemon.options(config).and_then(stsd::daemon::run_stdio) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("stsd: {e}");
+                ExitCode::from(EXIT_INVALID)
+            }
+        },
         Command::Check {
             paths,
             json,
             no_warnings,
         } => {
-            let paths = if paths.is_empty() {
-                vec![bundled_catalog()]
-            } else {
-                paths
-            };
             if let Some(missing) = paths.iter().find(|p| !p.exists()) {
                 eprintln!("stsd: no such file or directory: {}", missing.display());
                 return ExitCode::from(EXIT_USAGE);
             }
-            let cat = store::Catalog::load(&paths);
+            let extra = if paths.is_empty() {
+                stsd::bundled::examples().into_iter().collect()
+            } else {
+                Vec::new()
+            };
+            let cat = store::Catalog::load_with(&paths, extra);
             let report = check::build(&cat, &config, &stsd_protocol::envvar::ProcessEnv);
             let mut out = std::io::stdout().lock();
             let written = if json {
@@ -162,14 +231,7 @@ fn main() -> ExitCode {
             json,
             timings,
         ),
-        Command::Test { paths, write } => {
-            let paths = if paths.is_empty() {
-                vec![bundled_catalog()]
-            } else {
-                paths
-            };
-            cli_run::test(&config, &paths, write)
-        }
+        Command::Test { paths, write } => cli_run::test(&config, &paths, write),
         Command::Worker => ExitCode::from(EXIT_USAGE),
     }
 }

@@ -224,7 +224,16 @@ impl Catalog {
     /// Loads every path: files directly, directories by their `*.json` files (recursively,
     /// sorted, hidden entries skipped).
     pub fn load(paths: &[PathBuf]) -> Catalog {
+        Catalog::load_with(paths, Vec::new())
+    }
+
+    /// Like [`Catalog::load`], plus files already in memory (the bundled catalog), all checked
+    /// for uniqueness together.
+    pub fn load_with(paths: &[PathBuf], extra: Vec<SpecFile>) -> Catalog {
         let mut cat = Catalog::default();
+        for f in extra {
+            cat.add_file(f);
+        }
         for p in paths {
             if p.is_dir() {
                 let mut files = Vec::new();

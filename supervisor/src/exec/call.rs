@@ -140,55 +140,116 @@ const WORKER_CODES: &[Code] = &[
 /// the job outright).
 const PRE_CONFINEMENT_CODES: &[Code] = &[Code::SandboxUnavailable, Code::InvalidInput];
 
+/// A worker that has been exec'd and reported Ready: waiting for its one job.
+pub struct ReadyWorker {
+    child: std::process::Child,
+    socket: std::os::fd::OwnedFd,
+    /// spawn() until Ready, in microseconds.
+    pub spawn_us: u64,
+}
+
+impl ReadyWorker {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// False when the process has died while idle (killed, crashed).
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for ReadyWorker {
+    fn drop(&mut self) {
+        // An unused worker is killed and reaped: no zombie outlives its handle.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Execs a worker and waits for its Ready frame.
+pub fn spawn_ready(exe: &std::path::Path) -> Result<ReadyWorker, CallError> {
+    let t0 = Instant::now();
+    let Spawned { child, socket } = spawn_worker(exe)
+        .map_err(|e| CallError::new(Code::WorkerCrashed, format!("cannot start a worker: {e}")))?;
+    // From here on, dropping `w` kills and reaps the process.
+    let mut w = ReadyWorker {
+        child,
+        socket,
+        spawn_us: 0,
+    };
+    let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
+    let problem = match recv_until(&w.socket, t0 + READY_TIMEOUT, &mut buf) {
+        Recv::Frame(FromWorker::Ready { .. }) => None,
+        Recv::Frame(other) => Some(format!("expected Ready, got {other:?}")),
+        Recv::Eof => Some("worker exited before it was ready".into()),
+        Recv::Timeout => Some("worker did not become ready in time".into()),
+        Recv::Broken(e) => Some(e),
+    };
+    if let Some(p) = problem {
+        return Err(CallError::new(
+            Code::WorkerCrashed,
+            format!("worker protocol error: {p}"),
+        ));
+    }
+    w.spawn_us = t0.elapsed().as_micros() as u64;
+    Ok(w)
+}
+
 /// Runs one job in a fresh worker. Never panics on anything the worker does.
 pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>)) -> CallOutcome {
     let t0 = Instant::now();
+    match spawn_ready(&opts.worker_exe) {
+        Ok(w) => {
+            let mut out = run_on(w, job, opts, None, on_event);
+            out.timings.total_us = t0.elapsed().as_micros() as u64;
+            out
+        }
+        Err(e) => CallOutcome {
+            result: Err(e),
+            worker_pid: 0,
+            console_truncated: false,
+            timings: CallTimings::default(),
+            probe: None,
+        },
+    }
+}
+
+/// Runs one job on a ready worker, which is used up by it. `cancel`, when set by another
+/// thread, kills the worker and ends the call (the caller went away).
+pub fn run_on(
+    mut w: ReadyWorker,
+    job: &Job,
+    opts: &ExecOptions,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> CallOutcome {
+    let t0 = Instant::now();
     let mut out = CallOutcome {
         result: Err(CallError::new(Code::WorkerCrashed, "worker did not start")),
-        worker_pid: 0,
+        worker_pid: w.pid(),
         console_truncated: false,
-        timings: CallTimings::default(),
+        timings: CallTimings {
+            spawn_us: w.spawn_us,
+            ..CallTimings::default()
+        },
         probe: None,
     };
-    let Spawned { mut child, socket } = match spawn_worker(&opts.worker_exe) {
-        Ok(s) => s,
-        Err(e) => {
-            out.result = Err(CallError::new(
-                Code::WorkerCrashed,
-                format!("cannot start a worker: {e}"),
-            ));
-            return out;
-        }
-    };
-    out.worker_pid = child.id();
-    on_event(Event::Started(child.id()));
-
+    on_event(Event::Started(w.pid()));
     let mut killed_at_deadline = false;
+    let mut cancelled = false;
     let mut settled: Option<Result<CallValue, CallError>> = None;
     let mut protocol_error: Option<String> = None;
     let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
-    // Phase 1: Ready.
-    match recv_until(&socket, t0 + READY_TIMEOUT, &mut buf) {
-        Recv::Frame(FromWorker::Ready { .. }) => {}
-        Recv::Frame(other) => protocol_error = Some(format!("expected Ready, got {other:?}")),
-        Recv::Eof => protocol_error = Some("worker exited before it was ready".into()),
-        Recv::Timeout => protocol_error = Some("worker did not become ready in time".into()),
-        Recv::Broken(e) => protocol_error = Some(e),
-    }
-    out.timings.spawn_us = t0.elapsed().as_micros() as u64;
-
-    if protocol_error.is_none() {
-        let sent = frames::encode(&ToWorker::Job(Box::new(job.clone())))
-            .map_err(|e| e.to_string())
-            .and_then(|b| {
-                send(socket.as_raw_fd(), &b, MsgFlags::MSG_NOSIGNAL).map_err(|e| e.to_string())
-            });
-        if let Err(e) = sent {
-            settled = Some(Err(CallError::new(
-                Code::InvalidInput,
-                format!("cannot send the job: {e}"),
-            )));
-        }
+    let sent = frames::encode(&ToWorker::Job(Box::new(job.clone())))
+        .map_err(|e| e.to_string())
+        .and_then(|b| {
+            send(w.socket.as_raw_fd(), &b, MsgFlags::MSG_NOSIGNAL).map_err(|e| e.to_string())
+        });
+    if let Err(e) = sent {
+        protocol_error = Some(format!("cannot send the job: {e}"));
     }
     let deadline = Instant::now() + Duration::from_millis(job.limits.timeout_ms) + opts.kill_grace;
     let mut result_text = String::new();
@@ -198,12 +259,21 @@ pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>
     // Phase 2: frames until the outcome, EOF, or the deadline. Everything a worker says is
     // checked here too: a compromised worker gets no more than a well-behaved one.
     while settled.is_none() && protocol_error.is_none() {
-        let frame = match recv_until(&socket, deadline, &mut buf) {
+        // Wait in slices so a cancellation is noticed within 50 ms.
+        let slice = deadline.min(Instant::now() + Duration::from_millis(50));
+        let frame = match recv_until(&w.socket, slice, &mut buf) {
             Recv::Frame(f) => f,
             Recv::Eof => break,
-            Recv::Timeout => {
+            Recv::Timeout if Instant::now() >= deadline => {
                 killed_at_deadline = true;
                 break;
+            }
+            Recv::Timeout => {
+                if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                    cancelled = true;
+                    break;
+                }
+                continue;
             }
             Recv::Broken(e) => {
                 protocol_error = Some(e);
@@ -291,27 +361,32 @@ pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>
     // Phase 3: the trailing Timings frame, briefly, then make sure the worker is gone.
     if settled.is_some() && !killed_at_deadline {
         if let Recv::Frame(FromWorker::Timings(t)) = recv_until(
-            &socket,
+            &w.socket,
             Instant::now() + Duration::from_millis(200),
             &mut buf,
         ) {
             out.timings.worker = t;
         }
     }
-    let pid = Pid::from_raw(child.id() as i32);
-    let status = match child.try_wait() {
+    let pid = Pid::from_raw(w.pid() as i32);
+    let status = match w.child.try_wait() {
         Ok(Some(s)) => Some(s),
         _ => {
-            // Still running after its outcome (or past its deadline, or misbehaving): kill.
+            // Still running after its outcome (or past its deadline, cancelled, or
+            // misbehaving): kill, then reap.
             let _ = kill(pid, Signal::SIGKILL);
-            child.wait().ok()
+            w.child.wait().ok()
         }
     };
-    drop(socket);
-    out.timings.total_us = t0.elapsed().as_micros() as u64;
+    drop(w);
+    out.timings.total_us = out.timings.spawn_us + t0.elapsed().as_micros() as u64;
 
     out.result = match (settled, protocol_error) {
         (Some(r), _) => r,
+        (None, _) if cancelled => Err(CallError::new(
+            Code::Cancelled,
+            "the caller went away; the worker was killed",
+        )),
         (None, Some(e)) => Err(CallError::new(
             Code::WorkerCrashed,
             format!("worker protocol error: {e}"),

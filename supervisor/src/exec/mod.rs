@@ -4,4 +4,7 @@ pub mod call;
 pub mod job;
 pub mod spawn;
 
-pub use call::{run_job, CallError, CallOutcome, CallValue, Event, ExecOptions};
+pub use call::{
+    run_job, run_on, spawn_ready, CallError, CallOutcome, CallValue, Event, ExecOptions,
+    ReadyWorker,
+};

@@ -1,0 +1,66 @@
+//! The daemon's Unix socket: created 0600 (0660 with a configured group) in a directory that
+//! is not world-writable, a stale socket from a killed daemon reclaimed, a live one refused;
+//! every connection's peer credentials checked against the allow list.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use tokio::net::{UnixListener, UnixStream};
+
+pub struct Bound {
+    pub listener: UnixListener,
+    pub path: PathBuf,
+}
+
+pub fn bind(path: &Path, group: Option<u32>) -> Result<Bound, String> {
+    if let Some(dir) = path.parent() {
+        if !dir.exists() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        }
+    }
+    if path.exists() {
+        // A live daemon answers; a stale socket (kill -9) refuses and is reclaimed.
+        match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => {
+                return Err(format!(
+                    "another stsd is already listening on {}",
+                    path.display()
+                ))
+            }
+            Err(_) => std::fs::remove_file(path)
+                .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display()))?,
+        }
+    }
+    // The umask makes the socket private from its first moment; no window at a wider mode.
+    // SAFETY: umask has no preconditions; it is restored right after bind.
+    let old = unsafe { libc::umask(0o177) };
+    let listener = UnixListener::bind(path);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    let listener = listener.map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    if let Some(gid) = group {
+        std::os::unix::fs::chown(path, None, Some(gid))
+            .map_err(|e| format!("chown socket: {e}"))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+            .map_err(|e| format!("chmod socket: {e}"))?;
+    }
+    Ok(Bound {
+        listener,
+        path: path.to_path_buf(),
+    })
+}
+
+/// The peer's uid when it is allowed, else why not.
+pub fn check_peer(stream: &UnixStream, allowed: &[u32]) -> Result<u32, String> {
+    let cred = stream
+        .peer_cred()
+        .map_err(|e| format!("SO_PEERCRED: {e}"))?;
+    let uid = cred.uid();
+    let own = nix::unistd::Uid::effective().as_raw();
+    if uid == own || allowed.contains(&uid) {
+        Ok(uid)
+    } else {
+        Err(format!("uid {uid} is not allowed to use this daemon"))
+    }
+}

@@ -1,0 +1,350 @@
+//! MCP over rmcp, in both protocol eras (2026-07-28 stateless, 2025-11-25 with `initialize`):
+//! `tools/list` serves the ACTIVE specs in a stable order; `tools/call` checks arguments before
+//! any worker is touched, reports tool failures as `isError` results carrying the error code,
+//! streams console lines as `notifications/message` on the call's own stream, and cancels the
+//! call (its worker is killed) when the caller goes away.
+#![allow(deprecated)] // MCP logging notifications are deprecated (SEP-2577) but still the way
+
+use crate::service::{CallFailure, PublishedTool, Service};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, MetaObject,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, SubscriptionFilter, Tool, ToolAnnotations,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{json, Value};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use stsd_protocol::frames::ConsoleLevel;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+/// Per-connection facts.
+struct Conn {
+    peer_uid: Option<u32>,
+    transport: &'static str,
+    /// Cancelled when the connection's input ends: in-flight calls stop at once.
+    closed: CancellationToken,
+    /// Legacy `logging/setLevel` (the modern era carries a level per request).
+    log_level: Mutex<LoggingLevel>,
+}
+
+#[derive(Clone)]
+pub struct Handler {
+    service: Arc<Service>,
+    changed: broadcast::Sender<()>,
+    conn: Arc<Conn>,
+}
+
+fn rank(l: LoggingLevel) -> u8 {
+    match l {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+fn level_of(c: ConsoleLevel) -> LoggingLevel {
+    match c {
+        ConsoleLevel::Debug => LoggingLevel::Debug,
+        ConsoleLevel::Log | ConsoleLevel::Info => LoggingLevel::Info,
+        ConsoleLevel::Warn => LoggingLevel::Warning,
+        ConsoleLevel::Error => LoggingLevel::Error,
+    }
+}
+
+fn to_tool(t: &PublishedTool) -> Tool {
+    let schema: JsonObject = match &t.input_schema {
+        Value::Object(m) => m.clone(),
+        _ => JsonObject::new(),
+    };
+    let mut meta = MetaObject::new();
+    meta.0
+        .insert("stsd/riskLevel".into(), json!(t.resolved.risk.as_str()));
+    meta.0.insert("stsd/toolId".into(), json!(t.tool_id));
+    let mut ann = ToolAnnotations::new()
+        .read_only(t.read_only)
+        .open_world(t.open_world);
+    if !t.read_only {
+        ann = ann.destructive(t.destructive);
+    }
+    Tool::new(
+        t.spec.name.clone(),
+        t.spec.description.clone(),
+        Arc::new(schema),
+    )
+    .with_annotations(ann)
+    .with_meta(meta)
+}
+
+impl Handler {
+    pub fn new(
+        service: Arc<Service>,
+        changed: broadcast::Sender<()>,
+        peer_uid: Option<u32>,
+        transport: &'static str,
+    ) -> Handler {
+        Handler {
+            service,
+            changed,
+            conn: Arc::new(Conn {
+                peer_uid,
+                transport,
+                closed: CancellationToken::new(),
+                log_level: Mutex::new(LoggingLevel::Info),
+            }),
+        }
+    }
+
+    /// Whether a console line at `level` may go to this request's stream: in 2026-07-28 only
+    /// when the request asked for logs; in legacy sessions at or above `logging/setLevel`.
+    fn wants(&self, ctx: &RequestContext<RoleServer>, level: LoggingLevel) -> bool {
+        let modern = ctx
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        if modern {
+            ctx.meta
+                .log_level()
+                .is_some_and(|min| rank(level) >= rank(min))
+        } else {
+            let min = *self
+                .conn
+                .log_level
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            rank(level) >= rank(min)
+        }
+    }
+}
+
+impl ServerHandler for Handler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_logging()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("stsd", env!("CARGO_PKG_VERSION")))
+        .with_instructions("Tools run by stsd in sandboxed worker processes.")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let published = self.service.published();
+        Ok(ListToolsResult::with_all_items(
+            published.tools.iter().map(to_tool).collect(),
+        ))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.service.published().get(name).map(to_tool)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        let args = request.arguments.unwrap_or_default();
+        let cancel = Arc::new(AtomicBool::new(false));
+        // The caller going away (notifications/cancelled, or the connection closing) kills
+        // the call's worker.
+        let watcher = {
+            let (cancel, ct, closed) = (cancel.clone(), ctx.ct.clone(), self.conn.closed.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = ct.cancelled() => {}
+                    _ = closed.cancelled() => {}
+                }
+                cancel.store(true, Ordering::Relaxed);
+            })
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(ConsoleLevel, String)>();
+        let sink = Box::new(move |level, line| {
+            let _ = tx.send((level, line));
+        });
+        let call = self.service.call(
+            &name,
+            args,
+            self.conn.peer_uid,
+            self.conn.transport,
+            cancel,
+            sink,
+        );
+        tokio::pin!(call);
+        // Console lines go out as they happen, on this request's own stream.
+        let result = loop {
+            tokio::select! {
+                r = &mut call => break r,
+                Some((level, line)) = rx.recv() => {
+                    let lvl = level_of(level);
+                    if self.wants(&ctx, lvl) {
+                        let p = LoggingMessageNotificationParam::new(lvl, json!(line)).with_logger(name.clone());
+                        let _ = ctx.peer.notify_logging_message(p).await;
+                    }
+                }
+            }
+        };
+        watcher.abort();
+        // Lines that raced the result still go out, in order.
+        while let Ok((level, line)) = rx.try_recv() {
+            let lvl = level_of(level);
+            if self.wants(&ctx, lvl) {
+                let p = LoggingMessageNotificationParam::new(lvl, json!(line))
+                    .with_logger(name.clone());
+                let _ = ctx.peer.notify_logging_message(p).await;
+            }
+        }
+        match result {
+            Err(CallFailure::UnknownTool(n)) => Err(ErrorData::invalid_params(
+                format!("unknown tool: {n}"),
+                Some(json!({"tool": n})),
+            )),
+            Ok(reply) => {
+                let content = vec![ContentBlock::text(reply.text)];
+                let mut r = if reply.is_error {
+                    CallToolResult::error(content)
+                } else {
+                    CallToolResult::success(content)
+                };
+                if let Some(s) = reply.structured {
+                    r.structured_content = Some(s);
+                }
+                if let Some(code) = reply.code {
+                    let mut meta = MetaObject::new();
+                    meta.0.insert("stsd/errorCode".into(), json!(code.as_str()));
+                    r.meta = Some(meta);
+                }
+                Ok(r.into())
+            }
+        }
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        *self
+            .conn
+            .log_level
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = request.level;
+        Ok(())
+    }
+
+    /// Legacy sessions: list changes go straight to this peer.
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        let mut rx = self.changed.subscribe();
+        let (peer, closed) = (ctx.peer.clone(), self.conn.closed.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = closed.cancelled() => break,
+                    r = rx.recv() => match r {
+                        Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                            if peer.notify_tool_list_changed().await.is_err() { break; }
+                        }
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    }
+                }
+            }
+        });
+    }
+
+    /// 2026-07-28: list changes reach clients that opened `subscriptions/listen`.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.supported_by(&self.get_info().capabilities))
+    }
+
+    async fn listen(&self, sub: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut rx = self.changed.subscribe();
+        loop {
+            tokio::select! {
+                _ = sub.cancelled() => break,
+                _ = self.conn.closed.cancelled() => break,
+                r = rx.recv() => match r {
+                    Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if sub.accepted().tools_list_changed == Some(true)
+                            && sub.sink().notify_tool_list_changed().await.is_err()
+                        {
+                            break;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Cancels a token when the peer closes its side: rmcp itself only cancels in-flight
+/// handlers after a drain window, and a disconnected caller's worker should die at once.
+struct EofSignal<R> {
+    inner: R,
+    token: CancellationToken,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for EofSignal<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
+        match &res {
+            Poll::Ready(Ok(())) if buf.filled().len() == before && buf.remaining() > 0 => {
+                self.token.cancel()
+            }
+            Poll::Ready(Err(_)) => self.token.cancel(),
+            _ => {}
+        }
+        res
+    }
+}
+
+/// How long a new connection may stay silent before its first request.
+const FIRST_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Serves one MCP session over a byte stream until it ends.
+pub async fn serve<R, W>(handler: Handler, read: R, write: W)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let closed = handler.conn.closed.clone();
+    let read = EofSignal {
+        inner: read,
+        token: closed.clone(),
+    };
+    // A client that connects and says nothing must not hold a session forever.
+    match tokio::time::timeout(FIRST_REQUEST_TIMEOUT, handler.serve((read, write))).await {
+        Ok(Ok(running)) => {
+            let _ = running.waiting().await;
+        }
+        Ok(Err(e)) => tracing::debug!(error = %e, "MCP session ended before it started"),
+        Err(_) => tracing::debug!("MCP client sent nothing in time; closing"),
+    }
+    closed.cancel();
+}

@@ -1,0 +1,483 @@
+//! The call service behind every transport: the published catalog (ACTIVE specs only), argument
+//! checks before any worker is touched, admission (running calls bounded by the pool size,
+//! waiting ones by the queue limit), execution on a pooled worker, masking of every secret in
+//! everything that leaves, and one audit record per call written before the reply.
+
+use crate::audit::{AuditError, AuditLog, AuditRecord};
+use crate::exec::{self, job, CallValue, ExecOptions};
+use crate::lifecycle::{state_of, State};
+use crate::pool::Pool;
+use crate::store::{now_ms, Catalog};
+use serde_json::{json, Map, Value};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use stsd_profiles::{resolve, Config, Resolved};
+use stsd_protocol::envvar::{ProcessEnv, SecretSet};
+use stsd_protocol::frames::ConsoleLevel;
+use stsd_protocol::{Code, NetworkMode, ToolSpec};
+
+/// Where specs come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Bundled,
+    Path(PathBuf),
+}
+
+/// One tool as published over MCP.
+#[derive(Debug, Clone)]
+pub struct PublishedTool {
+    pub spec: ToolSpec,
+    pub tool_id: String,
+    pub resolved: Resolved,
+    /// §6.2: the params lowered to a JSON Schema object.
+    pub input_schema: Value,
+    pub read_only: bool,
+    pub destructive: bool,
+    pub open_world: bool,
+}
+
+/// The catalog as served: ACTIVE specs, sorted by name (a stable order).
+#[derive(Debug, Clone, Default)]
+pub struct Published {
+    pub tools: Vec<PublishedTool>,
+    /// Specs read but not served, with why (for the startup banner and logs).
+    pub withheld: Vec<(String, String)>,
+}
+
+impl Published {
+    pub fn get(&self, name: &str) -> Option<&PublishedTool> {
+        self.tools.iter().find(|t| t.spec.name == name)
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.iter().map(|t| t.spec.name.as_str()).collect()
+    }
+}
+
+/// §6.2 lowering: uppercase types to JSON Schema spellings, required list, no extra keys.
+pub fn input_schema(spec: &ToolSpec) -> Value {
+    let mut props = Map::new();
+    for p in &spec.params {
+        let mut prop = Map::new();
+        prop.insert("type".into(), json!(p.ty.json_schema_name()));
+        if !p.description.is_empty() {
+            prop.insert("description".into(), json!(p.description));
+        }
+        props.insert(p.name.clone(), Value::Object(prop));
+    }
+    let required: Vec<&str> = spec
+        .params
+        .iter()
+        .filter(|p| p.required)
+        .map(|p| p.name.as_str())
+        .collect();
+    let mut schema = json!({"type": "object", "properties": props, "additionalProperties": false});
+    if !required.is_empty() {
+        schema["required"] = json!(required);
+    }
+    schema
+}
+
+pub fn publish(sources: &[Source], config: &Config) -> Published {
+    let paths: Vec<PathBuf> = sources
+        .iter()
+        .filter_map(|s| match s {
+            Source::Path(p) => Some(p.clone()),
+            Source::Bundled => None,
+        })
+        .collect();
+    let extra = if sources.contains(&Source::Bundled) {
+        crate::bundled::examples().into_iter().collect()
+    } else {
+        Vec::new()
+    };
+    let cat = Catalog::load_with(&paths, extra);
+    let mut out = Published::default();
+    for e in &cat.entries {
+        let Some(spec) = &e.validated.spec else {
+            continue;
+        };
+        let name = spec.name.clone();
+        if let Some(err) = e.validated.errors().next() {
+            out.withheld.push((name, format!("invalid: {err}")));
+            continue;
+        }
+        let resolved = match resolve(spec, config) {
+            Ok(r) => r,
+            Err(d) => {
+                out.withheld.push((name, format!("invalid: {d}")));
+                continue;
+            }
+        };
+        match state_of(spec, &ProcessEnv) {
+            (State::Active, _) => {}
+            (State::MissingRequirements, missing) => {
+                out.withheld.push((
+                    name,
+                    format!("MISSING_REQUIREMENTS: {}", missing.join(", ")),
+                ));
+                continue;
+            }
+            (state, _) => {
+                out.withheld.push((name, state.as_str().to_string()));
+                continue;
+            }
+        }
+        let caps = &resolved.tool_safety.capabilities;
+        let network = caps.network.mode != NetworkMode::Blocked;
+        out.tools.push(PublishedTool {
+            input_schema: input_schema(spec),
+            read_only: !caps.file_write && !network,
+            destructive: caps.destructive,
+            open_world: network,
+            tool_id: e.tool_id.clone(),
+            spec: spec.clone(),
+            resolved,
+        });
+    }
+    out.tools.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    out
+}
+
+/// What a caller gets back for a known tool (failures included, as `is_error`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolReply {
+    pub is_error: bool,
+    pub code: Option<Code>,
+    /// Strings as they are, other results as JSON text; for errors `CODE: message`.
+    pub text: String,
+    /// The result when it is a JSON object.
+    pub structured: Option<Value>,
+}
+
+impl ToolReply {
+    fn error(code: Code, message: &str) -> ToolReply {
+        ToolReply {
+            is_error: true,
+            code: Some(code),
+            text: format!("{code}: {message}"),
+            structured: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallFailure {
+    /// No ACTIVE tool by that name: a protocol error, not a tool error.
+    UnknownTool(String),
+}
+
+pub struct Service {
+    pub config: Config,
+    opts: ExecOptions,
+    pub pool: Arc<Pool>,
+    sources: Vec<Source>,
+    published: RwLock<Arc<Published>>,
+    audit: Option<AuditLog>,
+    running: tokio::sync::Semaphore,
+    waiting: AtomicUsize,
+    inflight: AtomicUsize,
+    seq: AtomicU64,
+}
+
+/// Counts a call as in flight for as long as it lives.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Console lines of a running call, in order, already masked.
+pub type ConsoleSink = Box<dyn FnMut(ConsoleLevel, String) + Send>;
+
+impl Service {
+    pub fn new(
+        config: Config,
+        opts: ExecOptions,
+        pool_size: usize,
+        sources: Vec<Source>,
+        audit: Option<AuditLog>,
+    ) -> Arc<Service> {
+        let published = publish(&sources, &config);
+        let pool = Pool::start(opts.worker_exe.clone(), pool_size);
+        Arc::new(Service {
+            config,
+            opts,
+            pool,
+            sources,
+            published: RwLock::new(Arc::new(published)),
+            audit,
+            running: tokio::sync::Semaphore::new(pool_size.max(1)),
+            waiting: AtomicUsize::new(0),
+            inflight: AtomicUsize::new(0),
+            seq: AtomicU64::new(1),
+        })
+    }
+
+    pub fn published(&self) -> Arc<Published> {
+        self.published
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Re-reads the catalog (SIGHUP). Returns true when the served list changed.
+    pub fn reload(&self) -> bool {
+        let fresh = Arc::new(publish(&self.sources, &self.config));
+        let mut slot = self.published.write().unwrap_or_else(|e| e.into_inner());
+        let changed = slot.names() != fresh.names()
+            || slot
+                .tools
+                .iter()
+                .zip(&fresh.tools)
+                .any(|(a, b)| a.spec != b.spec);
+        *slot = fresh;
+        changed
+    }
+
+    pub fn audit_path(&self) -> Option<PathBuf> {
+        self.audit.as_ref().map(|a| a.path().to_path_buf())
+    }
+
+    /// One tools/call. `cancel` is set by the transport when the caller goes away.
+    pub async fn call(
+        self: &Arc<Self>,
+        name: &str,
+        args: Map<String, Value>,
+        peer_uid: Option<u32>,
+        transport: &'static str,
+        cancel: Arc<AtomicBool>,
+        mut console: ConsoleSink,
+    ) -> Result<ToolReply, CallFailure> {
+        let started = now_ms();
+        let t0 = std::time::Instant::now();
+        let published = self.published();
+        let tool = published
+            .get(name)
+            .ok_or_else(|| CallFailure::UnknownTool(name.to_string()))?
+            .clone();
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        let _inflight = InFlight(&self.inflight);
+        let call_id = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut record = AuditRecord {
+            ts: started,
+            call_id,
+            tool_id: tool.tool_id.clone(),
+            name: tool.spec.name.clone(),
+            category: tool.spec.category.clone(),
+            tool_safety: serde_json::to_value(&tool.resolved.tool_safety).unwrap_or(Value::Null),
+            risk_level: tool.resolved.risk.to_string(),
+            params: Value::Object(args.clone()),
+            outcome: "ERROR",
+            error: None,
+            elapsed_ms: 0,
+            worker_pid: None,
+            peer_uid,
+            limits_hit: Vec::new(),
+            transport,
+        };
+
+        // Arguments are checked against the params before any worker is touched.
+        let args = match job::check_arguments(&tool.spec, &args) {
+            Ok(a) => a,
+            Err(d) => {
+                return Ok(self.finish(
+                    record,
+                    &SecretSet::default(),
+                    t0,
+                    ToolReply::error(
+                        Code::InvalidInput,
+                        &format!("{} ({})", d.message, d.pointer),
+                    ),
+                ))
+            }
+        };
+        let mut prepared = match job::prepare(
+            call_id,
+            &tool.spec,
+            &tool.resolved,
+            &self.config,
+            args,
+            &ProcessEnv,
+        ) {
+            Ok(p) => p,
+            Err(d) => {
+                return Ok(self.finish(
+                    record,
+                    &SecretSet::default(),
+                    t0,
+                    ToolReply::error(d.code, &d.message),
+                ))
+            }
+        };
+        let secrets = prepared.secrets.clone();
+        record.params = mask_value(&record.params, &secrets);
+        if let Err(e) = crate::workspace::prepare_base_path(&mut prepared.job.sandbox, &self.config)
+        {
+            return Ok(self.finish(
+                record,
+                &secrets,
+                t0,
+                ToolReply::error(Code::SandboxUnavailable, &e),
+            ));
+        }
+
+        // Admission: running calls are bounded by the pool size, waiting ones by the queue.
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.config.daemon.queue_limit {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            let reply = ToolReply::error(
+                Code::Overloaded,
+                "too many calls are waiting; try again later",
+            );
+            return Ok(self.finish(record, &secrets, t0, reply));
+        }
+        let permit = self.running.acquire().await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        let Ok(_permit) = permit else {
+            return Ok(self.finish(
+                record,
+                &secrets,
+                t0,
+                ToolReply::error(Code::Overloaded, "the daemon is shutting down"),
+            ));
+        };
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(self.finish(
+                record,
+                &secrets,
+                t0,
+                ToolReply::error(
+                    Code::Cancelled,
+                    "the caller went away before the call started",
+                ),
+            ));
+        }
+
+        let me = self.clone();
+        let job = prepared.job;
+        let mask = secrets.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let worker = match me.pool.take() {
+                Ok(w) => w,
+                Err(e) => return Err(e),
+            };
+            Ok(exec::run_on(
+                worker,
+                &job,
+                &me.opts,
+                Some(&cancel),
+                &mut |ev| {
+                    if let exec::Event::Console(level, line) = ev {
+                        console(level, mask.mask(line));
+                    }
+                },
+            ))
+        })
+        .await;
+        let reply = match outcome {
+            Ok(Ok(out)) => {
+                record.worker_pid = Some(out.worker_pid);
+                match out.result {
+                    Ok(v) => success(&v, &secrets),
+                    Err(e) => {
+                        if matches!(
+                            e.code,
+                            Code::Timeout | Code::StepLimit | Code::MemoryLimit | Code::OutputLimit
+                        ) {
+                            record.limits_hit.push(e.code.to_string());
+                        }
+                        ToolReply::error(e.code, &e.message)
+                    }
+                }
+            }
+            Ok(Err(e)) => ToolReply::error(e.code, &e.message),
+            Err(join) => {
+                ToolReply::error(Code::WorkerCrashed, &format!("call task failed: {join}"))
+            }
+        };
+        Ok(self.finish(record, &secrets, t0, reply))
+    }
+
+    /// Masks the reply, writes the audit record, then hands the reply back.
+    fn finish(
+        &self,
+        mut record: AuditRecord,
+        secrets: &SecretSet,
+        t0: std::time::Instant,
+        mut reply: ToolReply,
+    ) -> ToolReply {
+        reply.text = secrets.mask(&reply.text);
+        reply.structured = reply.structured.map(|v| mask_value(&v, secrets));
+        record.elapsed_ms = t0.elapsed().as_millis() as u64;
+        if reply.is_error {
+            record.outcome = "ERROR";
+            record.error = Some(AuditError {
+                code: reply.code.map(|c| c.to_string()).unwrap_or_default(),
+                message: reply.text.clone(),
+            });
+        } else {
+            record.outcome = "OK";
+        }
+        if let Some(log) = &self.audit {
+            if let Err(e) = log.append(&record) {
+                tracing::error!(error = %e, "audit log write failed");
+            }
+        }
+        tracing::info!(
+            call_id = record.call_id,
+            tool = %record.name,
+            outcome = record.outcome,
+            code = record.error.as_ref().map(|e| e.code.as_str()).unwrap_or(""),
+            elapsed_ms = record.elapsed_ms,
+            "tool call"
+        );
+        reply
+    }
+
+    /// Calls that have arrived and not yet been answered.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.load(Ordering::SeqCst)
+    }
+
+    pub fn shutdown(&self) {
+        self.running.close();
+        self.pool.stop();
+    }
+}
+
+fn success(v: &CallValue, secrets: &SecretSet) -> ToolReply {
+    let (text, structured) = match v {
+        CallValue::Undefined => ("undefined".to_string(), None),
+        CallValue::Json(t) => match serde_json::from_str::<Value>(t) {
+            Ok(Value::String(s)) => (s, None),
+            Ok(obj @ Value::Object(_)) => (t.clone(), Some(obj)),
+            _ => (t.clone(), None),
+        },
+    };
+    ToolReply {
+        is_error: false,
+        code: None,
+        text: secrets.mask(&text),
+        structured: structured.map(|s| mask_value(&s, secrets)),
+    }
+}
+
+/// Masks every string inside a JSON value (keys included), leaving its structure intact.
+pub fn mask_value(v: &Value, secrets: &SecretSet) -> Value {
+    if secrets.is_empty() {
+        return v.clone();
+    }
+    match v {
+        Value::String(s) => Value::String(secrets.mask(s)),
+        Value::Array(a) => Value::Array(a.iter().map(|x| mask_value(x, secrets)).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, x)| (secrets.mask(k), mask_value(x, secrets)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
