@@ -325,24 +325,41 @@ impl Service {
             ));
         }
 
-        // Admission: running calls are bounded by the pool size, waiting ones by the queue.
-        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.config.daemon.queue_limit {
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
-            let reply = ToolReply::error(
-                Code::Overloaded,
-                "too many calls are waiting; try again later",
-            );
-            return Ok(self.finish(record, &secrets, t0, reply));
-        }
-        let permit = self.running.acquire().await;
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
-        let Ok(_permit) = permit else {
-            return Ok(self.finish(
-                record,
-                &secrets,
-                t0,
-                ToolReply::error(Code::Overloaded, "the daemon is shutting down"),
-            ));
+        // Admission: running calls are bounded by the pool size; a call that finds every slot
+        // busy waits in a queue of bounded length, and beyond it is answered OVERLOADED.
+        let _permit = match self.running.try_acquire() {
+            Ok(p) => p,
+            Err(tokio::sync::TryAcquireError::Closed) => {
+                return Ok(self.finish(
+                    record,
+                    &secrets,
+                    t0,
+                    ToolReply::error(Code::Overloaded, "the daemon is shutting down"),
+                ));
+            }
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.config.daemon.queue_limit {
+                    self.waiting.fetch_sub(1, Ordering::SeqCst);
+                    let reply = ToolReply::error(
+                        Code::Overloaded,
+                        "every worker is busy and the queue is full; try again later",
+                    );
+                    return Ok(self.finish(record, &secrets, t0, reply));
+                }
+                let permit = self.running.acquire().await;
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                match permit {
+                    Ok(p) => p,
+                    Err(_) => {
+                        return Ok(self.finish(
+                            record,
+                            &secrets,
+                            t0,
+                            ToolReply::error(Code::Overloaded, "the daemon is shutting down"),
+                        ));
+                    }
+                }
+            }
         };
         if cancel.load(Ordering::Relaxed) {
             return Ok(self.finish(

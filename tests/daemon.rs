@@ -1,0 +1,448 @@
+//! The daemon under faults: a worker killed mid-call, 500 concurrent calls against a pool of 4,
+//! a client that disconnects mid-call, kill -9 of the daemon and a restart, a refused uid, a
+//! full queue, a graceful stop, a catalog reload. Spoken over the socket as raw JSON-RPC
+//! (MCP 2026-07-28: stateless requests with `_meta`).
+
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use stsd_tests::{is_root, stsd_bin};
+
+const CATALOG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/catalog.json");
+
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    audit: PathBuf,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Daemon {
+    fn start(pool: usize, extra_config: &str) -> Daemon {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        Daemon::start_in(dir, pool, extra_config, CATALOG)
+    }
+
+    fn start_in(dir: tempfile::TempDir, pool: usize, extra_config: &str, catalog: &str) -> Daemon {
+        let socket = dir.path().join("stsd.sock");
+        let audit = dir.path().join("audit.jsonl");
+        let config = dir.path().join("stsd.toml");
+        // `slow` spins on Date.now(), which the default step budget would stop in ~100 ms.
+        let _ = std::fs::write(
+            &config,
+            format!("[baseline]\nmax_steps = 1000000000000\n\n[daemon]\naudit_log = \"{}\"\n{extra_config}", audit.display()),
+        );
+        let child = Command::new(stsd_bin())
+            .arg("--config")
+            .arg(&config)
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--catalog", catalog, "--pool", &pool.to_string()])
+            .env("STSD_TEST_TOKEN", "supersecret-token-123")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let d = Daemon {
+            child,
+            socket,
+            audit,
+            dir: Some(dir),
+        };
+        d.wait_for_socket();
+        d
+    }
+
+    fn wait_for_socket(&self) {
+        let t0 = Instant::now();
+        while UnixStream::connect(&self.socket).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "daemon did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// kill -9, keeping the directory (socket, audit log) for a restart.
+    fn kill9(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.dir.take().unwrap_or_else(|| unreachable!())
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir
+            .as_ref()
+            .map(|d| d.path())
+            .unwrap_or(Path::new("/nonexistent"))
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn connect(&self) -> Conn {
+        let s = UnixStream::connect(&self.socket).unwrap_or_else(|e| panic!("{e}"));
+        let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+        Conn {
+            reader: BufReader::new(s.try_clone().unwrap_or_else(|e| panic!("{e}"))),
+            writer: s,
+        }
+    }
+
+    /// Children of the daemon: (pid, state, under seccomp).
+    fn children(&self) -> Vec<(i32, char, bool)> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r.to_string()) else {
+                continue;
+            };
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            if f.len() < 2 || f[1].parse::<i32>().ok() != Some(self.pid()) {
+                continue;
+            }
+            let state = f[0].chars().next().unwrap_or('?');
+            let seccomp = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .map(|s| {
+                    s.lines()
+                        .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Seccomp:", "2"])
+                })
+                .unwrap_or(false);
+            out.push((pid, state, seccomp));
+        }
+        out
+    }
+
+    fn wait_until(&self, what: &str, secs: u64, mut f: impl FnMut(&[(i32, char, bool)]) -> bool) {
+        let t0 = Instant::now();
+        loop {
+            let c = self.children();
+            if f(&c) {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(secs),
+                "{what}: children {c:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn audit_records(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.audit)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("torn audit line {l:?}: {e}"))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Conn {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
+impl Conn {
+    fn send(&mut self, id: u64, method: &str, mut params: Value) {
+        params["_meta"] = meta();
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+            .to_string()
+            + "\n";
+        self.writer
+            .write_all(line.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn call(&mut self, id: u64, tool: &str, args: Value) {
+        self.send(id, "tools/call", json!({"name": tool, "arguments": args}));
+    }
+
+    /// The next response (notifications skipped).
+    fn response(&mut self) -> Value {
+        loop {
+            let mut line = String::new();
+            let n = self
+                .reader
+                .read_line(&mut line)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(n > 0, "connection closed");
+            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            if v.get("id").is_some() {
+                return v;
+            }
+        }
+    }
+}
+
+fn text(resp: &Value) -> String {
+    resp["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn is_error(resp: &Value) -> bool {
+    resp["result"]["isError"] == true
+}
+
+#[test]
+fn a_worker_killed_mid_call_fails_only_that_call_and_is_replaced() {
+    let d = Daemon::start(2, "");
+    d.wait_until("pool warm", 10, |c| c.iter().filter(|x| !x.2).count() == 2);
+    let mut c = d.connect();
+    c.call(1, "slow", json!({"ms": 5000}));
+    let mut busy = 0;
+    d.wait_until("a busy worker", 10, |c| {
+        busy = c.iter().find(|x| x.2).map(|x| x.0).unwrap_or(0);
+        busy != 0
+    });
+    // SAFETY: kill with a pid read from /proc and a valid signal.
+    unsafe { libc::kill(busy, libc::SIGKILL) };
+    let r = c.response();
+    assert!(
+        is_error(&r) && text(&r).starts_with("WORKER_CRASHED"),
+        "{r}"
+    );
+    c.call(2, "slow", json!({"ms": 1}));
+    let r = c.response();
+    assert!(!is_error(&r) && text(&r) == "slept 1", "{r}");
+    d.wait_until("pool full again", 10, |c| {
+        c.iter().filter(|x| !x.2 && x.1 != 'Z').count() == 2
+    });
+}
+
+#[test]
+fn five_hundred_concurrent_calls_against_a_pool_of_4_are_all_answered() {
+    let d = Daemon::start(4, "");
+    let t0 = Instant::now();
+    let handles: Vec<_> = (0..10)
+        .map(|k| {
+            let mut c = d.connect();
+            std::thread::spawn(move || {
+                for i in 0..50u64 {
+                    c.call(i, "echo-console", json!({"text": format!("{k}-{i}")}));
+                }
+                let mut seen = HashMap::new();
+                for _ in 0..50 {
+                    let r = c.response();
+                    seen.insert(r["id"].as_u64().unwrap_or(u64::MAX), text(&r));
+                }
+                (k, seen)
+            })
+        })
+        .collect();
+    let mut answered = 0;
+    for h in handles {
+        let (k, seen) = h
+            .join()
+            .unwrap_or_else(|_| panic!("client thread panicked"));
+        for i in 0..50u64 {
+            assert_eq!(
+                seen.get(&i).map(String::as_str),
+                Some(format!("echo: {k}-{i}").as_str())
+            );
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, 500);
+    eprintln!("500 calls, pool 4: {:?}", t0.elapsed());
+    // Nothing left behind: no zombie, only the warm pool.
+    d.wait_until("no zombies, pool refilled", 10, |c| {
+        c.iter().all(|x| x.1 != 'Z') && c.iter().filter(|x| !x.2).count() == 4
+    });
+    let recs = d.audit_records();
+    assert_eq!(recs.iter().filter(|r| r["outcome"] == "OK").count(), 500);
+}
+
+#[test]
+fn a_client_that_disconnects_mid_call_has_its_worker_killed() {
+    let d = Daemon::start(2, "");
+    {
+        let mut c = d.connect();
+        c.call(1, "slow", json!({"ms": 20000}));
+        d.wait_until("a busy worker", 10, |c| c.iter().any(|x| x.2));
+    } // the connection drops here
+    d.wait_until("busy worker gone", 3, |c| {
+        !c.iter().any(|x| x.2) && c.iter().all(|x| x.1 != 'Z')
+    });
+    let t0 = Instant::now();
+    while d.audit_records().is_empty() && t0.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let recs = d.audit_records();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0]["error"]["code"], "CANCELLED", "{}", recs[0]);
+}
+
+#[test]
+fn kill_9_of_the_daemon_then_a_restart_reclaims_the_socket_and_keeps_the_audit_parseable() {
+    let d = Daemon::start(2, "");
+    let mut c = d.connect();
+    for i in 0..3 {
+        c.call(i, "echo-console", json!({"text": "a"}));
+        let _ = c.response();
+    }
+    c.call(9, "slow", json!({"ms": 20000}));
+    d.wait_until("a busy worker", 10, |c| c.iter().any(|x| x.2));
+    let workers: Vec<i32> = d.children().iter().map(|x| x.0).collect();
+    let dir = d.kill9();
+    // Its workers die with it (parent-death signal).
+    let t0 = Instant::now();
+    while workers
+        .iter()
+        .any(|p| Path::new(&format!("/proc/{p}")).exists())
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "orphaned workers {workers:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Simulate the worst case, a record cut off mid-write.
+    let audit = dir.path().join("audit.jsonl");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&audit)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = f.write_all(b"{\"ts\":1,\"callId\":99,\"name\":\"torn");
+    drop(f);
+    assert!(
+        dir.path().join("stsd.sock").exists(),
+        "the stale socket is still there"
+    );
+    let d = Daemon::start_in(dir, 2, "", CATALOG);
+    let mut c = d.connect();
+    c.call(1, "echo-console", json!({"text": "after"}));
+    assert_eq!(text(&c.response()), "echo: after");
+    let recs = d.audit_records(); // panics on any line that does not parse
+    assert_eq!(recs.len(), 4);
+}
+
+#[test]
+fn a_uid_not_on_the_allow_list_is_refused() {
+    if !is_root() {
+        eprintln!("skipped: needs root to connect as another uid");
+        return;
+    }
+    let d = Daemon::start(1, "");
+    use std::os::unix::fs::PermissionsExt;
+    // Open the socket's mode so the kernel lets uid 65534 connect; the peer check must refuse.
+    let _ = std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o777));
+    let _ = std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755));
+    let probe = format!(
+        "import socket,json,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\n\
+         s.sendall((json.dumps({{'jsonrpc':'2.0','id':1,'method':'tools/list','params':{{'_meta':{}}}}})+'\\n').encode())\n\
+         s.settimeout(5)\nprint(repr(s.recv(4096)))",
+        d.socket.display().to_string(),
+        meta()
+    );
+    use std::os::unix::process::CommandExt;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(&probe)
+        .uid(65534)
+        .gid(65534)
+        .output();
+    let out = out.unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.trim() == "b''" || !out.status.success(),
+        "uid 65534 got an answer: {stdout}"
+    );
+    // The daemon's own uid still gets served.
+    let mut c = d.connect();
+    c.send(1, "tools/list", json!({}));
+    assert!(c.response()["result"]["tools"].is_array());
+}
+
+#[test]
+fn a_full_queue_answers_overloaded() {
+    let d = Daemon::start(1, "queue_limit = 1\n");
+    let mut conns: Vec<Conn> = (0..4).map(|_| d.connect()).collect();
+    for (i, c) in conns.iter_mut().enumerate() {
+        c.call(i as u64, "slow", json!({"ms": 1500}));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let texts: Vec<String> = conns.iter_mut().map(|c| text(&c.response())).collect();
+    let ok = texts.iter().filter(|t| t.starts_with("slept")).count();
+    let overloaded = texts.iter().filter(|t| t.starts_with("OVERLOADED")).count();
+    // One runs, one waits in the queue, the other two are turned away.
+    assert_eq!((ok, overloaded), (2, 2), "{texts:?}");
+}
+
+#[test]
+fn sigterm_lets_in_flight_calls_finish_then_exits_and_removes_the_socket() {
+    let mut d = Daemon::start(1, "");
+    let mut c = d.connect();
+    c.call(1, "slow", json!({"ms": 1000}));
+    d.wait_until("a busy worker", 10, |c| c.iter().any(|x| x.2));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(d.pid(), libc::SIGTERM) };
+    let r = c.response();
+    assert_eq!(text(&r), "slept 1000");
+    let status = d.child.wait().unwrap_or_else(|e| panic!("{e}"));
+    assert!(status.success());
+    assert!(!d.socket.exists());
+}
+
+#[test]
+fn sighup_reloads_the_catalog() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cat = dir.path().join("catalog.json");
+    let mut specs: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(CATALOG).unwrap_or_default())
+            .unwrap_or_default();
+    let _ = std::fs::write(&cat, serde_json::to_string(&specs).unwrap_or_default());
+    let cat_s = cat.display().to_string();
+    let d = Daemon::start_in(dir, 1, "", &cat_s);
+    let mut c = d.connect();
+    c.send(1, "tools/list", json!({}));
+    let before = c.response()["result"]["tools"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0);
+    specs.push(json!({"name": "added-later", "code": "return 7;", "codeType": "Javascript", "draft": false}));
+    let _ = std::fs::write(&cat, serde_json::to_string(&specs).unwrap_or_default());
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(d.pid(), libc::SIGHUP) };
+    let t0 = Instant::now();
+    loop {
+        c.send(2, "tools/list", json!({}));
+        let n = c.response()["result"]["tools"]
+            .as_array()
+            .map(Vec::len)
+            .unwrap_or(0);
+        if n == before + 1 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "reload not seen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.call(3, "added-later", json!({}));
+    assert_eq!(text(&c.response()), "7");
+}

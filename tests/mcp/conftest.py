@@ -1,0 +1,68 @@
+"""Fixtures: a running stsd daemon on a private socket, with the test catalog and its own
+audit log, and the paths the tests need."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = Path(__file__).resolve().parent / "catalog.json"
+SECRET = "supersecret-token-123"
+
+
+def stsd_bin() -> str:
+    b = os.environ.get("STSD_BIN", str(ROOT / "target" / "debug" / "stsd"))
+    assert os.path.exists(b), f"{b} is missing: build first (scripts/test does)"
+    return b
+
+
+class Daemon:
+    def __init__(self, tmp: Path, pool: int = 2, extra_config: str = ""):
+        self.tmp = tmp
+        self.socket = tmp / "stsd.sock"
+        self.audit = tmp / "audit.jsonl"
+        self.config = tmp / "stsd.toml"
+        self.config.write_text(f'[daemon]\naudit_log = "{self.audit}"\n{extra_config}')
+        self.pool = pool
+        self.proc: subprocess.Popen | None = None
+
+    def env(self) -> dict[str, str]:
+        e = dict(os.environ)
+        e["STSD_TEST_TOKEN"] = SECRET
+        e.pop("STSD_TEST_UNSET_VARIABLE", None)
+        return e
+
+    def start(self) -> "Daemon":
+        self.proc = subprocess.Popen(
+            [stsd_bin(), "--config", str(self.config), "--socket", str(self.socket),
+             "--catalog", str(CATALOG), "--pool", str(self.pool)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env(), text=True,
+        )
+        deadline = time.time() + 20
+        while not self.socket.exists():
+            assert self.proc.poll() is None, f"daemon exited: {self.proc.stderr.read()}"
+            assert time.time() < deadline, "daemon did not start"
+            time.sleep(0.02)
+        return self
+
+    def mcp_command(self) -> list[str]:
+        return [stsd_bin(), "mcp", "--socket", str(self.socket)]
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path):
+    d = Daemon(tmp_path).start()
+    yield d
+    if d.proc and d.proc.poll() is None:
+        d.stop()
