@@ -28,6 +28,16 @@ impl Daemon {
     }
 
     fn start_in(dir: tempfile::TempDir, pool: usize, extra_config: &str, catalog: &str) -> Daemon {
+        Daemon::start_with(dir, pool, extra_config, catalog, &[])
+    }
+
+    fn start_with(
+        dir: tempfile::TempDir,
+        pool: usize,
+        extra_config: &str,
+        catalog: &str,
+        args: &[&str],
+    ) -> Daemon {
         let socket = dir.path().join("stsd.sock");
         let audit = dir.path().join("audit.jsonl");
         let config = dir.path().join("stsd.toml");
@@ -42,6 +52,7 @@ impl Daemon {
             .arg("--socket")
             .arg(&socket)
             .args(["--catalog", catalog, "--pool", &pool.to_string()])
+            .args(args)
             .env("STSD_TEST_TOKEN", "supersecret-token-123")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -445,4 +456,35 @@ fn sighup_reloads_the_catalog() {
     }
     c.call(3, "added-later", json!({}));
     assert_eq!(text(&c.response()), "7");
+}
+
+#[test]
+fn worker_reuse_serves_k_calls_per_worker_each_in_a_fresh_context() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let d = Daemon::start_with(dir, 1, "", CATALOG, &["--worker-reuse", "3"]);
+    let mut c = d.connect();
+    for i in 0..6 {
+        c.call(i, "leaky", json!({}));
+        // A fresh context each time: state set by one call is never seen by the next.
+        assert_eq!(text(&c.response()), "1");
+    }
+    let pids: Vec<i64> = d
+        .audit_records()
+        .iter()
+        .map(|r| r["workerPid"].as_i64().unwrap_or(0))
+        .collect();
+    assert_eq!(pids.len(), 6);
+    // Three calls per worker, then a new one.
+    assert!(pids[0] == pids[1] && pids[1] == pids[2], "{pids:?}");
+    assert!(
+        pids[3] == pids[4] && pids[4] == pids[5] && pids[3] != pids[0],
+        "{pids:?}"
+    );
+    // A worker whose call hit a limit is never reused.
+    c.call(10, "slow", json!({"ms": 1}));
+    let _ = c.response();
+    c.call(11, "slow", json!({"ms": "bad"}));
+    let _ = c.response();
+    c.call(12, "slow", json!({"ms": 1}));
+    let _ = c.response();
 }

@@ -370,10 +370,26 @@ fn nested_argument_keys_do_not_count_as_supplied_names() {
 #[test]
 fn a_worker_binary_that_dies_at_once_is_worker_crashed() {
     let (j, _b) = base_job("return 1;");
-    let opts = stsd::exec::ExecOptions {
-        worker_exe: "/bin/true".into(),
-        kill_grace: Duration::from_millis(100),
-    };
+    let mut opts = exec_options();
+    opts.worker_exe = "/bin/true".into();
     let out = run_job(&j, &opts, &mut |_| {});
     assert_eq!(err_code(&out), Code::WorkerCrashed, "{out:?}");
+}
+
+#[test]
+fn a_kept_worker_runs_a_second_job_in_a_fresh_context() {
+    let (mut j, _b) = base_job("globalThis.n = (globalThis.n || 0) + 1; return n;");
+    j.keep_alive = true;
+    let opts = exec_options();
+    let w = stsd::exec::spawn_ready(&opts).unwrap_or_else(|e| panic!("{e:?}"));
+    let pid = w.pid();
+    let (out, kept) = stsd::exec::run_keeping(w, &j, &opts, None, &mut |_| {});
+    assert_eq!(ok_json(&out), 1);
+    let w = kept.unwrap_or_else(|| panic!("worker not kept: {out:?}"));
+    assert_eq!(w.pid(), pid);
+    j.keep_alive = false;
+    let (out, kept) = stsd::exec::run_keeping(w, &j, &opts, None, &mut |_| {});
+    assert_eq!(ok_json(&out), 1, "a fresh context: {out:?}");
+    assert_eq!(out.worker_pid, pid);
+    assert!(kept.is_none());
 }

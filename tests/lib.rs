@@ -64,10 +64,7 @@ pub fn stsd_bin() -> PathBuf {
 }
 
 pub fn exec_options() -> stsd::exec::ExecOptions {
-    stsd::exec::ExecOptions {
-        worker_exe: stsd_bin(),
-        kill_grace: std::time::Duration::from_millis(500),
-    }
+    stsd::exec::ExecOptions::new(stsd_bin(), &stsd_profiles::Config::default())
 }
 
 pub fn is_root() -> bool {
@@ -116,5 +113,6 @@ pub fn job(
         },
         limits: JobLimits::default(),
         attack: None,
+        keep_alive: false,
     }
 }

@@ -104,6 +104,9 @@ pub struct Job {
     /// Test builds only (the `attack` feature): a raw-syscall probe run after the profile
     /// is applied instead of the body. Release workers refuse a job that carries one.
     pub attack: Option<String>,
+    /// After this job, wait for another of the same posture (worker reuse) instead of exiting.
+    /// Each job still gets a fresh QuickJS runtime and context.
+    pub keep_alive: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -258,6 +261,7 @@ mod tests {
             },
             limits: JobLimits::default(),
             attack: None,
+            keep_alive: false,
         }
     }
 

@@ -5,7 +5,6 @@ use serde_json::{json, Map, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 use stsd::exec::{self, job, CallValue, Event, ExecOptions};
 use stsd::local_pass;
 use stsd::store::Catalog;
@@ -15,10 +14,7 @@ use stsd_protocol::Diagnostic;
 
 fn exec_options(config: &Config) -> Result<ExecOptions, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the stsd binary: {e}"))?;
-    Ok(ExecOptions {
-        worker_exe: exe,
-        kill_grace: Duration::from_millis(config.worker.kill_grace_ms),
-    })
+    Ok(ExecOptions::new(exe, config))
 }
 
 fn usage(msg: impl std::fmt::Display) -> ExitCode {

@@ -21,6 +21,8 @@ pub struct DaemonOptions {
     pub socket: PathBuf,
     pub sources: Vec<Source>,
     pub worker_exe: PathBuf,
+    /// `--worker-reuse K`: a worker serves up to K calls of one tool (1 = one call per worker).
+    pub reuse: u32,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -40,14 +42,12 @@ fn build_service(o: &DaemonOptions) -> Result<Arc<Service>, String> {
         .unwrap_or_else(crate::paths::default_audit_log);
     let audit = AuditLog::open(&audit_path)
         .map_err(|e| format!("cannot open the audit log {}: {e}", audit_path.display()))?;
-    let opts = ExecOptions {
-        worker_exe: o.worker_exe.clone(),
-        kill_grace: Duration::from_millis(o.config.worker.kill_grace_ms),
-    };
+    let opts = ExecOptions::new(o.worker_exe.clone(), &o.config);
     Ok(Service::new(
         o.config.clone(),
         opts,
         o.pool,
+        o.reuse,
         o.sources.clone(),
         Some(audit),
     ))
@@ -56,8 +56,13 @@ fn build_service(o: &DaemonOptions) -> Result<Arc<Service>, String> {
 fn banner(service: &Service, what: &str) -> String {
     let p = service.published();
     let mut s = format!(
-        "{what}\npool: {} workers, queue limit {}; audit log: {}\nserving {} tools: {}\n",
+        "{what}\npool: {} workers ({}), queue limit {}; audit log: {}\nserving {} tools: {}\n",
         service.pool.target(),
+        if service.reuse() > 1 {
+            format!("each serves up to {} calls of one tool", service.reuse())
+        } else {
+            "one call per worker".to_string()
+        },
         service.config.daemon.queue_limit,
         service
             .audit_path()

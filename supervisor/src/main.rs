@@ -40,6 +40,10 @@ struct DaemonArgs {
     /// Spec files or directories to serve (repeatable; default: the bundled catalog).
     #[arg(long = "catalog", global = true)]
     catalogs: Vec<PathBuf>,
+    /// Let one worker serve up to K calls of the same tool, each in a fresh context
+    /// (default 1: a fresh process per call).
+    #[arg(long, global = true, default_value_t = 1)]
+    worker_reuse: u32,
 }
 
 impl DaemonArgs {
@@ -78,6 +82,7 @@ impl DaemonArgs {
                 .unwrap_or_else(stsd::paths::default_socket),
             sources,
             worker_exe,
+            reuse: self.worker_reuse,
         })
     }
 }

@@ -2,19 +2,21 @@
 //! A call takes one; a refill thread replaces it off the request path. When the pool is
 //! empty (a burst), the call spawns its own worker rather than wait.
 
-use crate::exec::{spawn_ready, CallError, ReadyWorker};
-use std::collections::VecDeque;
-use std::path::PathBuf;
+use crate::exec::{spawn_ready, CallError, ExecOptions, ReadyWorker};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 struct State {
     ready: VecDeque<ReadyWorker>,
+    /// Reuse: workers that served a call and wait for another of the same tool (they are
+    /// already confined to its posture). Bounded per tool by the pool size.
+    parked: HashMap<String, Vec<ReadyWorker>>,
     stopping: bool,
 }
 
 pub struct Pool {
-    exe: PathBuf,
+    opts: ExecOptions,
     target: usize,
     state: Mutex<State>,
     wake: Condvar,
@@ -23,12 +25,13 @@ pub struct Pool {
 
 impl Pool {
     /// Starts the pool and its refill thread; returns at once (warming happens behind).
-    pub fn start(exe: PathBuf, target: usize) -> Arc<Pool> {
+    pub fn start(opts: ExecOptions, target: usize) -> Arc<Pool> {
         let pool = Arc::new(Pool {
-            exe,
+            opts,
             target,
             state: Mutex::new(State {
                 ready: VecDeque::with_capacity(target),
+                parked: HashMap::new(),
                 stopping: false,
             }),
             wake: Condvar::new(),
@@ -63,7 +66,7 @@ impl Pool {
                     return;
                 }
             }
-            match spawn_ready(&self.exe) {
+            match spawn_ready(&self.opts) {
                 Ok(w) => {
                     let mut st = self.lock();
                     if st.stopping {
@@ -96,7 +99,40 @@ impl Pool {
         self.wake.notify_one();
         match warm {
             Some(w) => Ok(w),
-            None => spawn_ready(&self.exe),
+            None => spawn_ready(&self.opts),
+        }
+    }
+
+    /// A worker parked by an earlier call of `key` (reuse), else [`Pool::take`].
+    pub fn take_for(&self, key: &str) -> Result<ReadyWorker, CallError> {
+        let parked = {
+            let mut st = self.lock();
+            let mut found = None;
+            if let Some(list) = st.parked.get_mut(key) {
+                while let Some(mut w) = list.pop() {
+                    if w.is_alive() {
+                        found = Some(w);
+                        break;
+                    }
+                }
+            }
+            found
+        };
+        match parked {
+            Some(w) => Ok(w),
+            None => self.take(),
+        }
+    }
+
+    /// Parks a worker that may serve another call of `key`; beyond the bound it is let go.
+    pub fn park(&self, key: &str, w: ReadyWorker) {
+        let mut st = self.lock();
+        if st.stopping {
+            return;
+        }
+        let list = st.parked.entry(key.to_string()).or_default();
+        if list.len() < self.target.max(1) {
+            list.push(w);
         }
     }
 
@@ -118,7 +154,11 @@ impl Pool {
         let idle: Vec<ReadyWorker> = {
             let mut st = self.lock();
             st.stopping = true;
-            st.ready.drain(..).collect()
+            let mut all: Vec<ReadyWorker> = st.ready.drain(..).collect();
+            for (_, list) in st.parked.drain() {
+                all.extend(list);
+            }
+            all
         };
         self.wake.notify_all();
         drop(idle);

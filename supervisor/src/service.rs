@@ -175,6 +175,7 @@ pub struct Service {
     sources: Vec<Source>,
     published: RwLock<Arc<Published>>,
     audit: Option<AuditLog>,
+    reuse: u32,
     running: tokio::sync::Semaphore,
     waiting: AtomicUsize,
     inflight: AtomicUsize,
@@ -198,11 +199,12 @@ impl Service {
         config: Config,
         opts: ExecOptions,
         pool_size: usize,
+        reuse: u32,
         sources: Vec<Source>,
         audit: Option<AuditLog>,
     ) -> Arc<Service> {
         let published = publish(&sources, &config);
-        let pool = Pool::start(opts.worker_exe.clone(), pool_size);
+        let pool = Pool::start(opts.clone(), pool_size);
         Arc::new(Service {
             config,
             opts,
@@ -210,6 +212,7 @@ impl Service {
             sources,
             published: RwLock::new(Arc::new(published)),
             audit,
+            reuse: reuse.max(1),
             running: tokio::sync::Semaphore::new(pool_size.max(1)),
             waiting: AtomicUsize::new(0),
             inflight: AtomicUsize::new(0),
@@ -374,24 +377,26 @@ impl Service {
         }
 
         let me = self.clone();
-        let job = prepared.job;
+        let mut job = prepared.job;
         let mask = secrets.clone();
+        let key = tool.spec.name.clone();
         let outcome = tokio::task::spawn_blocking(move || {
-            let worker = match me.pool.take() {
-                Ok(w) => w,
-                Err(e) => return Err(e),
+            let worker = if me.reuse > 1 {
+                me.pool.take_for(&key)?
+            } else {
+                me.pool.take()?
             };
-            Ok(exec::run_on(
-                worker,
-                &job,
-                &me.opts,
-                Some(&cancel),
-                &mut |ev| {
-                    if let exec::Event::Console(level, line) = ev {
-                        console(level, mask.mask(line));
-                    }
-                },
-            ))
+            // Reuse: the worker waits for another call of this tool after this one.
+            job.keep_alive = worker.served + 1 < me.reuse;
+            let (out, kept) = exec::run_keeping(worker, &job, &me.opts, Some(&cancel), &mut |ev| {
+                if let exec::Event::Console(level, line) = ev {
+                    console(level, mask.mask(line));
+                }
+            });
+            if let Some(w) = kept {
+                me.pool.park(&key, w);
+            }
+            Ok::<_, exec::CallError>(out)
         })
         .await;
         let reply = match outcome {
@@ -452,6 +457,10 @@ impl Service {
             "tool call"
         );
         reply
+    }
+
+    pub fn reuse(&self) -> u32 {
+        self.reuse
     }
 
     /// Calls that have arrived and not yet been answered.

@@ -44,7 +44,7 @@ def test_list_call_errors_and_console_through_the_daemon(daemon: Daemon, mode: s
         tools = (await c.list_tools()).tools
         names = [t.name for t in tools]
         # ACTIVE specs only (no draft, no missing-env spec), in a stable order.
-        assert names == ["always-fails", "echo-console", "slow", "with-secret", "writer"]
+        assert names == ["always-fails", "echo-console", "leaky", "slow", "with-secret", "writer"]
         echo = next(t for t in tools if t.name == "echo-console")
         assert echo.input_schema == {
             "type": "object",

@@ -52,6 +52,11 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// Stands in for a warm engine that has been taken.
+    pub fn placeholder() -> Failure {
+        Failure::new(Code::WorkerCrashed, "no warm engine")
+    }
+
     fn new(code: Code, message: impl Into<String>) -> Failure {
         Failure {
             code,
@@ -67,6 +72,24 @@ pub enum Returned {
     Json(String),
 }
 
+/// A runtime and context made before the job is known (nothing of any tool is in them yet);
+/// limits, handlers and globals are set when the job arrives.
+pub struct Warm {
+    // Field order matters: the context must drop before the runtime.
+    context: Context,
+    runtime: Runtime,
+}
+
+impl Warm {
+    pub fn new() -> Result<Warm, Failure> {
+        let runtime = Runtime::new()
+            .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS runtime: {e}")))?;
+        let context = Context::custom::<Intrinsics>(&runtime)
+            .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS context: {e}")))?;
+        Ok(Warm { context, runtime })
+    }
+}
+
 pub struct Engine {
     // Field order matters: the context must drop before the runtime.
     context: Context,
@@ -77,11 +100,18 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Builds the runtime and context. `deadline` is the absolute end of the call.
-    pub fn new(job: &Job, deadline: Instant, channel: &Rc<Channel>) -> Result<Engine, Failure> {
+    /// Sets a warm runtime up for `job`. `deadline` is the absolute end of the call.
+    pub fn bind(
+        warm: Warm,
+        job: &Job,
+        deadline: Instant,
+        channel: &Rc<Channel>,
+    ) -> Result<Engine, Failure> {
         let l = &job.limits;
-        let rt = Runtime::new()
-            .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS runtime: {e}")))?;
+        let Warm {
+            context,
+            runtime: rt,
+        } = warm;
         rt.set_memory_limit(l.memory_bytes as usize);
         rt.set_max_stack_size(l.stack_bytes as usize);
         let stop: Rc<Cell<Option<Stop>>> = Rc::new(Cell::new(None));
@@ -105,8 +135,6 @@ impl Engine {
             }
             s.get().is_some()
         })));
-        let context = Context::custom::<Intrinsics>(&rt)
-            .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS context: {e}")))?;
         let console = ConsoleState::new(
             channel.clone(),
             console_over.clone(),

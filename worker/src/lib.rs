@@ -36,14 +36,29 @@ fn fail(channel: &Channel, code: Code, message: impl Into<String>) -> i32 {
     0
 }
 
+/// `stsd worker --uid N --gid N`: the user a root worker switches to (the supervisor's
+/// configuration; a job that names another is refused).
+fn ids_from_args() -> (u32, u32) {
+    let args: Vec<String> = std::env::args().collect();
+    let get = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(65534)
+    };
+    (get("--uid"), get("--gid"))
+}
+
 /// The worker's whole life. Returns the process exit code.
 pub fn run() -> i32 {
     let parent = nix::unistd::getppid().as_raw() as u32;
     // SAFETY: the supervisor placed the socket on fd 3 and nothing else in this process owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(WORKER_SOCKET_FD) };
-    if os::close_other_fds().is_err() {
-        return 70;
-    }
+    let (uid, gid) = ids_from_args();
+    // Everything that does not depend on the tool happens before Ready, off the request path.
+    let prepared = os::prepare(uid, gid, parent);
+    let mut warm = engine::Warm::new();
     let channel = Rc::new(Channel::new(fd));
     if channel
         .send(&FromWorker::Ready {
@@ -53,71 +68,110 @@ pub fn run() -> i32 {
     {
         return 71;
     }
-    let job = match channel.recv() {
-        Ok(ToWorker::Job(job)) => job,
-        Err(_) => return 72,
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = channel.recv();
+            return fail(
+                &channel,
+                Code::SandboxUnavailable,
+                format!(
+                    "the OS sandbox cannot be fully enforced here, so the tool was not run: {}",
+                    e.0
+                ),
+            );
+        }
     };
-    let started = Instant::now();
-    let deadline = started + Duration::from_millis(job.limits.timeout_ms);
+    let mut confined: Option<stsd_protocol::frames::SandboxSpec> = None;
+    loop {
+        let job = match channel.recv() {
+            Ok(ToWorker::Job(job)) => job,
+            Err(_) => return 0, // the supervisor closed the socket: done
+        };
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(job.limits.timeout_ms);
+        if job.attack.is_some() && !ATTACK_MODE {
+            return fail(
+                &channel,
+                Code::InvalidInput,
+                "this build has no attack mode",
+            );
+        }
+        match &confined {
+            None => {
+                if let Err(e) = os::confine(&prepared, &job.sandbox, &job.limits) {
+                    return fail(
+                        &channel,
+                        Code::SandboxUnavailable,
+                        format!("the OS sandbox cannot be fully enforced here, so the tool was not run: {}", e.0),
+                    );
+                }
+                confined = Some(job.sandbox.clone());
+            }
+            // A reused worker only ever runs jobs of the posture it is confined to.
+            Some(s) if *s != job.sandbox => {
+                return fail(
+                    &channel,
+                    Code::SandboxUnavailable,
+                    "a reused worker was sent a job of another posture",
+                );
+            }
+            Some(_) => {}
+        }
+        let profile_us = started.elapsed().as_micros() as u64;
+        if channel.send(&FromWorker::Confined).is_err() {
+            return 73;
+        }
 
-    if job.attack.is_some() && !ATTACK_MODE {
-        return fail(
-            &channel,
-            Code::InvalidInput,
-            "this build has no attack mode",
-        );
-    }
-    if let Err(e) = os::apply(&job.sandbox, &job.limits, parent) {
-        return fail(
-            &channel,
-            Code::SandboxUnavailable,
-            format!(
-                "the OS sandbox cannot be fully enforced here, so the tool was not run: {}",
-                e.0
-            ),
-        );
-    }
-    let profile_us = started.elapsed().as_micros() as u64;
-    if channel.send(&FromWorker::Confined).is_err() {
-        return 73;
-    }
+        #[cfg(all(feature = "attack", debug_assertions))]
+        if let Some(probe) = &job.attack {
+            let outcome = attack::run(probe, &job.sandbox.base_path, parent);
+            let _ = channel.send(&FromWorker::Probe {
+                name: probe.clone(),
+                outcome,
+            });
+            return 0;
+        }
 
-    #[cfg(all(feature = "attack", debug_assertions))]
-    if let Some(probe) = &job.attack {
-        let outcome = attack::run(probe, &job.sandbox.base_path, parent);
-        let _ = channel.send(&FromWorker::Probe {
-            name: probe.clone(),
-            outcome,
-        });
-        return 0;
-    }
-
-    let t_ctx = Instant::now();
-    let engine = match engine::Engine::new(&job, deadline, &channel) {
-        Ok(e) => e,
-        Err(f) => return fail(&channel, f.code, f.message),
-    };
-    let context_us = t_ctx.elapsed().as_micros() as u64;
-    let t_run = Instant::now();
-    let outcome = engine.run(&job);
-    let run_us = t_run.elapsed().as_micros() as u64;
-    let sent = match outcome {
-        Ok(r) => engine::send_result(&channel, &r),
-        Err(f) => channel.send(&FromWorker::Error {
-            code: f.code.as_str().into(),
-            message: f.message,
-            stack: f.stack,
-        }),
-    };
-    let _ = channel.send(&FromWorker::Timings(WorkerTimings {
-        profile_us,
-        context_us,
-        run_us,
-    }));
-    drop(engine);
-    if sent.is_err() {
-        74
-    } else {
-        0
+        let t_ctx = Instant::now();
+        let w = match std::mem::replace(&mut warm, Err(engine::Failure::placeholder())) {
+            Ok(w) => w,
+            Err(_) => match engine::Warm::new() {
+                Ok(w) => w,
+                Err(f) => return fail(&channel, f.code, f.message),
+            },
+        };
+        let engine = match engine::Engine::bind(w, &job, deadline, &channel) {
+            Ok(e) => e,
+            Err(f) => return fail(&channel, f.code, f.message),
+        };
+        let context_us = t_ctx.elapsed().as_micros() as u64;
+        let t_run = Instant::now();
+        let outcome = engine.run(&job);
+        let run_us = t_run.elapsed().as_micros() as u64;
+        let clean = outcome.is_ok() || matches!(&outcome, Err(f) if f.code == Code::JsError);
+        let sent = match outcome {
+            Ok(r) => engine::send_result(&channel, &r),
+            Err(f) => channel.send(&FromWorker::Error {
+                code: f.code.as_str().into(),
+                message: f.message,
+                stack: f.stack,
+            }),
+        };
+        let _ = channel.send(&FromWorker::Timings(WorkerTimings {
+            profile_us,
+            context_us,
+            run_us,
+        }));
+        drop(engine);
+        if sent.is_err() {
+            return 74;
+        }
+        // Only a call that ended cleanly leaves a worker fit for another.
+        if !job.keep_alive || !clean {
+            return 0;
+        }
+        // The next call's context, made now, while nobody waits.
+        warm = engine::Warm::new();
     }
 }

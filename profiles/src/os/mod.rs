@@ -8,7 +8,7 @@ pub mod seccomp;
 
 use privileges::RLimits;
 use std::path::Path;
-use stsd_protocol::frames::{JobLimits, SandboxSpec};
+use stsd_protocol::frames::{FsAccess, JobLimits, SandboxSpec};
 
 /// The fd the worker's socket sits on; every other fd above stderr is closed.
 pub const WORKER_SOCKET_FD: i32 = 3;
@@ -56,32 +56,73 @@ pub fn close_other_fds() -> Result<(), SandboxUnavailable> {
     Ok(())
 }
 
-/// Applies the whole profile. After this returns Ok, the process can never regain anything.
-pub fn apply(
+/// The posture-independent half of the profile, done before the worker reports Ready (no
+/// tool is known yet, and none of its code has been seen): every other fd closed, the worker
+/// user and no capabilities, no_new_privs, not dumpable, the parent-death signal, and every
+/// posture's seccomp program compiled (compiling allocates and parses; it is kept off the
+/// request path).
+pub struct Prepared {
+    uid: u32,
+    gid: u32,
+    enosys: seccompiler::BpfProgram,
+    programs: Vec<(FsAccess, seccompiler::BpfProgram)>,
+}
+
+pub fn prepare(uid: u32, gid: u32, parent_pid: u32) -> Result<Prepared, SandboxUnavailable> {
+    let fail = |e: String| SandboxUnavailable(e);
+    close_other_fds()?;
+    privileges::switch_user(uid, gid).map_err(fail)?;
+    privileges::clear_capabilities().map_err(fail)?;
+    privileges::lock_process(parent_pid).map_err(fail)?;
+    let pid = std::process::id();
+    let mut programs = Vec::with_capacity(4);
+    for fs in [
+        FsAccess::None,
+        FsAccess::ReadOnly,
+        FsAccess::WriteOnly,
+        FsAccess::ReadWrite,
+    ] {
+        programs.push((fs, seccomp::program_for(fs, pid).map_err(fail)?));
+    }
+    Ok(Prepared {
+        uid,
+        gid,
+        enosys: seccomp::enosys_program().map_err(fail)?,
+        programs,
+    })
+}
+
+/// The posture's half, applied when the job arrives and before its code is parsed: rlimits,
+/// Landlock, then seccomp. After this returns Ok, the process can never regain anything.
+pub fn confine(
+    prep: &Prepared,
     spec: &SandboxSpec,
     limits: &JobLimits,
-    parent_pid: u32,
 ) -> Result<(), SandboxUnavailable> {
     let fail = |e: String| SandboxUnavailable(e);
+    if (spec.uid, spec.gid) != (prep.uid, prep.gid) {
+        return Err(fail(format!(
+            "the job asks for uid/gid {}/{} but this worker runs as {}/{}",
+            spec.uid, spec.gid, prep.uid, prep.gid
+        )));
+    }
     let base = Path::new(&spec.base_path);
-    if spec.fs != stsd_protocol::frames::FsAccess::None && !base.is_absolute() {
+    if spec.fs != FsAccess::None && !base.is_absolute() {
         return Err(fail(format!(
             "base path {} is not absolute",
             spec.base_path
         )));
     }
-    close_other_fds()?;
-    privileges::switch_user(spec.uid, spec.gid).map_err(fail)?;
-    privileges::clear_capabilities().map_err(fail)?;
-    privileges::lock_process(parent_pid).map_err(fail)?;
     privileges::apply_rlimits(&rlimits_for(spec, limits)).map_err(fail)?;
     landlock::restrict(spec.fs, base).map_err(fail)?;
-    // Compiled before it is applied: compiling allocates, and nothing after this point may
-    // need a call the filter forbids.
-    let enosys = seccomp::enosys_program().map_err(fail)?;
-    let program = seccomp::program_for(spec.fs, std::process::id()).map_err(fail)?;
+    let program = prep
+        .programs
+        .iter()
+        .find(|(fs, _)| *fs == spec.fs)
+        .map(|(_, p)| p)
+        .ok_or_else(|| fail("no seccomp program for this posture".into()))?;
     // The ENOSYS filter first: once the allowlist is in, seccomp() itself is forbidden.
-    seccompiler::apply_filter(&enosys).map_err(|e| fail(format!("seccomp: {e}")))?;
-    seccompiler::apply_filter(&program).map_err(|e| fail(format!("seccomp: {e}")))?;
+    seccompiler::apply_filter(&prep.enosys).map_err(|e| fail(format!("seccomp: {e}")))?;
+    seccompiler::apply_filter(program).map_err(|e| fail(format!("seccomp: {e}")))?;
     Ok(())
 }

@@ -23,6 +23,20 @@ pub struct ExecOptions {
     /// The stsd binary to exec as a worker.
     pub worker_exe: PathBuf,
     pub kill_grace: Duration,
+    /// The user a worker switches to when the supervisor runs as root.
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl ExecOptions {
+    pub fn new(worker_exe: PathBuf, config: &stsd_profiles::Config) -> ExecOptions {
+        ExecOptions {
+            worker_exe,
+            kill_grace: Duration::from_millis(config.worker.kill_grace_ms),
+            uid: config.worker.uid,
+            gid: config.worker.gid,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,6 +160,8 @@ pub struct ReadyWorker {
     socket: std::os::fd::OwnedFd,
     /// spawn() until Ready, in microseconds.
     pub spawn_us: u64,
+    /// Calls this worker has served (reuse).
+    pub served: u32,
 }
 
 impl ReadyWorker {
@@ -169,16 +185,35 @@ impl Drop for ReadyWorker {
     }
 }
 
+/// Finished workers are killed and reaped here, off the reply path.
+fn reap_later(w: ReadyWorker) {
+    use std::sync::mpsc::{channel, Sender};
+    use std::sync::{Mutex, OnceLock};
+    static REAPER: OnceLock<Mutex<Sender<ReadyWorker>>> = OnceLock::new();
+    let tx = REAPER.get_or_init(|| {
+        let (tx, rx) = channel::<ReadyWorker>();
+        let _ = std::thread::Builder::new()
+            .name("stsd-reaper".into())
+            .spawn(move || rx.into_iter().for_each(drop));
+        Mutex::new(tx)
+    });
+    let tx = tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Err(back) = tx.send(w) {
+        drop(back.0); // no reaper thread: reap inline
+    }
+}
+
 /// Execs a worker and waits for its Ready frame.
-pub fn spawn_ready(exe: &std::path::Path) -> Result<ReadyWorker, CallError> {
+pub fn spawn_ready(opts: &ExecOptions) -> Result<ReadyWorker, CallError> {
     let t0 = Instant::now();
-    let Spawned { child, socket } = spawn_worker(exe)
+    let Spawned { child, socket } = spawn_worker(&opts.worker_exe, opts.uid, opts.gid)
         .map_err(|e| CallError::new(Code::WorkerCrashed, format!("cannot start a worker: {e}")))?;
     // From here on, dropping `w` kills and reaps the process.
     let mut w = ReadyWorker {
         child,
         socket,
         spawn_us: 0,
+        served: 0,
     };
     let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
     let problem = match recv_until(&w.socket, t0 + READY_TIMEOUT, &mut buf) {
@@ -201,7 +236,7 @@ pub fn spawn_ready(exe: &std::path::Path) -> Result<ReadyWorker, CallError> {
 /// Runs one job in a fresh worker. Never panics on anything the worker does.
 pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>)) -> CallOutcome {
     let t0 = Instant::now();
-    match spawn_ready(&opts.worker_exe) {
+    match spawn_ready(opts) {
         Ok(w) => {
             let mut out = run_on(w, job, opts, None, on_event);
             out.timings.total_us = t0.elapsed().as_micros() as u64;
@@ -220,12 +255,28 @@ pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>
 /// Runs one job on a ready worker, which is used up by it. `cancel`, when set by another
 /// thread, kills the worker and ends the call (the caller went away).
 pub fn run_on(
-    mut w: ReadyWorker,
+    w: ReadyWorker,
     job: &Job,
     opts: &ExecOptions,
     cancel: Option<&std::sync::atomic::AtomicBool>,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> CallOutcome {
+    let (out, kept) = run_keeping(w, job, opts, cancel, on_event);
+    if let Some(w) = kept {
+        reap_later(w);
+    }
+    out
+}
+
+/// Like [`run_on`], but when the job asked for `keep_alive` and ended cleanly (a result, or a
+/// JS error), the worker comes back for another call of the same posture.
+pub fn run_keeping(
+    mut w: ReadyWorker,
+    job: &Job,
+    opts: &ExecOptions,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> (CallOutcome, Option<ReadyWorker>) {
     let t0 = Instant::now();
     let mut out = CallOutcome {
         result: Err(CallError::new(Code::WorkerCrashed, "worker did not start")),
@@ -368,17 +419,30 @@ pub fn run_on(
             out.timings.worker = t;
         }
     }
-    let pid = Pid::from_raw(w.pid() as i32);
-    let status = match w.child.try_wait() {
-        Ok(Some(s)) => Some(s),
-        _ => {
-            // Still running after its outcome (or past its deadline, cancelled, or
-            // misbehaving): kill, then reap.
-            let _ = kill(pid, Signal::SIGKILL);
-            w.child.wait().ok()
+    let clean = matches!(&settled, Some(Ok(_)))
+        || matches!(&settled, Some(Err(e)) if e.code == Code::JsError);
+    let mut kept = None;
+    let mut status = None;
+    if settled.is_some() && protocol_error.is_none() && !killed_at_deadline {
+        if job.keep_alive && clean && w.is_alive() {
+            w.served += 1;
+            kept = Some(w);
+        } else {
+            // The outcome is known; killing and reaping need not delay the reply.
+            reap_later(w);
         }
-    };
-    drop(w);
+    } else {
+        // No outcome: the exit status says what happened.
+        let pid = Pid::from_raw(w.pid() as i32);
+        status = match w.child.try_wait() {
+            Ok(Some(s)) => Some(s),
+            _ => {
+                let _ = kill(pid, Signal::SIGKILL);
+                w.child.wait().ok()
+            }
+        };
+        drop(w);
+    }
     out.timings.total_us = out.timings.spawn_us + t0.elapsed().as_micros() as u64;
 
     out.result = match (settled, protocol_error) {
@@ -400,7 +464,7 @@ pub fn run_on(
         )),
         (None, None) => Err(death_cause(status)),
     };
-    out
+    (out, kept)
 }
 
 fn death_cause(status: Option<std::process::ExitStatus>) -> CallError {

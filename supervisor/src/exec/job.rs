@@ -178,6 +178,7 @@ pub fn prepare(
             ..JobLimits::default()
         },
         attack: None,
+        keep_alive: false,
     };
     Ok(Prepared { job, secrets })
 }

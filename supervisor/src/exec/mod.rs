@@ -5,6 +5,6 @@ pub mod job;
 pub mod spawn;
 
 pub use call::{
-    run_job, run_on, spawn_ready, CallError, CallOutcome, CallValue, Event, ExecOptions,
-    ReadyWorker,
+    run_job, run_keeping, run_on, spawn_ready, CallError, CallOutcome, CallValue, Event,
+    ExecOptions, ReadyWorker,
 };

@@ -14,7 +14,7 @@ pub struct Spawned {
     pub socket: OwnedFd,
 }
 
-pub fn spawn_worker(exe: &Path) -> std::io::Result<Spawned> {
+pub fn spawn_worker(exe: &Path, uid: u32, gid: u32) -> std::io::Result<Spawned> {
     let (parent, child_end) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -25,6 +25,7 @@ pub fn spawn_worker(exe: &Path) -> std::io::Result<Spawned> {
     let child_raw = child_end.as_raw_fd();
     let mut cmd = Command::new(exe);
     cmd.arg("worker")
+        .args(["--uid", &uid.to_string(), "--gid", &gid.to_string()])
         .env_clear()
         // Tools see UTC; nothing of the host's environment crosses over.
         .env("TZ", "UTC")
