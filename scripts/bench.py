@@ -1,0 +1,226 @@
+"""The benchmark driver behind scripts/bench (see there). Run from the repository root."""
+
+import json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, threading, time
+
+ROOT = os.getcwd()
+STSD = os.path.join(ROOT, "target/release/stsd")
+SPEC = os.path.join(ROOT, "supervisor/catalog/examples.json")
+BODY = next(s for s in json.load(open(SPEC)) if s["name"] == "stats-summary")["code"]
+ARGS = {"numbers": [3, 1, 4, 1, 5, 9, 2, 6]}
+N1 = int(os.environ.get("N", "400"))      # calls at concurrency 1
+N8 = int(os.environ.get("N8", "200"))     # calls per client at concurrency 8
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
+
+
+# ---------------------------------------------------------------- stsd over the socket
+def stsd_daemon(reuse):
+    d = tempfile.mkdtemp(prefix="stsd-bench-")
+    sock = os.path.join(d, "s.sock")
+    cfg = os.path.join(d, "c.toml")
+    open(cfg, "w").write(f'[daemon]\naudit_log = "{d}/audit.jsonl"\n')
+    p = subprocess.Popen([STSD, "--config", cfg, "--socket", sock, "--pool", str(os.cpu_count() or 2),
+                          "--worker-reuse", str(reuse)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(500):
+        try:
+            socket.socket(socket.AF_UNIX).connect(sock)
+            break
+        except OSError:
+            time.sleep(0.01)
+    time.sleep(0.5)  # let the pool warm
+    return p, sock
+
+
+def stsd_client(sock, n, lat, i0=0):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sock)
+    f = s.makefile("rb")
+    for i in range(n):
+        msg = {"jsonrpc": "2.0", "id": i0 + i, "method": "tools/call",
+               "params": {"name": "stats-summary", "arguments": ARGS, "_meta": META}}
+        t = time.perf_counter()
+        s.sendall((json.dumps(msg) + "\n").encode())
+        line = f.readline()
+        lat.append(time.perf_counter() - t)
+        if b'"isError":false' not in line:
+            sys.exit(f"stsd call failed: {line[:300]}")
+    s.close()
+
+
+def run_conc(fn, conc, n):
+    lat, ths = [], []
+    for k in range(conc):
+        ths.append(threading.Thread(target=fn, args=(n, lat)))
+    t0 = time.perf_counter()
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    return lat, len(lat) / (time.perf_counter() - t0)
+
+
+def idle_worker_memory(daemon_pid):
+    """RSS and PSS (KiB) of the daemon's idle pre-warmed workers (not yet under seccomp)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            if int(stat[1]) != daemon_pid:
+                continue
+            status = open(f"/proc/{pid}/status").read()
+            if re.search(r"^Seccomp:\s+2", status, re.M):
+                continue
+            rss = int(re.search(r"^VmRSS:\s+(\d+)", status, re.M).group(1))
+            pss = int(re.search(r"^Pss:\s+(\d+)", open(f"/proc/{pid}/smaps_rollup").read(), re.M).group(1))
+            out.append((rss, pss))
+        except (OSError, AttributeError, IndexError, ValueError):
+            pass
+    return out
+
+
+def bench_stsd(reuse):
+    p, sock = stsd_daemon(reuse)
+    try:
+        lat1, _ = run_conc(lambda n, lat: stsd_client(sock, n, lat), 1, N1)
+        _, rate8 = run_conc(lambda n, lat: stsd_client(sock, n, lat), 8, N8)
+        time.sleep(0.5)
+        mem = idle_worker_memory(p.pid)
+    finally:
+        p.terminate()
+        p.wait()
+    return lat1, rate8, mem
+
+
+# ---------------------------------------------------------------- isolated-vm
+IVM_JS = r"""
+const ivm = require(process.argv[2]);
+const body = process.argv[3], mode = process.argv[4], n1 = +process.argv[5], n8 = +process.argv[6];
+const src = "(async function(numbers){\n" + body + "\n})(" + JSON.stringify([3,1,4,1,5,9,2,6]) + ").then(r => JSON.stringify(r))";
+let shared = null;
+async function call() {
+  let iso = shared;
+  if (mode === "fresh") iso = new ivm.Isolate({ memoryLimit: 128 });
+  const ctx = await iso.createContext();
+  const out = await ctx.eval(src, { promise: true, timeout: 30000 });
+  ctx.release();
+  if (mode === "fresh") iso.dispose();
+  if (!out.includes("count")) throw new Error("bad result " + out);
+}
+(async () => {
+  if (mode === "reuse") shared = new ivm.Isolate({ memoryLimit: 128 });
+  for (let i = 0; i < 20; i++) await call();
+  const lat = [];
+  for (let i = 0; i < n1; i++) { const t = process.hrtime.bigint(); await call(); lat.push(Number(process.hrtime.bigint() - t) / 1e6); }
+  // Concurrency 8: eight loops in flight; isolated-vm runs isolates on its own thread pool.
+  const t0 = process.hrtime.bigint();
+  const loops = [];
+  for (let k = 0; k < 8; k++) loops.push((async () => {
+    let iso = mode === "reuse" ? new ivm.Isolate({ memoryLimit: 128 }) : null;
+    for (let i = 0; i < n8; i++) {
+      const is = iso || new ivm.Isolate({ memoryLimit: 128 });
+      const ctx = await is.createContext();
+      await ctx.eval(src, { promise: true, timeout: 30000 });
+      ctx.release();
+      if (!iso) is.dispose();
+    }
+  })());
+  await Promise.all(loops);
+  const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+  console.log(JSON.stringify({ lat, rate8: 8 * n8 / secs }));
+})().catch(e => { console.error(e); process.exit(1); });
+"""
+
+
+def bench_ivm(mode):
+    mod = os.path.join(ROOT, "target/bench/node_modules/isolated-vm")
+    if not os.path.isdir(mod) or not shutil.which("node"):
+        return None
+    script = os.path.join(ROOT, "target/bench/ivm-bench.js")
+    open(script, "w").write(IVM_JS)
+    out = subprocess.run(["node", script, mod, BODY, mode, str(N1), str(N8)], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"isolated-vm {mode} failed: {out.stderr[-500:]}", file=sys.stderr)
+        return None
+    r = json.loads(out.stdout)
+    return [x / 1000 for x in r["lat"]], r["rate8"], None
+
+
+# ---------------------------------------------------------------- bubblewrap + node per call
+def bench_bwrap():
+    if not shutil.which("bwrap") or not shutil.which("node"):
+        return None
+    src = "(async function(numbers){\n" + BODY + "\n})(" + json.dumps(ARGS["numbers"]) + ").then(r=>console.log(JSON.stringify(r)))"
+    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+           "--unshare-all", "--die-with-parent", "--new-session", "node", "-e", src]
+    probe = subprocess.run(cmd, capture_output=True, text=True)
+    if probe.returncode != 0:
+        print(f"bwrap failed: {probe.stderr[-300:]}", file=sys.stderr)
+        return None
+
+    def one(n, lat):
+        for _ in range(n):
+            t = time.perf_counter()
+            subprocess.run(cmd, capture_output=True, check=True)
+            lat.append(time.perf_counter() - t)
+
+    n1 = max(20, N1 // 10)
+    lat1, _ = run_conc(one, 1, n1)
+    _, rate8 = run_conc(one, 8, max(5, N8 // 20))
+    return lat1, rate8, None
+
+
+def run_breakdown():
+    keys = ["spawn+exec", "profile", "context", "body", "total"]
+    parts = {k: [] for k in keys}
+    walls = []
+    for _ in range(30):
+        t0 = time.perf_counter()
+        p = subprocess.run([STSD, "run", SPEC, "--tool", "stats-summary", "--arg", "numbers=[3,1,4,1,5,9,2,6]", "--timings"],
+                           capture_output=True, text=True)
+        walls.append((time.perf_counter() - t0) * 1e6)
+        m = re.search(r"spawn\+exec (\d+) us, profile (\d+) us, context (\d+) us, body (\d+) us, total (\d+) us", p.stderr)
+        for k, v in zip(keys, m.groups()):
+            parts[k].append(int(v))
+    med = statistics.median
+    print("\none `stsd run` process (stats-summary), median of 30, microseconds")
+    print(f"  whole process, wall clock                 {med(walls):8.0f}")
+    print(f"  worker spawn+exec+prepare to Ready        {med(parts['spawn+exec']):8.0f}")
+    print(f"  apply the posture (rlimits, Landlock, seccomp) {med(parts['profile']):8.0f}")
+    print(f"  bind the pre-made QuickJS context         {med(parts['context']):8.0f}")
+    print(f"  run the body                              {med(parts['body']):8.0f}")
+
+
+def main():
+    print(f"machine: {os.cpu_count()} cores; calls: {N1} at concurrency 1, 8 x {N8} at concurrency 8")
+    rows = [
+        ("stsd one-shot (socket)", bench_stsd(1)),
+        ("stsd reuse (socket)", bench_stsd(1000)),
+        ("isolated-vm fresh isolate", bench_ivm("fresh")),
+        ("isolated-vm reused isolate", bench_ivm("reuse")),
+        ("bubblewrap + node per call", bench_bwrap()),
+    ]
+    base = rows[0][1]
+    print(f"\n{'runtime':<30} {'p50 ms':>8} {'p99 ms':>8} {'calls/s c=8':>12} {'p50 vs stsd one-shot':>22}")
+    for name, r in rows:
+        if r is None:
+            print(f"{name:<30} {'(not available)':>30}")
+            continue
+        lat, rate8, _ = r
+        p50, p99 = pct(lat, 0.5) * 1000, pct(lat, 0.99) * 1000
+        ratio = p50 / (pct(base[0], 0.5) * 1000)
+        print(f"{name:<30} {p50:8.3f} {p99:8.3f} {rate8:12.0f} {ratio:21.2f}x")
+    mem = rows[0][1][2]
+    if mem:
+        rss = statistics.median(m[0] for m in mem)
+        pss = statistics.median(m[1] for m in mem)
+        print(f"\nidle pre-warmed stsd worker: RSS {rss/1024:.1f} MiB, PSS {pss/1024:.1f} MiB (median of {len(mem)})")
+    run_breakdown()
+
+
+main()
