@@ -106,6 +106,22 @@ impl Handler {
         }
     }
 
+    /// Sends one console line as `notifications/message` on the request's own stream.
+    async fn console_line(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        tool: &str,
+        level: ConsoleLevel,
+        line: String,
+    ) {
+        let lvl = level_of(level);
+        if self.wants(ctx, lvl) {
+            let p = LoggingMessageNotificationParam::new(lvl, json!(line))
+                .with_logger(tool.to_string());
+            let _ = ctx.peer.notify_logging_message(p).await;
+        }
+    }
+
     /// Whether a console line at `level` may go to this request's stream: in 2026-07-28 only
     /// when the request asked for logs; in legacy sessions at or above `logging/setLevel`.
     fn wants(&self, ctx: &RequestContext<RoleServer>, level: LoggingLevel) -> bool {
@@ -192,24 +208,13 @@ impl ServerHandler for Handler {
         let result = loop {
             tokio::select! {
                 r = &mut call => break r,
-                Some((level, line)) = rx.recv() => {
-                    let lvl = level_of(level);
-                    if self.wants(&ctx, lvl) {
-                        let p = LoggingMessageNotificationParam::new(lvl, json!(line)).with_logger(name.clone());
-                        let _ = ctx.peer.notify_logging_message(p).await;
-                    }
-                }
+                Some((level, line)) = rx.recv() => self.console_line(&ctx, &name, level, line).await,
             }
         };
         watcher.abort();
         // Lines that raced the result still go out, in order.
         while let Ok((level, line)) = rx.try_recv() {
-            let lvl = level_of(level);
-            if self.wants(&ctx, lvl) {
-                let p = LoggingMessageNotificationParam::new(lvl, json!(line))
-                    .with_logger(name.clone());
-                let _ = ctx.peer.notify_logging_message(p).await;
-            }
+            self.console_line(&ctx, &name, level, line).await;
         }
         match result {
             Err(CallFailure::UnknownTool(n)) => Err(ErrorData::invalid_params(
