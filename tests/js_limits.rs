@@ -286,6 +286,14 @@ return { names, stack, types: [typeof process, typeof require, typeof std, typeo
         "DisposableStack",
         "AsyncDisposableStack",
         "Iterator",
+        "DOMException",
+        // The always-available runtime globals (spec §8.3 encoding and crypto groups).
+        "TextEncoder",
+        "TextDecoder",
+        "atob",
+        "btoa",
+        "crypto",
+        "structuredClone",
     ];
     let extra: Vec<&String> = names
         .iter()

@@ -35,6 +35,7 @@ type Intrinsics = (
     intrinsic::TypedArrays,
     intrinsic::Promise,
     intrinsic::WeakRef,
+    intrinsic::DOMException,
 );
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +87,10 @@ impl Warm {
             .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS runtime: {e}")))?;
         let context = Context::custom::<Intrinsics>(&runtime)
             .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS context: {e}")))?;
+        // The always-available globals do not depend on the job: installed before Ready.
+        context
+            .with(|ctx| crate::globals::install(&ctx))
+            .map_err(|e| Failure::new(Code::WorkerCrashed, format!("runtime globals: {e}")))?;
         Ok(Warm { context, runtime })
     }
 }

@@ -1,0 +1,261 @@
+//! The always-available runtime globals (encoding, crypto, structuredClone): behaviour, error
+//! classes, and equality with node for the deterministic catalog tools that use them.
+
+use serde_json::{json, Value};
+use std::io::Write;
+use std::process::{Command, Stdio};
+use stsd::exec::{run_job, CallValue};
+use stsd::store::Catalog;
+use stsd_protocol::frames::FsAccess;
+use stsd_tests::{catalog_dir, exec_options, job, scratch_base};
+
+fn run_code(code: &str, args: Value, declared: &[&str]) -> Result<Value, String> {
+    let base = scratch_base();
+    let mut j = job(code, FsAccess::None, base.path());
+    j.args_json = args.to_string();
+    j.declared = declared.iter().map(|s| s.to_string()).collect();
+    match run_job(&j, &exec_options(), &mut |_| {}).result {
+        Ok(CallValue::Json(t)) => Ok(serde_json::from_str(&t).unwrap_or(Value::Null)),
+        Ok(CallValue::Undefined) => Ok(Value::Null),
+        Err(e) => Err(e.message),
+    }
+}
+
+fn ok(code: &str) -> Value {
+    run_code(code, json!({}), &[]).unwrap_or_else(|e| panic!("{code}: {e}"))
+}
+
+#[test]
+fn text_encoder_and_decoder() {
+    assert_eq!(
+        ok("return Array.from(new TextEncoder().encode('é€😀'));"),
+        json!([195, 169, 226, 130, 172, 240, 159, 152, 128])
+    );
+    assert_eq!(
+        ok("return new TextDecoder().decode(new Uint8Array([0xEF,0xBB,0xBF,104,105]));"),
+        "hi"
+    );
+    assert_eq!(ok("return new TextDecoder('utf-8', {ignoreBOM: true}).decode(new Uint8Array([0xEF,0xBB,0xBF,104])).length;"), 2);
+    // Malformed UTF-8: replacement characters, or a TypeError when fatal.
+    assert_eq!(
+        ok("return new TextDecoder().decode(new Uint8Array([0x61, 0xff, 0x62]));"),
+        "a\u{fffd}b"
+    );
+    assert_eq!(ok("try { new TextDecoder('utf-8', {fatal: true}).decode(new Uint8Array([0xff])); } catch (e) { return e.name; }"), "TypeError");
+    assert_eq!(
+        ok("try { new TextDecoder('latin1'); } catch (e) { return e.name; }"),
+        "RangeError"
+    );
+    assert_eq!(
+        ok("const d = new Uint8Array(3); return new TextEncoder().encodeInto('a€', d);"),
+        json!({"read": 1, "written": 1})
+    );
+}
+
+#[test]
+fn atob_and_btoa_follow_the_browsers() {
+    assert_eq!(ok("return btoa('hello world');"), "aGVsbG8gd29ybGQ=");
+    assert_eq!(ok("return btoa(String.fromCharCode(255, 0, 128));"), "/wCA");
+    assert_eq!(ok("return atob(' aGVs\\nbG8= ');"), "hello");
+    assert_eq!(
+        ok("return atob('aGVsbG8');"),
+        "hello",
+        "missing padding is forgiven"
+    );
+    for bad in [
+        "btoa('€')",
+        "atob('a')",
+        "atob('a*b=')",
+        "atob('aGVsbG8===')",
+    ] {
+        let code = format!("try {{ {bad}; return 'no error'; }} catch (e) {{ return [e.name, e instanceof DOMException]; }}");
+        assert_eq!(ok(&code), json!(["InvalidCharacterError", true]), "{bad}");
+    }
+}
+
+#[test]
+fn crypto_random_values_uuid_and_limits() {
+    // A real fill of the element width: 32-bit values above 255 appear.
+    assert_eq!(ok("const a = crypto.getRandomValues(new Uint32Array(64)); return a.some(x => x > 0xffff);"), true);
+    assert_eq!(
+        ok("const a = new Uint8Array(8); return crypto.getRandomValues(a) === a;"),
+        true
+    );
+    assert_eq!(
+        ok("try { crypto.getRandomValues(new Uint8Array(65537)); } catch (e) { return e.name; }"),
+        "QuotaExceededError"
+    );
+    assert_eq!(
+        ok("try { crypto.getRandomValues(new Float64Array(2)); } catch (e) { return e.name; }"),
+        "TypeMismatchError"
+    );
+    let re = "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$";
+    assert_eq!(
+        ok(&format!(
+            "const u = crypto.randomUUID(); return [/{re}/.test(u), u !== crypto.randomUUID()];"
+        )),
+        json!([true, true])
+    );
+}
+
+#[test]
+fn subtle_digest_sign_verify() {
+    let hex = "const h = (b) => Array.from(b, x => x.toString(16).padStart(2, '0')).join('');";
+    assert_eq!(
+        ok(&format!("{hex} return h(await crypto.subtle.digest('SHA-256', new TextEncoder().encode('abc')));")),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    assert_eq!(
+        ok(&format!(
+            "{hex} return h(await crypto.subtle.digest({{name: 'sha-1'}}, 'abc'));"
+        )),
+        "a9993e364706816aba3e25717850c26c9cd0d89d"
+    );
+    let code = format!(
+        "{hex} const k = await crypto.subtle.importKey('raw', new TextEncoder().encode('Jefe'), {{name: 'HMAC', hash: 'SHA-256'}}, false, ['sign']);
+         const data = new TextEncoder().encode('what do ya want for nothing?');
+         const sig = await crypto.subtle.sign('HMAC', k, data);
+         return [h(sig), await crypto.subtle.verify('HMAC', k, sig, data), await crypto.subtle.verify('HMAC', k, sig, 'other'), k.type, k.extractable];"
+    );
+    assert_eq!(
+        ok(&code),
+        json!([
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843",
+            true,
+            false,
+            "secret",
+            false
+        ])
+    );
+    assert_eq!(
+        ok("try { await crypto.subtle.digest('MD5', 'x'); } catch (e) { return e.name; }"),
+        "NotSupportedError"
+    );
+}
+
+#[test]
+fn structured_clone_handles_cycles_and_refuses_functions() {
+    let code = "const a = {d: new Date(5), m: new Map([[1, {x: [1, 2]}]]), s: new Set([3])}; a.self = a;
+                const c = structuredClone(a);
+                return [c !== a, c.self === c, c.d.getTime(), c.m.get(1).x, [...c.s], c.m.get(1) !== a.m.get(1)];";
+    assert_eq!(ok(code), json!([true, true, 5, [1, 2], [3], true]));
+    assert_eq!(
+        ok("try { structuredClone({f() {}}); } catch (e) { return e.name; }"),
+        "DataCloneError"
+    );
+}
+
+#[test]
+fn host_functions_are_not_reachable_from_the_tool() {
+    assert_eq!(
+        ok("return [typeof host, typeof utf8Encode, Object.keys(crypto).sort(), Object.isFrozen(crypto)];"),
+        json!(["undefined", "undefined", ["getRandomValues", "randomUUID", "subtle"], true])
+    );
+}
+
+/// Runs the same body under node and under stsd with the same arguments.
+fn node(code: &str, args: &Value, declared: &[String]) -> Result<Value, String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/node_oracle.js");
+    let mut child = Command::new("node")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("node: {e}"))?;
+    let input = json!({"code": code, "args": args, "declared": declared}).to_string();
+    child
+        .stdin
+        .take()
+        .map(|mut s| s.write_all(input.as_bytes()));
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("node output: {e}"))?;
+    if v["ok"] == true {
+        Ok(v["result"].clone())
+    } else {
+        Err(v["error"].as_str().unwrap_or_default().to_string())
+    }
+}
+
+#[test]
+fn deterministic_catalog_tools_match_node() {
+    let cases: &[(&str, &[Value])] = &[
+        (
+            "base64",
+            &[
+                json!({"text": "hello world"}),
+                json!({"text": "héllo ✓ 😀", "mode": "encode"}),
+                json!({"text": "aMOpbGxvIOKckyDwn5iA", "mode": "decode"}),
+            ],
+        ),
+        (
+            "hex",
+            &[
+                json!({"text": "hello"}),
+                json!({"text": "✓ é", "mode": "encode"}),
+                json!({"text": "68 65 6c 6c 6f", "mode": "decode"}),
+            ],
+        ),
+        (
+            "hash",
+            &[
+                json!({"text": "hello"}),
+                json!({"text": "", "algorithm": "SHA-384"}),
+                json!({"text": "日本語", "algorithm": "SHA-512"}),
+            ],
+        ),
+        (
+            "hmac",
+            &[
+                json!({"secret": "key", "text": "message"}),
+                json!({"secret": "s3cr3t", "text": "", "algorithm": "SHA-512"}),
+                json!({"secret": "日本", "text": "x", "algorithm": "SHA-384"}),
+            ],
+        ),
+        (
+            "jwtDecode",
+            &[
+                json!({"token": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"}),
+                json!({"token": "eyJhbGciOiJub25lIn0.eyJhIjoxfQ."}),
+                json!({"token": "not-a-token"}),
+            ],
+        ),
+        (
+            "jwtVerify",
+            &[
+                json!({"token": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c", "secret": "your-256-bit-secret"}),
+                json!({"token": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c", "secret": "wrong"}),
+                json!({"token": "a.b", "secret": "x"}),
+            ],
+        ),
+    ];
+    let cat = Catalog::load(&[catalog_dir().join("default-tool-specs-builtin-helpers.json")]);
+    let mut compared = 0;
+    for (name, arg_sets) in cases {
+        let spec = cat
+            .entries
+            .iter()
+            .filter_map(|e| e.validated.spec.as_ref())
+            .find(|s| s.name == *name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        let declared: Vec<String> = spec.params.iter().map(|p| p.name.clone()).collect();
+        let test_args: serde_json::Map<String, Value> =
+            stsd::exec::job::test_arguments(spec).unwrap_or_default();
+        let mut sets = vec![Value::Object(test_args)];
+        sets.extend(arg_sets.iter().cloned());
+        for args in sets {
+            let d: Vec<&str> = declared.iter().map(String::as_str).collect();
+            let ours = run_code(&spec.code, args.clone(), &d);
+            let theirs = node(&spec.code, &args, &declared);
+            match (&ours, &theirs) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{name} {args}"),
+                (Err(a), Err(b)) => assert!(
+                    a.ends_with(b.as_str()),
+                    "{name} {args}: stsd {a:?} vs node {b:?}"
+                ),
+                _ => panic!("{name} {args}: stsd {ours:?} vs node {theirs:?}"),
+            }
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 24);
+}

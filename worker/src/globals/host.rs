@@ -1,0 +1,180 @@
+//! The Rust half of the runtime globals: byte-level work done on the host with well-kept crates
+//! (base64, RustCrypto, getrandom, uuid). The JavaScript half (`prelude.js`) shapes the web
+//! APIs around these functions, which it receives as arguments and never puts on `globalThis`.
+
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use rquickjs::{Ctx, Exception, Function, Object, TypedArray};
+use sha1::Sha1;
+use sha2::{Digest, Sha256, Sha384, Sha512};
+
+/// Copies a Uint8Array's bytes out of the engine.
+fn bytes_of(ctx: &Ctx<'_>, a: &TypedArray<'_, u8>) -> rquickjs::Result<Vec<u8>> {
+    match a.as_raw() {
+        // SAFETY: the pointer is valid while no JavaScript runs, and none runs during the copy.
+        Some(p) => Ok(unsafe { p.as_ref() }.to_vec()),
+        None => Err(Exception::throw_type(ctx, "the buffer is detached")),
+    }
+}
+
+fn hash(alg: &str, data: &[u8]) -> Option<Vec<u8>> {
+    Some(match alg {
+        "SHA-1" => Sha1::digest(data).to_vec(),
+        "SHA-256" => Sha256::digest(data).to_vec(),
+        "SHA-384" => Sha384::digest(data).to_vec(),
+        "SHA-512" => Sha512::digest(data).to_vec(),
+        _ => return None,
+    })
+}
+
+fn hmac(alg: &str, key: &[u8], data: &[u8]) -> Option<Vec<u8>> {
+    macro_rules! mac {
+        ($h:ty) => {{
+            let mut m = <Hmac<$h>>::new_from_slice(key).ok()?;
+            m.update(data);
+            m.finalize().into_bytes().to_vec()
+        }};
+    }
+    Some(match alg {
+        "SHA-1" => mac!(Sha1),
+        "SHA-256" => mac!(Sha256),
+        "SHA-384" => mac!(Sha384),
+        "SHA-512" => mac!(Sha512),
+        _ => return None,
+    })
+}
+
+/// The host object handed to the prelude.
+pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
+    let host = Object::new(ctx.clone())?;
+    host.set(
+        "utf8Encode",
+        Function::new(ctx.clone(), |ctx: Ctx<'js>, s: String| {
+            TypedArray::<u8>::new(ctx, s.into_bytes())
+        })?,
+    )?;
+    host.set(
+        "utf8Decode",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>,
+             a: TypedArray<'js, u8>,
+             fatal: bool,
+             ignore_bom: bool|
+             -> rquickjs::Result<String> {
+                let bytes = bytes_of(&ctx, &a)?;
+                let body = if !ignore_bom && bytes.starts_with(&[0xEF, 0xBB, 0xBF]) {
+                    &bytes[3..]
+                } else {
+                    &bytes[..]
+                };
+                if fatal {
+                    std::str::from_utf8(body).map(str::to_string).map_err(|_| {
+                        Exception::throw_type(
+                            &ctx,
+                            "The encoded data was not valid for encoding utf-8",
+                        )
+                    })
+                } else {
+                    Ok(String::from_utf8_lossy(body).into_owned())
+                }
+            },
+        )?,
+    )?;
+    host.set(
+        "base64Encode",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>, a: TypedArray<'js, u8>| -> rquickjs::Result<String> {
+                Ok(base64::engine::general_purpose::STANDARD.encode(bytes_of(&ctx, &a)?))
+            },
+        )?,
+    )?;
+    host.set(
+        "base64Decode",
+        // Input already normalised by the prelude (forgiving-base64, padding restored).
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>, s: String| -> rquickjs::Result<Option<TypedArray<'js, u8>>> {
+                match base64::engine::general_purpose::STANDARD.decode(s.as_bytes()) {
+                    Ok(b) => Ok(Some(TypedArray::<u8>::new(ctx, b)?)),
+                    Err(_) => Ok(None),
+                }
+            },
+        )?,
+    )?;
+    host.set(
+        "randomBytes",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>, n: usize| -> rquickjs::Result<TypedArray<'js, u8>> {
+                let mut buf = vec![0u8; n];
+                getrandom::fill(&mut buf)
+                    .map_err(|e| Exception::throw_internal(&ctx, &format!("getrandom: {e}")))?;
+                TypedArray::<u8>::new(ctx, buf)
+            },
+        )?,
+    )?;
+    host.set(
+        "randomUUID",
+        Function::new(ctx.clone(), || uuid::Uuid::new_v4().to_string())?,
+    )?;
+    host.set(
+        "digest",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>,
+             alg: String,
+             a: TypedArray<'js, u8>|
+             -> rquickjs::Result<TypedArray<'js, u8>> {
+                let data = bytes_of(&ctx, &a)?;
+                let out = hash(&alg, &data).ok_or_else(|| {
+                    Exception::throw_type(&ctx, &format!("unsupported digest algorithm {alg}"))
+                })?;
+                TypedArray::<u8>::new(ctx, out)
+            },
+        )?,
+    )?;
+    host.set(
+        "hmac",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>,
+             alg: String,
+             key: TypedArray<'js, u8>,
+             data: TypedArray<'js, u8>|
+             -> rquickjs::Result<TypedArray<'js, u8>> {
+                let (k, d) = (bytes_of(&ctx, &key)?, bytes_of(&ctx, &data)?);
+                let out = hmac(&alg, &k, &d).ok_or_else(|| {
+                    Exception::throw_type(&ctx, &format!("unsupported HMAC hash {alg}"))
+                })?;
+                TypedArray::<u8>::new(ctx, out)
+            },
+        )?,
+    )?;
+    Ok(host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_answer_vectors() {
+        let hex = |b: Vec<u8>| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        assert_eq!(
+            hex(hash("SHA-256", b"abc").unwrap_or_default()),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            hex(hash("SHA-1", b"abc").unwrap_or_default()),
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
+        // RFC 4231 test case 2.
+        assert_eq!(
+            hex(hmac("SHA-256", b"Jefe", b"what do ya want for nothing?").unwrap_or_default()),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        assert!(hash("MD5", b"").is_none());
+    }
+}
