@@ -294,6 +294,7 @@ return { names, stack, types: [typeof process, typeof require, typeof std, typeo
         "btoa",
         "crypto",
         "structuredClone",
+        "Intl",
     ];
     let extra: Vec<&String> = names
         .iter()
@@ -400,4 +401,11 @@ fn a_kept_worker_runs_a_second_job_in_a_fresh_context() {
     assert_eq!(ok_json(&out), 1, "a fresh context: {out:?}");
     assert_eq!(out.worker_pid, pid);
     assert!(kept.is_none());
+}
+
+#[test]
+fn local_time_methods_work_under_the_no_file_posture() {
+    // Local time needs glibc's zone data, loaded before the sandbox (TZ=UTC in workers).
+    let (j, _b) = base_job("const d = new Date(86400000 + 3600000); return [d.getHours(), d.getTimezoneOffset(), d.getDate(), typeof new Date().getMilliseconds()];");
+    assert_eq!(ok_json(&run(&j)), serde_json::json!([1, 0, 2, "number"]));
 }

@@ -10,29 +10,47 @@ fn no_env(_: &str) -> Option<String> {
     None
 }
 
-/// Builtin specs that need a host API this issue does not provide yet (Intl arrives with the
-/// runtime-globals work).
-const NEED_INTL: &[&str] = &["timezoneConvert", "parseDate", "formatDate"];
-
-#[test]
-fn builtin_specs_that_need_no_host_api_earn_their_local_pass() {
-    let cat = Catalog::load(&[catalog_dir().join("default-tool-specs-builtin.json")]);
-    assert_eq!(cat.entries.len(), 16);
-    let mut passed = 0;
+/// Runs the Local Pass of every spec in a catalog file; returns (passed, failed with cause).
+fn local_pass(file: &str) -> (Vec<String>, Vec<(String, String)>) {
+    let cat = Catalog::load(&[catalog_dir().join(file)]);
+    let (mut ok, mut failed) = (Vec::new(), Vec::new());
     for e in &cat.entries {
         let r = run_entry(&cat, e, &Config::default(), &no_env, &exec_options());
-        if NEED_INTL.contains(&r.name.as_str()) {
-            let d = r
-                .outcome
-                .err()
-                .unwrap_or_else(|| panic!("{} passed without Intl", r.name));
-            assert!(d.message.contains("Intl is not defined"), "{}: {d}", r.name);
-        } else {
-            assert!(r.outcome.is_ok(), "{}: {:?}", r.name, r.outcome);
-            passed += 1;
+        match r.outcome {
+            Ok(_) => ok.push(r.name),
+            Err(d) => failed.push((r.name, d.message)),
         }
     }
-    assert_eq!(passed, 13);
+    (ok, failed)
+}
+
+#[test]
+fn builtin_specs_all_earn_their_local_pass() {
+    let (ok, failed) = local_pass("default-tool-specs-builtin.json");
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(ok.len(), 16);
+}
+
+#[test]
+fn builtin_helpers_pass_except_the_one_that_needs_safety_parser() {
+    let (ok, failed) = local_pass("default-tool-specs-builtin-helpers.json");
+    assert_eq!(ok.len(), 9, "{failed:?}");
+    // safety.parser arrives with the rest of the runtime-globals work.
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].0, "parseCsv");
+    assert!(failed[0].1.contains("safety is not defined"), "{failed:?}");
+}
+
+#[test]
+fn default_specs_pass_unless_they_need_the_network_or_an_unset_variable() {
+    let (ok, failed) = local_pass("default-tool-specs.json");
+    assert_eq!(ok.len(), 24, "{failed:?}");
+    for (name, why) in &failed {
+        assert!(
+            why.contains("fetch is not defined") || why.contains("MISSING_REQUIREMENTS"),
+            "{name}: {why}"
+        );
+    }
 }
 
 #[test]

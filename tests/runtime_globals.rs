@@ -158,6 +158,7 @@ fn node(code: &str, args: &Value, declared: &[String]) -> Result<Value, String> 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/node_oracle.js");
     let mut child = Command::new("node")
         .arg(script)
+        .env("TZ", "UTC")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -258,4 +259,115 @@ fn deterministic_catalog_tools_match_node() {
         }
     }
     assert_eq!(compared, 24);
+}
+
+#[test]
+fn intl_date_time_format_matches_node() {
+    let opts = [
+        json!({"timeZone": "Asia/Seoul", "year": "numeric", "month": "2-digit", "day": "2-digit", "hour": "2-digit", "minute": "2-digit", "second": "2-digit", "hour12": false}),
+        json!({"timeZone": "America/New_York", "year": "numeric", "month": "2-digit", "day": "2-digit", "hour": "2-digit", "minute": "2-digit", "second": "2-digit", "hour12": false, "fractionalSecondDigits": 3}),
+        json!({"timeZone": "Europe/Berlin", "year": "numeric", "month": "2-digit", "day": "2-digit", "hour": "2-digit", "minute": "2-digit", "second": "2-digit", "hour12": false, "weekday": "short"}),
+        json!({"timeZone": "Asia/Kolkata", "hour": "2-digit", "minute": "2-digit", "timeZoneName": "short"}),
+        json!({"timeZone": "America/Los_Angeles", "timeZoneName": "short"}),
+        json!({"timeZone": "UTC"}),
+        json!({"timeZone": "UTC", "year": "numeric", "month": "long", "day": "numeric", "weekday": "long"}),
+        json!({"timeZone": "Australia/Adelaide", "hour": "numeric", "minute": "2-digit", "hour12": true}),
+        json!({"timeZone": "utc", "month": "short", "day": "numeric"}),
+    ];
+    // Midnight in Seoul (the h24 quirk), a DST switch day in New York, 1969, a leap day.
+    let instants = [
+        1_704_466_800_000i64,
+        1_710_054_000_000,
+        -86_400_000 * 200,
+        951_782_400_000,
+        1_700_000_000_123,
+    ];
+    let mut compared = 0;
+    for locale in ["en-US", "en-CA"] {
+        for o in &opts {
+            for ms in instants {
+                let code = format!(
+                    // node reports ICU's legacy id Asia/Calcutta; stsd keeps the IANA name.
+                    "const f = new Intl.DateTimeFormat('{locale}', {o}); const r = f.resolvedOptions(); \
+                     if (r.timeZone === 'Asia/Calcutta') r.timeZone = 'Asia/Kolkata'; \
+                     return [f.formatToParts(new Date({ms})), f.format({ms}), r];"
+                );
+                let ours = run_code(&code, json!({}), &[]);
+                let theirs = node(&code, &json!({}), &[]);
+                assert_eq!(ours, theirs, "{locale} {o} {ms}");
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 90);
+    // Unknown zones are a RangeError, as in node.
+    let bad = "try { new Intl.DateTimeFormat('en-US', {timeZone: 'Mars/Base'}); } catch (e) { return [e.name, e.message]; }";
+    assert_eq!(run_code(bad, json!({}), &[]), node(bad, &json!({}), &[]));
+    // Date's locale methods agree too.
+    let dates = "const d = new Date(1704466800000); return [d.toLocaleString('en-US', {timeZone: 'UTC'}), d.toLocaleDateString('en-US', {timeZone: 'UTC'}), d.toLocaleTimeString('en-US', {timeZone: 'UTC'})];";
+    assert_eq!(
+        run_code(dates, json!({}), &[]),
+        node(dates, &json!({}), &[])
+    );
+}
+
+/// Tools whose result depends on the clock or on randomness: checked for shape elsewhere.
+const NON_DETERMINISTIC: &[&str] = &["uuid", "secureRandom", "passwordGenerate", "getCurrentTime"];
+
+#[test]
+fn every_deterministic_non_network_catalog_tool_matches_node_on_its_test_values() {
+    let files = [
+        "default-tool-specs-builtin.json",
+        "default-tool-specs-builtin-helpers.json",
+        "default-tool-specs.json",
+    ];
+    let mut compared = Vec::new();
+    for f in files {
+        let cat = Catalog::load(&[catalog_dir().join(f)]);
+        for spec in cat.entries.iter().filter_map(|e| e.validated.spec.as_ref()) {
+            let blocked = spec
+                .sandbox_overrides
+                .network_mode
+                .value()
+                .is_none_or(|m| *m == stsd_protocol::NetworkMode::Blocked);
+            let uses_host = spec.code.contains("safety.");
+            if !blocked
+                || uses_host
+                || NON_DETERMINISTIC.contains(&spec.name.as_str())
+                || !spec.static_variables.is_empty()
+            {
+                continue;
+            }
+            let args = Value::Object(stsd::exec::job::test_arguments(spec).unwrap_or_default());
+            let declared: Vec<String> = spec.params.iter().map(|p| p.name.clone()).collect();
+            let d: Vec<&str> = declared.iter().map(String::as_str).collect();
+            let ours = run_code(&spec.code, args.clone(), &d);
+            let theirs = node(&spec.code, &args, &declared);
+            assert_eq!(ours, theirs, "{} {args}", spec.name);
+            compared.push(spec.name.clone());
+        }
+    }
+    assert!(
+        compared.len() >= 35,
+        "compared only {}: {compared:?}",
+        compared.len()
+    );
+}
+
+#[test]
+fn non_deterministic_tools_have_the_right_shape() {
+    let cat = Catalog::load(&[catalog_dir().join("default-tool-specs.json")]);
+    let spec = cat
+        .entries
+        .iter()
+        .filter_map(|e| e.validated.spec.as_ref())
+        .find(|s| s.name == "getCurrentTime");
+    let spec = spec.unwrap_or_else(|| panic!("getCurrentTime missing"));
+    let args = json!({"timeZone": "Asia/Seoul"});
+    let v = run_code(&spec.code, args, &["timeZone"]).unwrap_or_else(|e| panic!("{e}"));
+    let text = v.to_string();
+    assert!(
+        text.contains("+09:00") || text.contains("Asia/Seoul"),
+        "{text}"
+    );
 }

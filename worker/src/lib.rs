@@ -25,6 +25,11 @@ pub use engine::STEPS_PER_TICK;
 #[cfg(all(feature = "attack", debug_assertions))]
 pub use attack::HOSTILE as ATTACK_PROBES;
 
+extern "C" {
+    /// glibc's tzset(3); the libc crate does not declare it.
+    fn tzset();
+}
+
 /// Whether this build carries the attack probes (test builds only).
 pub const ATTACK_MODE: bool = cfg!(all(feature = "attack", debug_assertions));
 
@@ -57,6 +62,10 @@ pub fn run() -> i32 {
     // SAFETY: the supervisor placed the socket on fd 3 and nothing else in this process owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(WORKER_SOCKET_FD) };
     let (uid, gid) = ids_from_args();
+    // glibc reads the zone file for TZ on first use of local time (Date#getHours and friends);
+    // load it now, while files may still be opened. Later calls use the cached data.
+    // SAFETY: tzset has no preconditions; this process is single-threaded.
+    unsafe { tzset() };
     // Everything that does not depend on the tool happens before Ready, off the request path.
     let prepared = os::prepare(uid, gid, parent);
     let mut warm = engine::Warm::new();
