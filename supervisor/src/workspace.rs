@@ -20,6 +20,9 @@ pub fn prepare_base_path(sandbox: &mut SandboxSpec, config: &Config) -> Result<(
     if !path.exists() && path.starts_with(&workspace) {
         create_owned(&workspace, &path, config)?;
     }
+    if path == workspace {
+        seed_readme(&workspace, config)?;
+    }
     let real = path
         .canonicalize()
         .map_err(|e| format!("base path {}: {e}", path.display()))?;
@@ -40,6 +43,28 @@ pub fn prepare_base_path(sandbox: &mut SandboxSpec, config: &Config) -> Result<(
         ));
     }
     sandbox.base_path = real.display().to_string();
+    Ok(())
+}
+
+/// An empty workspace gets a short README on first use, as the reference runtime seeds its
+/// own, so the file tools have something to read.
+pub const WORKSPACE_README: &str = include_str!("../assets/workspace-README.md");
+
+fn seed_readme(workspace: &Path, config: &Config) -> Result<(), String> {
+    let empty = std::fs::read_dir(workspace)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(false);
+    if !empty {
+        return Ok(());
+    }
+    let readme = workspace.join("README.md");
+    std::fs::write(&readme, WORKSPACE_README)
+        .map_err(|e| format!("cannot seed {}: {e}", readme.display()))?;
+    if nix::unistd::Uid::effective().is_root() {
+        let (u, g) = (config.worker.uid, config.worker.gid);
+        std::os::unix::fs::chown(&readme, Some(u), Some(g))
+            .map_err(|e| format!("chown {}: {e}", readme.display()))?;
+    }
     Ok(())
 }
 

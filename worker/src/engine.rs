@@ -149,6 +149,15 @@ impl Engine {
         context
             .with(|ctx| -> rquickjs::Result<()> {
                 console::install(&ctx, &console)?;
+                let fs = job.sandbox.fs;
+                if fs != stsd_protocol::frames::FsAccess::None {
+                    crate::globals::install_fs(
+                        &ctx,
+                        &job.sandbox.base_path,
+                        fs.can_read(),
+                        fs.can_write(),
+                    )?;
+                }
                 bind_globals(&ctx, job)
             })
             .map_err(|e| Failure::new(Code::InvalidInput, format!("binding arguments: {e}")))?;
@@ -306,6 +315,20 @@ fn classify(e: CaughtError<'_>) -> Failure {
             let message = ex.message().unwrap_or_default();
             if name == "InternalError" && message.contains("out of memory") {
                 return Failure::new(Code::MemoryLimit, "the tool exceeded its memory limit");
+            }
+            // Errors thrown by the safety.* helpers carry their class in the name.
+            let helper = match name.as_str() {
+                "SecurityError" => Some(Code::Security),
+                "InvalidInputError" => Some(Code::InvalidInput),
+                "HelperRuntimeError" => Some(Code::HelperRuntime),
+                _ => None,
+            };
+            if let Some(code) = helper {
+                return Failure {
+                    code,
+                    message,
+                    stack: ex.stack().filter(|s| !s.is_empty()),
+                };
             }
             Failure {
                 code: Code::JsError,

@@ -149,7 +149,6 @@ mod tests {
             "landlock_restrict_self",
             "pidfd_open",
             "memfd_create",
-            "fcntl",
             "sendmsg",
             "recvmsg",
             "open",
@@ -185,5 +184,18 @@ mod tests {
         assert!(allowed_names(FsAccess::ReadWrite)
             .iter()
             .any(|n| n == "unlinkat"));
+    }
+
+    #[test]
+    fn fcntl_is_limited_to_f_getfd() {
+        for fs in [FsAccess::None, FsAccess::ReadWrite] {
+            let rules = rules_for(fs, 1).unwrap_or_default();
+            let fcntl: Vec<&Value> = rules.iter().filter(|r| r["syscall"] == "fcntl").collect();
+            assert_eq!(fcntl.len(), 1);
+            assert_eq!(
+                fcntl[0]["args"],
+                json!([{"index": 1, "type": "dword", "op": "eq", "val": 1}])
+            );
+        }
     }
 }

@@ -2,12 +2,30 @@
 //! structuredClone are always available (spec §8.3: tool-safety-helpers/v1#encoding, #crypto);
 //! capability-gated helpers (safety.fs, fetch) come with the posture that grants them.
 
+mod fs;
 mod host;
 
 use rquickjs::context::EvalOptions;
 use rquickjs::{Ctx, Function};
 
 const PRELUDE: &str = include_str!("prelude.js");
+
+const FS: &str = include_str!("fs.js");
+
+/// `safety.fs/v1` for a posture with file access, confined to `base`.
+pub fn install_fs(
+    ctx: &Ctx<'_>,
+    base: &str,
+    can_read: bool,
+    can_write: bool,
+) -> rquickjs::Result<()> {
+    let mut opts = EvalOptions::default();
+    opts.global = true;
+    opts.strict = true;
+    opts.filename = Some("stsd-fs.js".into());
+    let f: Function = ctx.eval_with_options(FS, opts)?;
+    f.call::<_, ()>((fs::host_object(ctx, base)?, can_read, can_write))
+}
 
 pub fn install(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
     let mut opts = EvalOptions::default();
