@@ -210,7 +210,7 @@ const names = Object.getOwnPropertyNames(globalThis).sort();
 let stack = '';
 try { null.x; } catch (e) { stack = String(e.stack); }
 return { names, stack, types: [typeof process, typeof require, typeof std, typeof os, typeof Java,
-  typeof Deno, typeof fetch, typeof safety, typeof scriptArgs, typeof print] };
+  typeof Deno, typeof fetch, typeof safety.fs, typeof scriptArgs, typeof print] };
 "#;
     let (j, _b) = base_job(code);
     let v = ok_json(&run(&j));
@@ -295,6 +295,7 @@ return { names, stack, types: [typeof process, typeof require, typeof std, typeo
         "crypto",
         "structuredClone",
         "Intl",
+        "safety",
     ];
     let extra: Vec<&String> = names
         .iter()

@@ -32,13 +32,10 @@ fn builtin_specs_all_earn_their_local_pass() {
 }
 
 #[test]
-fn builtin_helpers_pass_except_the_one_that_needs_safety_parser() {
+fn builtin_helpers_all_earn_their_local_pass() {
     let (ok, failed) = local_pass("default-tool-specs-builtin-helpers.json");
-    assert_eq!(ok.len(), 9, "{failed:?}");
-    // safety.parser arrives with the rest of the runtime-globals work.
-    assert_eq!(failed.len(), 1);
-    assert_eq!(failed[0].0, "parseCsv");
-    assert!(failed[0].1.contains("safety is not defined"), "{failed:?}");
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(ok.len(), 10);
 }
 
 #[test]

@@ -371,3 +371,45 @@ fn non_deterministic_tools_have_the_right_shape() {
         "{text}"
     );
 }
+
+#[test]
+fn parsers_refuse_hostile_input_with_a_classified_error() {
+    let class = |code: &str| {
+        let base = scratch_base();
+        let j = job(code, FsAccess::None, base.path());
+        run_job(&j, &exec_options(), &mut |_| {})
+            .result
+            .map_err(|e| (e.code, e.message))
+    };
+    for code in [
+        // Billion laughs and an external entity: DTDs are refused outright.
+        "return safety.parser.xml('<?xml version=\"1.0\"?><!DOCTYPE l [<!ENTITY a \"aaaa\"><!ENTITY b \"&a;&a;&a;&a;\">]><l>&b;</l>');",
+        "return safety.parser.xml('<!DOCTYPE d [<!ENTITY x SYSTEM \"file:///etc/passwd\">]><d>&x;</d>');",
+        "return safety.parser.xml('<unclosed>');",
+        // YAML aliases that would expand past the node budget.
+        "let y = 'a: &a [1,2,3,4,5,6,7,8,9,10]\\n'; let p = 'a'; for (const c of 'bcdefghij') { y += c + ': &' + c + ' [' + Array(10).fill('*' + p).join(',') + ']\\n'; p = c; } return safety.parser.yaml(y);",
+        "return safety.parser.csv('a€b', {delimiter: '€'});",
+    ] {
+        let r = class(code);
+        assert!(matches!(&r, Err((stsd_protocol::Code::InvalidInput, _))), "{code}: {r:?}");
+    }
+    // A 100 MB document stays within the worker's limits: refused or parsed, never a crash.
+    let big = "const s = '<r>' + '<i>x</i>'.repeat(12_000_000) + '</r>'; return safety.parser.xml(s).children.length;";
+    let r = class(big);
+    assert!(
+        matches!(
+            &r,
+            Err((
+                stsd_protocol::Code::InvalidInput | stsd_protocol::Code::MemoryLimit,
+                _
+            ))
+        ),
+        "{r:?}"
+    );
+    // A tag that would construct an object elsewhere is only data here.
+    assert_eq!(
+        ok("return safety.parser.yaml('x: !!python/object:os.system ls');"),
+        json!({"x": "ls"})
+    );
+    // Malformed base64 and UTF-8 were covered above (atob, TextDecoder fatal).
+}

@@ -113,7 +113,7 @@ fn hostile_paths_are_security_errors() {
         Err((Code::Security, _))
     ));
     // No file access at all: safety.fs does not exist.
-    let r = run_fs("return typeof safety;", FsAccess::None, b);
+    let r = run_fs("return typeof safety.fs;", FsAccess::None, b);
     assert_eq!(r, Ok("\"undefined\"".into()));
     assert!(!Path::new("/tmp/stolen.txt").exists());
 }

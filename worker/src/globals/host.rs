@@ -192,6 +192,31 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
             },
         )?,
     )?;
+    for (name, f) in [("csvParse", 0u8), ("xmlParse", 1u8), ("yamlParse", 2u8)] {
+        host.set(
+            name,
+            Function::new(
+                ctx.clone(),
+                move |ctx: Ctx<'js>,
+                      text: String,
+                      header: bool,
+                      delim: String|
+                      -> rquickjs::Result<String> {
+                    let (which, r) = match f {
+                        0 => ("csv", super::parser::csv(&text, header, &delim)),
+                        1 => ("xml", super::parser::xml(&text)),
+                        _ => ("yaml", super::parser::yaml(&text)),
+                    };
+                    r.map_err(|e| {
+                        Exception::throw_message(
+                            &ctx,
+                            &format!("INVALID_INPUT: safety.parser.{which}: {e}"),
+                        )
+                    })
+                },
+            )?,
+        )?;
+    }
     Ok(host)
 }
 

@@ -4,6 +4,7 @@
 
 mod fs;
 mod host;
+mod parser;
 
 use rquickjs::context::EvalOptions;
 use rquickjs::{Ctx, Function};

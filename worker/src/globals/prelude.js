@@ -363,4 +363,28 @@
   define("crypto", Object.freeze(crypto));
   define("structuredClone", structuredClone);
   define("Intl", Intl);
+
+  // ---- safety.parser (always installed; safety.fs joins it when the posture grants files) --
+  const parserError = (e) => {
+    const m = /^INVALID_INPUT: ([\s\S]*)$/.exec(e && e.message);
+    if (!m) return e;
+    const err = new Error(m[1]);
+    err.name = "InvalidInputError";
+    return err;
+  };
+  const parse = (fn, ...a) => { try { return JSON.parse(fn(...a)); } catch (e) { throw parserError(e); } };
+  const parser = Object.freeze({
+    csv: (input, opts = {}) => parse(host.csvParse, String(input ?? ""), Boolean(opts && opts.header),
+      opts && opts.delimiter !== undefined ? String(opts.delimiter) : ","),
+    xml: (input) => parse(host.xmlParse, String(input ?? ""), false, ""),
+    yaml: (input) => parse(host.yamlParse, String(input ?? ""), false, ""),
+    html: () => {
+      const e = new Error("safety.parser.html is not available in stsd yet");
+      e.name = "HelperRuntimeError";
+      throw e;
+    },
+  });
+  const safety = {};
+  Object.defineProperty(safety, "parser", { value: parser, enumerable: true });
+  define("safety", safety);
 })
