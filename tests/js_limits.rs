@@ -296,6 +296,8 @@ return { names, stack, types: [typeof process, typeof require, typeof std, typeo
         "structuredClone",
         "Intl",
         "safety",
+        "URL",
+        "URLSearchParams",
     ];
     let extra: Vec<&String> = names
         .iter()

@@ -413,3 +413,26 @@ fn parsers_refuse_hostile_input_with_a_classified_error() {
     );
     // Malformed base64 and UTF-8 were covered above (atob, TextDecoder fatal).
 }
+
+#[test]
+fn url_and_url_search_params_match_node() {
+    let cases = [
+        "const u = new URL('https://User:pw@EXAMPLE.com:443/a/../b/%7e?x=1&y=a+b#frag'); return [u.href, u.origin, u.protocol, u.username, u.host, u.hostname, u.port, u.pathname, u.search, u.hash];",
+        "const u = new URL('../c?q=1', 'http://h.example/a/b/'); return [u.href, u.searchParams.get('q')];",
+        "const u = new URL('http://x.test/p?a=1&b=2&a=3'); u.searchParams.append('c', 'd e'); u.searchParams.delete('b'); u.hash = 'h'; u.port = '8080'; return [u.href, u.searchParams.getAll('a'), u.searchParams.size];",
+        "return [URL.canParse('nota url'), URL.canParse('/x', 'https://a.b'), URL.parse('::') === null];",
+        "try { new URL('http://[::1'); return 'no'; } catch (e) { return e.name; }",
+        "const p = new URLSearchParams('?z=1&a=2&z=0&é=ü'); p.sort(); p.set('a', 'x&y'); return [p.toString(), [...p.keys()], p.has('z', '0')];",
+        "const p = new URLSearchParams({q: 'c++ rocks', tag: ['a', 'b']}); return p.toString();",
+        "const p = new URLSearchParams([['a', '1'], ['b', '2']]); const o = []; p.forEach((v, k) => o.push(k + v)); return o;",
+        "return new URL('https://münchen.example/').hostname;",
+        "return JSON.stringify({u: new URL('HTTP://a.b/ c')});",
+    ];
+    for code in cases {
+        assert_eq!(
+            run_code(code, json!({}), &[]),
+            node(code, &json!({}), &[]),
+            "{code}"
+        );
+    }
+}

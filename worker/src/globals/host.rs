@@ -78,6 +78,22 @@ fn hmac(alg: &str, key: &[u8], data: &[u8]) -> Option<Vec<u8>> {
     })
 }
 
+fn url_parts<'js>(ctx: &Ctx<'js>, u: &url::Url) -> rquickjs::Result<Object<'js>> {
+    let o = Object::new(ctx.clone())?;
+    o.set("href", url::quirks::href(u))?;
+    o.set("origin", url::quirks::origin(u))?;
+    o.set("protocol", url::quirks::protocol(u))?;
+    o.set("username", url::quirks::username(u))?;
+    o.set("password", url::quirks::password(u))?;
+    o.set("host", url::quirks::host(u))?;
+    o.set("hostname", url::quirks::hostname(u))?;
+    o.set("port", url::quirks::port(u))?;
+    o.set("pathname", url::quirks::pathname(u))?;
+    o.set("search", url::quirks::search(u))?;
+    o.set("hash", url::quirks::hash(u))?;
+    Ok(o)
+}
+
 /// The host object handed to the prelude.
 pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
     let host = Object::new(ctx.clone())?;
@@ -217,6 +233,92 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
             )?,
         )?;
     }
+    // URL: WHATWG parsing and serialisation by the `url` crate. A URL travels as its href.
+    host.set(
+        "urlParse",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>,
+             input: String,
+             base: Option<String>|
+             -> rquickjs::Result<Option<Object<'js>>> {
+                let parsed = match base {
+                    Some(b) => url::Url::parse(&b).and_then(|b| b.join(&input)),
+                    None => url::Url::parse(&input),
+                };
+                match parsed {
+                    Ok(u) => Ok(Some(url_parts(&ctx, &u)?)),
+                    Err(_) => Ok(None),
+                }
+            },
+        )?,
+    )?;
+    host.set(
+        "urlSet",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>,
+             href: String,
+             field: String,
+             value: String|
+             -> rquickjs::Result<Object<'js>> {
+                let mut u = url::Url::parse(&href)
+                    .map_err(|e| Exception::throw_type(&ctx, &format!("Invalid URL: {e}")))?;
+                // Setters that fail leave the URL unchanged, as the standard says.
+                let _ = match field.as_str() {
+                    "href" => match url::Url::parse(&value) {
+                        Ok(n) => {
+                            u = n;
+                            Ok(())
+                        }
+                        Err(e) => {
+                            return Err(Exception::throw_type(&ctx, &format!("Invalid URL: {e}")))
+                        }
+                    },
+                    "protocol" => url::quirks::set_protocol(&mut u, &value),
+                    "username" => url::quirks::set_username(&mut u, &value),
+                    "password" => url::quirks::set_password(&mut u, &value),
+                    "host" => url::quirks::set_host(&mut u, &value),
+                    "hostname" => url::quirks::set_hostname(&mut u, &value),
+                    "port" => url::quirks::set_port(&mut u, &value),
+                    "pathname" => {
+                        url::quirks::set_pathname(&mut u, &value);
+                        Ok(())
+                    }
+                    "search" => {
+                        url::quirks::set_search(&mut u, &value);
+                        Ok(())
+                    }
+                    "hash" => {
+                        url::quirks::set_hash(&mut u, &value);
+                        Ok(())
+                    }
+                    _ => Ok(()),
+                };
+                url_parts(&ctx, &u)
+            },
+        )?,
+    )?;
+    host.set(
+        "formParse",
+        Function::new(ctx.clone(), |s: String| -> Vec<Vec<String>> {
+            url::form_urlencoded::parse(s.as_bytes())
+                .map(|(k, v)| vec![k.into_owned(), v.into_owned()])
+                .collect()
+        })?,
+    )?;
+    host.set(
+        "formSerialize",
+        Function::new(ctx.clone(), |pairs: Vec<Vec<String>>| -> String {
+            let mut ser = url::form_urlencoded::Serializer::new(String::new());
+            for p in pairs {
+                if let [k, v] = p.as_slice() {
+                    ser.append_pair(k, v);
+                }
+            }
+            ser.finish()
+        })?,
+    )?;
     Ok(host)
 }
 
