@@ -192,3 +192,29 @@ fn the_api_behaves_as_the_reference_documents() {
         "[42,false,true]"
     );
 }
+
+#[test]
+fn a_huge_file_is_a_clean_error_not_a_crash() {
+    let ws = scratch_base();
+    let big = ws.path().join("big.bin");
+    let f = std::fs::File::create(&big).unwrap_or_else(|e| panic!("{e}"));
+    // Sparse: 1 GiB of size without 1 GiB of disk.
+    f.set_len(1 << 30).unwrap_or_else(|e| panic!("{e}"));
+    drop(f);
+    if is_root() {
+        let _ = Command::new("chown")
+            .args(["65534:65534"])
+            .arg(&big)
+            .status();
+    }
+    for code in [
+        "return safety.fs.readText('big.bin').length;",
+        "return safety.fs.lineCount('big.bin');",
+    ] {
+        let r = run_fs(code, FsAccess::ReadOnly, ws.path());
+        match r {
+            Err((Code::HelperRuntime, m)) => assert!(m.contains("limit"), "{m}"),
+            other => panic!("{code}: {other:?}"),
+        }
+    }
+}

@@ -118,6 +118,31 @@ fn read_dir(path: &Path) -> std::io::Result<Vec<DirEnt>> {
     Ok(out)
 }
 
+/// Largest file the helpers read into memory. Reads happen in Rust, outside the engine's
+/// heap limit, so they are capped here rather than left to the address-space rlimit.
+const MAX_READ_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Reads a whole file, refusing one over [`MAX_READ_BYTES`] before allocating for it.
+fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = File::open(path)?;
+    let size = fd_stat(&f)?.size;
+    if size > MAX_READ_BYTES {
+        return Err(std::io::Error::other(format!(
+            "file is {size} bytes, over the {MAX_READ_BYTES} byte limit of the fs helpers"
+        )));
+    }
+    let mut buf = Vec::with_capacity(size as usize);
+    // A file that grows while being read still stops at the cap.
+    f.take(MAX_READ_BYTES + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > MAX_READ_BYTES {
+        return Err(std::io::Error::other(
+            "file grew past the fs helpers' read limit",
+        ));
+    }
+    Ok(buf)
+}
+
 pub struct Fs {
     base: PathBuf,
 }
@@ -173,7 +198,7 @@ impl Fs {
 
     fn read_text(&self, ctx: &Ctx<'_>, p: &str) -> rquickjs::Result<String> {
         let path = self.resolve(ctx, p)?;
-        let bytes = fs::read(&path).map_err(|e| io_err(ctx, p, e))?;
+        let bytes = read_capped(&path).map_err(|e| io_err(ctx, p, e))?;
         String::from_utf8(bytes)
             .map_err(|_| fail(ctx, "HELPER_RUNTIME", format!("{p} is not UTF-8 text")))
     }
@@ -416,7 +441,7 @@ pub fn host_object<'js>(ctx: &Ctx<'js>, base: &str) -> rquickjs::Result<Object<'
                     continue;
                 }
                 // Unreadable or non-UTF-8 files are skipped, as the reference does.
-                let Ok(text) = fs::read(&p).map(String::from_utf8) else {
+                let Ok(text) = read_capped(&p).map(String::from_utf8) else {
                     continue;
                 };
                 let Ok(text) = text else { continue };
@@ -453,7 +478,7 @@ pub fn host_object<'js>(ctx: &Ctx<'js>, base: &str) -> rquickjs::Result<Object<'
     > {
         let src = fs.resolve(&ctx, &from)?;
         let dst = fs.resolve(&ctx, &to)?;
-        let bytes = fs::read(&src).map_err(|e| io_err(&ctx, &from, e))?;
+        let bytes = read_capped(&src).map_err(|e| io_err(&ctx, &from, e))?;
         let mut f = fs.open_for_write(&ctx, &to, &dst, false)?;
         f.write_all(&bytes).map_err(|e| io_err(&ctx, &to, e))?;
         Ok(dst.display().to_string())
