@@ -436,3 +436,39 @@ fn url_and_url_search_params_match_node() {
         );
     }
 }
+
+#[test]
+fn extract_page_content_runs_its_html_pipeline_on_a_fixture_page() {
+    // The tool's real body, with `fetch` (the network-egress issue) stood in by a fixture page.
+    let cat = Catalog::load(&[catalog_dir().join("default-tool-specs.json")]);
+    let spec = cat
+        .entries
+        .iter()
+        .filter_map(|e| e.validated.spec.as_ref())
+        .find(|s| s.name == "extractPageContent");
+    let spec = spec.unwrap_or_else(|| panic!("extractPageContent missing"));
+    let page = r#"<html><head><title>Spring AI</title><script>evil()</script><style>p{}</style></head>
+      <body><nav>menu</nav><div id="ad-top">buy</div><main><h1>Spring AI</h1>
+      <p>Spring AI is an application framework for AI engineering.</p>
+      <a href="https://docs.spring.io/x" title="Docs">Reference docs</a> <a href="/relative">rel</a></main>
+      <footer>(c)</footer></body></html>"#;
+    let fake = format!(
+        "globalThis.fetch = async () => ({{ ok: true, status: 200, statusText: 'OK', text: () => {} }});\n",
+        serde_json::to_string(page).unwrap_or_default()
+    );
+    let out = run_code(
+        &(fake + &spec.code),
+        json!({"pageUrl": "https://spring.io/projects/spring-ai"}),
+        &["pageUrl"],
+    );
+    let text = out.unwrap_or_else(|e| panic!("{e}")).to_string();
+    assert!(
+        text.contains("Spring AI is an application framework"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("evil()") && !text.contains("menu") && !text.contains("buy"),
+        "junk kept: {text}"
+    );
+    assert!(text.contains("https://docs.spring.io/x"), "{text}");
+}

@@ -4,6 +4,7 @@
 
 mod fs;
 mod host;
+mod html;
 mod parser;
 
 use rquickjs::context::EvalOptions;
@@ -34,5 +35,5 @@ pub fn install(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
     opts.strict = true;
     opts.filename = Some("stsd-prelude.js".into());
     let f: Function = ctx.eval_with_options(PRELUDE, opts)?;
-    f.call::<_, ()>((host::host_object(ctx)?,))
+    f.call::<_, ()>((host::host_object(ctx)?, html::host_object(ctx)?))
 }

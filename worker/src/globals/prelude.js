@@ -2,7 +2,7 @@
 // code, as a function that receives the Rust host functions as an argument: they are captured
 // here and never appear on globalThis. Byte work (UTF-8, base64, hashing, randomness) happens
 // in Rust; this file only gives it the web API's shape.
-(function (host) {
+(function (host, htmlHost) {
   "use strict";
   const define = (name, value) =>
     Object.defineProperty(globalThis, name, { value, writable: true, configurable: true, enumerable: false });
@@ -459,16 +459,58 @@
     return err;
   };
   const parse = (fn, ...a) => { try { return JSON.parse(fn(...a)); } catch (e) { throw parserError(e); } };
+  const call = (fn) => { try { return fn(); } catch (e) { throw parserError(e); } };
+
+  // A jsoup-like view over a document held on the host (safety.parser.html).
+  const H = Symbol("html handle");
+  const wrapAll = (handles) => new HtmlElements(handles.map((h) => new HtmlElement(h)));
+  class HtmlElement {
+    constructor(h) { Object.defineProperty(this, H, { value: h }); }
+    select(css) { return wrapAll(call(() => htmlHost.select(this[H], String(css)))); }
+    text() { return htmlHost.text(this[H]); }
+    attr(name) { return htmlHost.attr(this[H], String(name)); }
+    hasAttr(name) { return htmlHost.hasAttr(this[H], String(name)); }
+    tagName() { return htmlHost.tag(this[H]); }
+    html() { return htmlHost.html(this[H], false); }
+    outerHtml() { return htmlHost.html(this[H], true); }
+    children() { return wrapAll(htmlHost.children(this[H])); }
+    remove() { htmlHost.remove(this[H]); return this; }
+    after(html) { call(() => htmlHost.insert(this[H], String(html), true)); return this; }
+    append(html) { call(() => htmlHost.insert(this[H], String(html), false)); return this; }
+    toString() { return this.outerHtml(); }
+  }
+  class HtmlDocument extends HtmlElement {
+    title() { const t = this.select("title").first(); return t ? t.text() : ""; }
+    body() { return this.select("body").first(); }
+    head() { return this.select("head").first(); }
+  }
+  class HtmlElements {
+    constructor(list) { Object.defineProperty(this, "_list", { value: list }); }
+    size() { return this._list.length; }
+    get length() { return this._list.length; }
+    isEmpty() { return this._list.length === 0; }
+    get(i) {
+      if (!Number.isInteger(i) || i < 0 || i >= this._list.length) throw new RangeError(`Index ${i} out of bounds for length ${this._list.length}`);
+      return this._list[i];
+    }
+    first() { return this._list.length ? this._list[0] : null; }
+    last() { return this._list.length ? this._list[this._list.length - 1] : null; }
+    text() { return this._list.map((e) => e.text()).filter((t) => t !== "").join(" "); }
+    eachText() { return this._list.map((e) => e.text()).filter((t) => t !== ""); }
+    attr(name) { const e = this._list.find((x) => x.hasAttr(String(name).replace(/^abs:/, ""))); return e ? e.attr(name) : ""; }
+    select(css) { return new HtmlElements(this._list.flatMap((e) => e.select(css)._list)); }
+    remove() { for (const e of this._list) e.remove(); return this; }
+    forEach(cb) { this._list.forEach(cb); }
+    map(cb) { return this._list.map(cb); }
+    toArray() { return this._list.slice(); }
+    [Symbol.iterator]() { return this._list[Symbol.iterator](); }
+  }
   const parser = Object.freeze({
     csv: (input, opts = {}) => parse(host.csvParse, String(input ?? ""), Boolean(opts && opts.header),
       opts && opts.delimiter !== undefined ? String(opts.delimiter) : ","),
     xml: (input) => parse(host.xmlParse, String(input ?? ""), false, ""),
     yaml: (input) => parse(host.yamlParse, String(input ?? ""), false, ""),
-    html: () => {
-      const e = new Error("safety.parser.html is not available in stsd yet");
-      e.name = "HelperRuntimeError";
-      throw e;
-    },
+    html: (input) => new HtmlDocument(call(() => htmlHost.parse(String(input ?? "")))),
   });
   const safety = {};
   Object.defineProperty(safety, "parser", { value: parser, enumerable: true });
