@@ -356,20 +356,60 @@ fn every_deterministic_non_network_catalog_tool_matches_node_on_its_test_values(
 
 #[test]
 fn non_deterministic_tools_have_the_right_shape() {
-    let cat = Catalog::load(&[catalog_dir().join("default-tool-specs.json")]);
-    let spec = cat
-        .entries
-        .iter()
-        .filter_map(|e| e.validated.spec.as_ref())
-        .find(|s| s.name == "getCurrentTime");
-    let spec = spec.unwrap_or_else(|| panic!("getCurrentTime missing"));
-    let args = json!({"timeZone": "Asia/Seoul"});
-    let v = run_code(&spec.code, args, &["timeZone"]).unwrap_or_else(|e| panic!("{e}"));
-    let text = v.to_string();
-    assert!(
-        text.contains("+09:00") || text.contains("Asia/Seoul"),
-        "{text}"
+    let find = |file: &str, name: &str| {
+        let cat = Catalog::load(&[catalog_dir().join(file)]);
+        let spec = cat
+            .entries
+            .iter()
+            .filter_map(|e| e.validated.spec.clone())
+            .find(|s| s.name == name);
+        spec.unwrap_or_else(|| panic!("{name} missing"))
+    };
+    let run = |spec: &stsd_protocol::ToolSpec, args: Value| {
+        let d: Vec<String> = spec.params.iter().map(|p| p.name.clone()).collect();
+        let d: Vec<&str> = d.iter().map(String::as_str).collect();
+        run_code(&spec.code, args, &d).unwrap_or_else(|e| panic!("{}: {e}", spec.name))
+    };
+    let t = run(
+        &find("default-tool-specs.json", "getCurrentTime"),
+        json!({"timeZone": "Asia/Seoul"}),
+    )
+    .to_string();
+    assert!(t.contains("+09:00") || t.contains("Asia/Seoul"), "{t}");
+    let u = run(
+        &find("default-tool-specs-builtin-helpers.json", "uuid"),
+        json!({}),
     );
+    let u = u.as_str().unwrap_or_default().to_string();
+    assert!(u.len() == 36 && u.chars().nth(14) == Some('4'), "{u}");
+    let a = run(
+        &find("default-tool-specs-builtin-helpers.json", "uuid"),
+        json!({}),
+    );
+    assert_ne!(
+        a.as_str().unwrap_or_default(),
+        u,
+        "two calls give two UUIDs"
+    );
+    let r = run(
+        &find("default-tool-specs-builtin-helpers.json", "secureRandom"),
+        json!({"bytes": 16}),
+    )
+    .to_string();
+    assert!(
+        r.trim_matches('"').chars().all(|c| c.is_ascii_hexdigit())
+            && r.trim_matches('"').len() == 32,
+        "{r}"
+    );
+    let p = run(
+        &find(
+            "default-tool-specs-builtin-helpers.json",
+            "passwordGenerate",
+        ),
+        json!({"length": 24}),
+    )
+    .to_string();
+    assert!(p.contains("24") || p.trim_matches('"').len() == 24, "{p}");
 }
 
 #[test]
@@ -471,4 +511,230 @@ fn extract_page_content_runs_its_html_pipeline_on_a_fixture_page() {
         "junk kept: {text}"
     );
     assert!(text.contains("https://docs.spring.io/x"), "{text}");
+}
+
+/// Argument sets beyond the testValues, derived from the spec: (a) required params only,
+/// (b) every param with its testValue, booleans negated, numbers changed, arrays reversed,
+/// (c) free-text string params extended with non-ASCII text.
+fn variants(spec: &stsd_protocol::ToolSpec) -> Vec<Value> {
+    let base = stsd::exec::job::test_arguments(spec).unwrap_or_default();
+    let required: serde_json::Map<String, Value> = base
+        .iter()
+        .filter(|(k, _)| spec.param(k).is_some_and(|p| p.required))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut flipped = base.clone();
+    for (k, v) in flipped.iter_mut() {
+        *v = match v.clone() {
+            Value::Bool(b) => Value::Bool(!b),
+            Value::Number(n) if n.is_i64() => json!(n.as_i64().unwrap_or(0) + 1),
+            Value::Number(n) => json!(n.as_f64().unwrap_or(0.0) * 2.0),
+            Value::Array(mut a) => {
+                a.reverse();
+                Value::Array(a)
+            }
+            other => {
+                let _ = k;
+                other
+            }
+        };
+    }
+    let free_text = [
+        "text",
+        "content",
+        "input",
+        "title",
+        "message",
+        "body",
+        "subject",
+        "description",
+        "label",
+        "query",
+        "a",
+        "b",
+    ];
+    let mut extended = base.clone();
+    for (k, v) in extended.iter_mut() {
+        if let Value::String(s) = v {
+            if free_text.contains(&k.as_str()) {
+                *v = Value::String(format!("{s} — Ünïcödé ✓ 日本"));
+            }
+        }
+    }
+    vec![
+        Value::Object(required),
+        Value::Object(flipped),
+        Value::Object(extended),
+    ]
+}
+
+#[test]
+fn every_deterministic_non_network_tool_matches_node_on_more_argument_sets() {
+    let files = [
+        "default-tool-specs-builtin.json",
+        "default-tool-specs-builtin-helpers.json",
+        "default-tool-specs.json",
+    ];
+    let (mut tools, mut runs, mut both_failed) = (0, 0, 0);
+    for f in files {
+        let cat = Catalog::load(&[catalog_dir().join(f)]);
+        for spec in cat.entries.iter().filter_map(|e| e.validated.spec.as_ref()) {
+            let blocked = spec
+                .sandbox_overrides
+                .network_mode
+                .value()
+                .is_none_or(|m| *m == stsd_protocol::NetworkMode::Blocked);
+            if !blocked
+                || spec.code.contains("safety.")
+                || NON_DETERMINISTIC.contains(&spec.name.as_str())
+                || !spec.static_variables.is_empty()
+            {
+                continue;
+            }
+            let declared: Vec<String> = spec.params.iter().map(|p| p.name.clone()).collect();
+            let d: Vec<&str> = declared.iter().map(String::as_str).collect();
+            for args in variants(spec) {
+                let ours = run_code(&spec.code, args.clone(), &d);
+                let theirs = node(&spec.code, &args, &declared);
+                match (&ours, &theirs) {
+                    (Ok(a), Ok(b)) => assert_eq!(a, b, "{} {args}", spec.name),
+                    // Both refused the input; engine messages (JSON.parse, RegExp) differ.
+                    (Err(_), Err(_)) => both_failed += 1,
+                    _ => panic!("{} {args}: stsd {ours:?} vs node {theirs:?}", spec.name),
+                }
+                runs += 1;
+            }
+            tools += 1;
+        }
+    }
+    eprintln!("{tools} tools, {runs} runs, {both_failed} where both refused the input");
+    assert!(tools >= 35, "{tools}");
+}
+
+/// Tools whose params give the derived variants nothing to vary: two hand-picked sets each.
+#[test]
+fn hand_picked_argument_sets_match_node() {
+    let cases: &[(&str, &str, [Value; 2])] = &[
+        (
+            "default-tool-specs-builtin.json",
+            "timezoneConvert",
+            [
+                json!({"text": "2024-03-10T06:59:59Z", "toTimeZone": "America/New_York"}),
+                json!({"text": "2024-12-31T23:30:00Z", "toTimeZone": "Asia/Kolkata"}),
+            ],
+        ),
+        (
+            "default-tool-specs-builtin.json",
+            "urlEncode",
+            [json!({"text": "a b&c=d/é?"}), json!({"text": "100% ✓ #x"})],
+        ),
+        (
+            "default-tool-specs-builtin.json",
+            "diffText",
+            [
+                json!({"a": "one\ntwo\nthree", "b": "one\n2\nthree\nfour"}),
+                json!({"a": "same", "b": "same"}),
+            ],
+        ),
+        (
+            "default-tool-specs-builtin.json",
+            "piiDetect",
+            [
+                json!({"text": "mail bob@example.com or call +1 415 555 0100"}),
+                json!({"text": "nothing personal here"}),
+            ],
+        ),
+        (
+            "default-tool-specs-builtin.json",
+            "stats",
+            [
+                json!({"numbers": [5]}),
+                json!({"numbers": [-1.5, 2, 2, 10]}),
+            ],
+        ),
+        (
+            "default-tool-specs-builtin.json",
+            "secretPatternDetect",
+            [
+                json!({"text": "AKIAIOSFODNN7EXAMPLE and ghp_abcdefghijklmnopqrstuvwxyz0123456789"}),
+                json!({"text": "clean text"}),
+            ],
+        ),
+        (
+            "default-tool-specs-builtin.json",
+            "evalExpression",
+            [
+                json!({"expression": "2 ** 10 - x", "variables": {"x": 24}}),
+                json!({"expression": "(1 < 2) && !false"}),
+            ],
+        ),
+        (
+            "default-tool-specs.json",
+            "addToCalendar",
+            [
+                json!({"title": "Standup", "start": "2024-05-01T09:00:00Z", "end": "2024-05-01T09:15:00Z", "location": "Room 1"}),
+                json!({"title": "Trip", "start": "2024-06-01", "end": "2024-06-03", "description": "bring passport"}),
+            ],
+        ),
+        (
+            "default-tool-specs.json",
+            "showLocation",
+            [
+                json!({"query": "Eiffel Tower", "label": "Paris"}),
+                json!({"query": "37.5665,126.9780"}),
+            ],
+        ),
+        (
+            "default-tool-specs.json",
+            "showImage",
+            [
+                json!({"url": "https://example.com/a.png", "caption": "A", "alt": "alt"}),
+                json!({"url": "https://example.com/b.jpg"}),
+            ],
+        ),
+        (
+            "default-tool-specs.json",
+            "renderDiff",
+            [
+                json!({"left": "a\nb", "right": "a\nc", "leftLabel": "old", "rightLabel": "new", "title": "T"}),
+                json!({"left": "x", "right": "x"}),
+            ],
+        ),
+        (
+            "default-tool-specs.json",
+            "requestFileUpload",
+            [
+                json!({"prompt": "Upload a CSV", "accept": ".csv"}),
+                json!({}),
+            ],
+        ),
+        (
+            "default-tool-specs.json",
+            "describeImage",
+            [
+                json!({"ref": "img-1", "question": "What is it?"}),
+                json!({}),
+            ],
+        ),
+    ];
+    for (file, name, sets) in cases {
+        let cat = Catalog::load(&[catalog_dir().join(file)]);
+        let spec = cat
+            .entries
+            .iter()
+            .filter_map(|e| e.validated.spec.as_ref())
+            .find(|s| s.name == *name);
+        let spec = spec.unwrap_or_else(|| panic!("{name} missing"));
+        let declared: Vec<String> = spec.params.iter().map(|p| p.name.clone()).collect();
+        let d: Vec<&str> = declared.iter().map(String::as_str).collect();
+        for args in sets {
+            let ours = run_code(&spec.code, args.clone(), &d);
+            let theirs = node(&spec.code, args, &declared);
+            match (&ours, &theirs) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{name} {args}"),
+                (Err(_), Err(_)) => {}
+                _ => panic!("{name} {args}: stsd {ours:?} vs node {theirs:?}"),
+            }
+        }
+    }
 }
