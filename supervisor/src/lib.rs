@@ -5,6 +5,7 @@ pub mod audit;
 pub mod bundled;
 pub mod check;
 pub mod daemon;
+pub mod egress;
 pub mod exec;
 pub mod lifecycle;
 pub mod listener;
