@@ -325,6 +325,7 @@ fn each_call_gets_a_fresh_process_and_context() {
 fn a_job_that_asks_for_a_missing_base_path_is_refused_not_run_weaker() {
     let (mut j, _b) = base_job("return 1;");
     j.sandbox.fs = FsAccess::ReadOnly;
+    j.seccomp = stsd_profiles::os::seccomp::bpf_for(FsAccess::ReadOnly).unwrap_or_default();
     j.sandbox.base_path = "/nonexistent/stsd/base".into();
     assert_eq!(err_code(&run(&j)), Code::SandboxUnavailable);
 }
@@ -411,4 +412,11 @@ fn local_time_methods_work_under_the_no_file_posture() {
     // Local time needs glibc's zone data, loaded before the sandbox (TZ=UTC in workers).
     let (j, _b) = base_job("const d = new Date(86400000 + 3600000); return [d.getHours(), d.getTimezoneOffset(), d.getDate(), typeof new Date().getMilliseconds()];");
     assert_eq!(ok_json(&run(&j)), serde_json::json!([1, 0, 2, "number"]));
+}
+
+#[test]
+fn a_job_without_seccomp_programs_is_refused() {
+    let (mut j, _b) = base_job("return 1;");
+    j.seccomp = Default::default();
+    assert_eq!(err_code(&run(&j)), Code::SandboxUnavailable);
 }

@@ -111,6 +111,7 @@ pub fn job(
             gid: WORKER_UID,
             network: NetworkGrant::Blocked,
         },
+        seccomp: stsd_profiles::os::seccomp::bpf_for(fs).unwrap_or_default(),
         limits: JobLimits::default(),
         attack: None,
         keep_alive: false,

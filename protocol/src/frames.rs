@@ -85,6 +85,15 @@ impl Default for JobLimits {
     }
 }
 
+/// A posture's seccomp programs, compiled once by the supervisor: BPF instructions packed as
+/// `code << 48 | jt << 40 | jf << 32 | k`. The allowlist names the worker's own pid (tgkill)
+/// through a placeholder the worker patches before applying it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeccompBpf {
+    pub enosys: Vec<u64>,
+    pub allow: Vec<u64>,
+}
+
 /// One call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
@@ -100,6 +109,8 @@ pub struct Job {
     /// The resolved toolSafety block, JSON text (for the record and for helper gating).
     pub tool_safety_json: String,
     pub sandbox: SandboxSpec,
+    /// The seccomp programs for `sandbox.fs`; a job without them is refused.
+    pub seccomp: SeccompBpf,
     pub limits: JobLimits,
     /// Test builds only (the `attack` feature): a raw-syscall probe run after the profile
     /// is applied instead of the body. Release workers refuse a job that carries one.
@@ -259,6 +270,7 @@ mod tests {
                 gid: 65534,
                 network: NetworkGrant::Blocked,
             },
+            seccomp: SeccompBpf::default(),
             limits: JobLimits::default(),
             attack: None,
             keep_alive: false,

@@ -109,7 +109,7 @@ pub fn run() -> i32 {
         }
         match &confined {
             None => {
-                if let Err(e) = os::confine(&prepared, &job.sandbox, &job.limits) {
+                if let Err(e) = os::confine(&prepared, &job.sandbox, &job.limits, &job.seccomp) {
                     return fail(
                         &channel,
                         Code::SandboxUnavailable,

@@ -58,14 +58,11 @@ pub fn close_other_fds() -> Result<(), SandboxUnavailable> {
 
 /// The posture-independent half of the profile, done before the worker reports Ready (no
 /// tool is known yet, and none of its code has been seen): every other fd closed, the worker
-/// user and no capabilities, no_new_privs, not dumpable, the parent-death signal, and every
-/// posture's seccomp program compiled (compiling allocates and parses; it is kept off the
-/// request path).
+/// user and no capabilities, no_new_privs, not dumpable, the parent-death signal. The seccomp
+/// programs come compiled with the job (the supervisor compiles them once, not every worker).
 pub struct Prepared {
     uid: u32,
     gid: u32,
-    enosys: seccompiler::BpfProgram,
-    programs: Vec<(FsAccess, seccompiler::BpfProgram)>,
 }
 
 pub fn prepare(uid: u32, gid: u32, parent_pid: u32) -> Result<Prepared, SandboxUnavailable> {
@@ -74,22 +71,7 @@ pub fn prepare(uid: u32, gid: u32, parent_pid: u32) -> Result<Prepared, SandboxU
     privileges::switch_user(uid, gid).map_err(fail)?;
     privileges::clear_capabilities().map_err(fail)?;
     privileges::lock_process(parent_pid).map_err(fail)?;
-    let pid = std::process::id();
-    let mut programs = Vec::with_capacity(4);
-    for fs in [
-        FsAccess::None,
-        FsAccess::ReadOnly,
-        FsAccess::WriteOnly,
-        FsAccess::ReadWrite,
-    ] {
-        programs.push((fs, seccomp::program_for(fs, pid).map_err(fail)?));
-    }
-    Ok(Prepared {
-        uid,
-        gid,
-        enosys: seccomp::enosys_program().map_err(fail)?,
-        programs,
-    })
+    Ok(Prepared { uid, gid })
 }
 
 /// The posture's half, applied when the job arrives and before its code is parsed: rlimits,
@@ -98,6 +80,7 @@ pub fn confine(
     prep: &Prepared,
     spec: &SandboxSpec,
     limits: &JobLimits,
+    bpf: &stsd_protocol::frames::SeccompBpf,
 ) -> Result<(), SandboxUnavailable> {
     let fail = |e: String| SandboxUnavailable(e);
     if (spec.uid, spec.gid) != (prep.uid, prep.gid) {
@@ -113,16 +96,18 @@ pub fn confine(
             spec.base_path
         )));
     }
+    if bpf.allow.is_empty() || bpf.enosys.is_empty() {
+        return Err(fail("the job carries no seccomp program".into()));
+    }
+    // Unpacked and patched before anything is applied: nothing after Landlock may allocate
+    // in ways the filters could refuse.
+    let enosys = seccomp::unpack(&bpf.enosys);
+    let allow =
+        seccomp::patch_pid(seccomp::unpack(&bpf.allow), std::process::id()).map_err(fail)?;
     privileges::apply_rlimits(&rlimits_for(spec, limits)).map_err(fail)?;
     landlock::restrict(spec.fs, base).map_err(fail)?;
-    let program = prep
-        .programs
-        .iter()
-        .find(|(fs, _)| *fs == spec.fs)
-        .map(|(_, p)| p)
-        .ok_or_else(|| fail("no seccomp program for this posture".into()))?;
     // The ENOSYS filter first: once the allowlist is in, seccomp() itself is forbidden.
-    seccompiler::apply_filter(&prep.enosys).map_err(|e| fail(format!("seccomp: {e}")))?;
-    seccompiler::apply_filter(program).map_err(|e| fail(format!("seccomp: {e}")))?;
+    seccompiler::apply_filter(&enosys).map_err(|e| fail(format!("seccomp: {e}")))?;
+    seccompiler::apply_filter(&allow).map_err(|e| fail(format!("seccomp: {e}")))?;
     Ok(())
 }

@@ -72,6 +72,85 @@ pub fn enosys_program() -> Result<BpfProgram, String> {
     }))
 }
 
+/// Stands in for the worker's pid in compiled programs; [`patch_pid`] replaces it.
+pub const PID_PLACEHOLDER: u32 = 0x7eed_5eed;
+
+struct Templates {
+    enosys: BpfProgram,
+    by_posture: Vec<(FsAccess, BpfProgram)>,
+}
+
+fn templates() -> &'static Result<Templates, String> {
+    static T: std::sync::OnceLock<Result<Templates, String>> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        let mut by_posture = Vec::new();
+        for fs in [
+            FsAccess::None,
+            FsAccess::ReadOnly,
+            FsAccess::WriteOnly,
+            FsAccess::ReadWrite,
+        ] {
+            by_posture.push((fs, program_for(fs, PID_PLACEHOLDER)?));
+        }
+        Ok(Templates {
+            enosys: enosys_program()?,
+            by_posture,
+        })
+    })
+}
+
+fn pack(p: &BpfProgram) -> Vec<u64> {
+    p.iter()
+        .map(|i| {
+            (u64::from(i.code) << 48)
+                | (u64::from(i.jt) << 40)
+                | (u64::from(i.jf) << 32)
+                | u64::from(i.k)
+        })
+        .collect()
+}
+
+pub fn unpack(v: &[u64]) -> BpfProgram {
+    v.iter()
+        .map(|x| seccompiler::sock_filter {
+            code: (x >> 48) as u16,
+            jt: (x >> 40) as u8,
+            jf: (x >> 32) as u8,
+            k: *x as u32,
+        })
+        .collect()
+}
+
+/// A posture's programs, compiled once per process (the supervisor's) and packed for a job.
+pub fn bpf_for(fs: FsAccess) -> Result<stsd_protocol::frames::SeccompBpf, String> {
+    let t = templates().as_ref().map_err(Clone::clone)?;
+    let allow = t
+        .by_posture
+        .iter()
+        .find(|(f, _)| *f == fs)
+        .map(|(_, p)| pack(p))
+        .ok_or("no seccomp program for this posture")?;
+    Ok(stsd_protocol::frames::SeccompBpf {
+        enosys: pack(&t.enosys),
+        allow,
+    })
+}
+
+/// Writes the worker's pid into the one comparison that holds the placeholder. Anything but
+/// exactly one occurrence means the program is not what was compiled, and it is refused.
+pub fn patch_pid(mut p: BpfProgram, pid: u32) -> Result<BpfProgram, String> {
+    let hits = p.iter().filter(|i| i.k == PID_PLACEHOLDER).count();
+    if hits != 1 {
+        return Err(format!(
+            "seccomp program has {hits} pid placeholders, expected 1"
+        ));
+    }
+    for i in p.iter_mut().filter(|i| i.k == PID_PLACEHOLDER) {
+        i.k = pid;
+    }
+    Ok(p)
+}
+
 /// Syscall names a posture allows (for tests and `--explain` output).
 pub fn allowed_names(fs: FsAccess) -> Vec<String> {
     rules_for(fs, 1)
@@ -197,5 +276,23 @@ mod tests {
                 json!([{"index": 1, "type": "dword", "op": "eq", "val": 1}])
             );
         }
+    }
+
+    #[test]
+    fn compiled_once_then_patched_per_worker_equals_compiling_for_that_pid() {
+        for fs in [
+            FsAccess::None,
+            FsAccess::ReadOnly,
+            FsAccess::WriteOnly,
+            FsAccess::ReadWrite,
+        ] {
+            let packed = bpf_for(fs).unwrap_or_default();
+            let patched = patch_pid(unpack(&packed.allow), 4242);
+            assert_eq!(patched.ok(), program_for(fs, 4242).ok(), "{fs:?}");
+            assert_eq!(Some(unpack(&packed.enosys)), enosys_program().ok());
+        }
+        // A program without exactly one placeholder is refused.
+        let direct = program_for(FsAccess::None, 7).unwrap_or_default();
+        assert!(patch_pid(direct, 8).is_err());
     }
 }

@@ -153,6 +153,9 @@ pub fn prepare(
             declared.push(k.to_string());
         }
     }
+    let fs = FsAccess::from_flags(caps.file_read, caps.file_write);
+    let seccomp = stsd_profiles::os::seccomp::bpf_for(fs)
+        .map_err(|e| Diagnostic::error(Code::SandboxUnavailable, "", format!("seccomp: {e}")))?;
     let job = Job {
         call_id,
         code: spec.code.clone(),
@@ -160,8 +163,9 @@ pub fn prepare(
         statics_json: Value::Object(statics).to_string(),
         declared,
         tool_safety_json: serde_json::to_string(&resolved.tool_safety).unwrap_or_default(),
+        seccomp,
         sandbox: SandboxSpec {
-            fs: FsAccess::from_flags(caps.file_read, caps.file_write),
+            fs,
             base_path: resolved.fs_base_path.display().to_string(),
             uid: config.worker.uid,
             gid: config.worker.gid,
