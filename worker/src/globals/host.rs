@@ -319,6 +319,26 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
             ser.finish()
         })?,
     )?;
+    // The lazily loaded parts of the runtime globals (see prelude.js `load`).
+    host.set(
+        "compile",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>, name: String| -> rquickjs::Result<Function<'js>> {
+                let (src, file) = match name.as_str() {
+                    "intl" => (super::INTL, "stsd-intl.js"),
+                    "url" => (super::URL, "stsd-url.js"),
+                    "html" => (super::HTML, "stsd-html.js"),
+                    _ => return Err(Exception::throw_type(&ctx, "unknown runtime module")),
+                };
+                let mut opts = rquickjs::context::EvalOptions::default();
+                opts.global = true;
+                opts.strict = true;
+                opts.filename = Some(file.into());
+                ctx.eval_with_options(src, opts)
+            },
+        )?,
+    )?;
     Ok(host)
 }
 

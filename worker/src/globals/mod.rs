@@ -11,6 +11,9 @@ use rquickjs::context::EvalOptions;
 use rquickjs::{Ctx, Function};
 
 const PRELUDE: &str = include_str!("prelude.js");
+const INTL: &str = include_str!("intl.js");
+const URL: &str = include_str!("url.js");
+const HTML: &str = include_str!("html.js");
 
 const FS: &str = include_str!("fs.js");
 
