@@ -329,6 +329,8 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
                     "intl" => (super::INTL, "stsd-intl.js"),
                     "url" => (super::URL, "stsd-url.js"),
                     "html" => (super::HTML, "stsd-html.js"),
+                    "web" => (super::WEB, "stsd-web.js"),
+                    "parser" => (super::PARSER, "stsd-parser.js"),
                     _ => return Err(Exception::throw_type(&ctx, "unknown runtime module")),
                 };
                 let mut opts = rquickjs::context::EvalOptions::default();

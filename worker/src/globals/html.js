@@ -1,6 +1,15 @@
 // safety.parser.html's document classes, compiled on first use (prelude.js `load`).
-(function (host, htmlHost, call) {
+(function (host, htmlHost) {
   "use strict";
+  const call = (fn) => {
+    try { return fn(); } catch (e) {
+      const m = /^INVALID_INPUT: ([\s\S]*)$/.exec(e && e.message);
+      if (!m) throw e;
+      const err = new Error(m[1]);
+      err.name = "InvalidInputError";
+      throw err;
+    }
+  };
   // A jsoup-like view over a document held on the host (safety.parser.html).
   const H = Symbol("html handle");
   const wrapAll = (handles) => new HtmlElements(handles.map((h) => new HtmlElement(h)));

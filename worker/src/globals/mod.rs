@@ -14,6 +14,8 @@ const PRELUDE: &str = include_str!("prelude.js");
 const INTL: &str = include_str!("intl.js");
 const URL: &str = include_str!("url.js");
 const HTML: &str = include_str!("html.js");
+const WEB: &str = include_str!("web.js");
+const PARSER: &str = include_str!("parser.js");
 
 const FS: &str = include_str!("fs.js");
 

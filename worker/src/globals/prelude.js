@@ -1,196 +1,16 @@
-// The JavaScript half of stsd's runtime globals. Evaluated once per context before the tool's
-// code, as a function that receives the Rust host functions as an argument: they are captured
-// here and never appear on globalThis. Byte work (UTF-8, base64, hashing, randomness) happens
-// in Rust; this file only gives it the web API's shape.
+// The eager half of stsd's runtime globals, evaluated once per fresh context before the tool's
+// code. It receives the Rust host functions as arguments (they are captured here and never
+// appear on globalThis) and installs lazy accessors; each group (web.js, parser.js, intl.js,
+// url.js, html.js) is compiled by the host the first time a tool touches it.
 (function (host, htmlHost) {
   "use strict";
   const define = (name, value) =>
     Object.defineProperty(globalThis, name, { value, writable: true, configurable: true, enumerable: false });
 
-  // Any BufferSource, an array of numbers or a string (UTF-8) -> Uint8Array view or copy.
-  function toBytes(data, what) {
-    if (typeof data === "string") return host.utf8Encode(data);
-    if (data instanceof Uint8Array) return data;
-    if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-    if (data instanceof ArrayBuffer) return new Uint8Array(data);
-    if (Array.isArray(data)) return Uint8Array.from(data, (b) => b & 0xff);
-    throw new TypeError(`${what}: expected a BufferSource, got ${data === null ? "null" : typeof data}`);
-  }
-
-  // ---- encoding: TextEncoder, TextDecoder, atob, btoa ----------------------------------
-  class TextEncoder {
-    get encoding() { return "utf-8"; }
-    encode(input = "") { return host.utf8Encode(String(input)); }
-    encodeInto(input, dest) {
-      const bytes = host.utf8Encode(String(input));
-      // Whole code points only, as the standard requires.
-      let n = Math.min(bytes.length, dest.length);
-      while (n > 0 && n < bytes.length && (bytes[n] & 0xc0) === 0x80) n--;
-      dest.set(bytes.subarray(0, n));
-      const read = new TextDecoderImpl().decode(bytes.subarray(0, n)).length;
-      return { read, written: n };
-    }
-  }
-
-  const UTF8_LABELS = ["utf-8", "utf8", "unicode-1-1-utf-8", "unicode11utf8", "unicode20utf8", "x-unicode20utf8"];
-  class TextDecoderImpl {
-    constructor(label = "utf-8", options = {}) {
-      const l = String(label).trim().toLowerCase();
-      if (!UTF8_LABELS.includes(l)) throw new RangeError(`The "${label}" encoding is not supported`);
-      this._fatal = Boolean(options && options.fatal);
-      this._ignoreBOM = Boolean(options && options.ignoreBOM);
-    }
-    get encoding() { return "utf-8"; }
-    get fatal() { return this._fatal; }
-    get ignoreBOM() { return this._ignoreBOM; }
-    decode(input) {
-      if (input === undefined) return "";
-      return host.utf8Decode(toBytes(input, "TextDecoder.decode"), this._fatal, this._ignoreBOM);
-    }
-  }
-  Object.defineProperty(TextDecoderImpl, "name", { value: "TextDecoder" });
-
-  function btoa(data) {
-    if (arguments.length === 0) throw new TypeError("btoa: 1 argument required, but only 0 present.");
-    const s = String(data);
-    const bytes = new Uint8Array(s.length);
-    for (let i = 0; i < s.length; i++) {
-      const c = s.charCodeAt(i);
-      if (c > 0xff) throw new DOMException("Invalid character", "InvalidCharacterError");
-      bytes[i] = c;
-    }
-    return host.base64Encode(bytes);
-  }
-
-  // WHATWG forgiving-base64 decode.
-  function atob(data) {
-    if (arguments.length === 0) throw new TypeError("atob: 1 argument required, but only 0 present.");
-    let s = String(data).replace(/[\t\n\f\r ]/g, "");
-    if (s.length % 4 === 0) s = s.replace(/==?$/, "");
-    if (s.length % 4 === 1 || /[^A-Za-z0-9+/]/.test(s)) {
-      throw new DOMException("The string to be decoded is not correctly encoded.", "InvalidCharacterError");
-    }
-    const padded = s + "===".slice((s.length + 3) % 4);
-    const bytes = host.base64Decode(padded);
-    if (bytes === null || bytes === undefined) {
-      throw new DOMException("The string to be decoded is not correctly encoded.", "InvalidCharacterError");
-    }
-    let out = "";
-    for (let i = 0; i < bytes.length; i += 8192) out += String.fromCharCode.apply(null, bytes.subarray(i, i + 8192));
-    return out;
-  }
-
-  // ---- crypto ---------------------------------------------------------------------------
-  const HASHES = { "SHA-1": 20, "SHA-256": 32, "SHA-384": 48, "SHA-512": 64 };
-  function hashName(alg, what) {
-    const n = String(typeof alg === "object" && alg !== null ? alg.name : alg).toUpperCase();
-    if (!(n in HASHES)) throw new DOMException(`${what}: unrecognized algorithm name ${n}`, "NotSupportedError");
-    return n;
-  }
-
-  const KEY = Symbol("stsd key material");
-  class CryptoKey {
-    constructor(material, algorithm, extractable, usages) {
-      Object.defineProperty(this, KEY, { value: material });
-      this.type = "secret";
-      this.extractable = Boolean(extractable);
-      this.algorithm = algorithm;
-      this.usages = usages;
-      Object.freeze(this);
-    }
-  }
-
-  const subtle = {
-    // Results are Uint8Arrays, not bare ArrayBuffers: `new Uint8Array(r)` works as with the
-    // standard API, and so does the catalog's `Array.isArray(d) ? d : Array.from(d)`.
-    async digest(alg, data) {
-      return host.digest(hashName(alg, "digest"), toBytes(data, "digest"));
-    },
-    async importKey(format, keyData, algorithm, extractable, usages) {
-      if (format !== "raw") throw new DOMException(`importKey: format ${format} is not supported`, "NotSupportedError");
-      const name = String(typeof algorithm === "object" && algorithm !== null ? algorithm.name : algorithm).toUpperCase();
-      if (name !== "HMAC") throw new DOMException(`importKey: algorithm ${name} is not supported`, "NotSupportedError");
-      const hash = hashName(typeof algorithm === "object" && algorithm.hash ? algorithm.hash : "SHA-256", "importKey");
-      const bytes = Uint8Array.from(toBytes(keyData, "importKey"));
-      if (bytes.length === 0) throw new DOMException("importKey: the key must not be empty", "DataError");
-      return new CryptoKey(bytes, { name: "HMAC", hash: { name: hash }, length: bytes.length * 8 }, extractable, usages || []);
-    },
-    async sign(algorithm, key, data) {
-      const name = String(typeof algorithm === "object" && algorithm !== null ? algorithm.name : algorithm).toUpperCase();
-      if (name !== "HMAC" || !(key instanceof CryptoKey)) throw new DOMException("sign: only HMAC keys are supported", "InvalidAccessError");
-      return host.hmac(key.algorithm.hash.name, key[KEY], toBytes(data, "sign"));
-    },
-    async verify(algorithm, key, signature, data) {
-      const expected = await subtle.sign(algorithm, key, data);
-      const got = toBytes(signature, "verify");
-      if (got.length !== expected.length) return false;
-      let diff = 0;
-      for (let i = 0; i < got.length; i++) diff |= got[i] ^ expected[i];
-      return diff === 0;
-    },
-  };
-
-  const crypto = {
-    getRandomValues(array) {
-      const ok = array instanceof Int8Array || array instanceof Uint8Array || array instanceof Uint8ClampedArray ||
-        array instanceof Int16Array || array instanceof Uint16Array || array instanceof Int32Array ||
-        array instanceof Uint32Array || array instanceof BigInt64Array || array instanceof BigUint64Array;
-      if (!ok) throw new DOMException("getRandomValues: an integer TypedArray is required", "TypeMismatchError");
-      if (array.byteLength > 65536) {
-        throw new DOMException(`getRandomValues: ${array.byteLength} bytes requested, the limit is 65536`, "QuotaExceededError");
-      }
-      // A real fill of every byte of every element, whatever its width.
-      new Uint8Array(array.buffer, array.byteOffset, array.byteLength).set(host.randomBytes(array.byteLength));
-      return array;
-    },
-    randomUUID() { return host.randomUUID(); },
-    subtle: Object.freeze(subtle),
-  };
-
-  // ---- structuredClone --------------------------------------------------------------------
-  function structuredClone(value) {
-    const seen = new Map();
-    const clone = (v) => {
-      if (v === null || (typeof v !== "object" && typeof v !== "function")) {
-        if (typeof v === "symbol") throw new DOMException("Symbol values cannot be cloned", "DataCloneError");
-        return v;
-      }
-      if (typeof v === "function") throw new DOMException("function values cannot be cloned", "DataCloneError");
-      if (seen.has(v)) return seen.get(v);
-      let out;
-      if (Array.isArray(v)) { out = []; seen.set(v, out); for (let i = 0; i < v.length; i++) out[i] = clone(v[i]); return out; }
-      if (v instanceof Date) out = new Date(v.getTime());
-      else if (v instanceof RegExp) out = new RegExp(v.source, v.flags);
-      else if (v instanceof ArrayBuffer) out = v.slice(0);
-      else if (ArrayBuffer.isView(v)) out = new v.constructor(v);
-      else if (v instanceof Map) { out = new Map(); seen.set(v, out); for (const [k, x] of v) out.set(clone(k), clone(x)); return out; }
-      else if (v instanceof Set) { out = new Set(); seen.set(v, out); for (const x of v) out.add(clone(x)); return out; }
-      else if (v instanceof Error) { out = new (globalThis[v.name] || Error)(v.message); }
-      else if (v instanceof Boolean || v instanceof Number || v instanceof String) out = Object(v.valueOf());
-      else {
-        const proto = Object.getPrototypeOf(v);
-        if (proto !== Object.prototype && proto !== null) throw new DOMException("this object cannot be cloned", "DataCloneError");
-        out = {}; seen.set(v, out);
-        for (const k of Object.keys(v)) out[k] = clone(v[k]);
-        return out;
-      }
-      seen.set(v, out);
-      return out;
-    };
-    return clone(value);
-  }
-
-  define("TextEncoder", TextEncoder);
-  define("TextDecoder", TextDecoderImpl);
-  define("atob", atob);
-  define("btoa", btoa);
-  define("crypto", Object.freeze(crypto));
-  define("structuredClone", structuredClone);
-
-  // Intl, URL and the HTML classes are parsed only when a tool first touches them: QuickJS
-  // parses a script whole, and most tools never use them.
+  // Every group is parsed only when a tool first touches it: QuickJS parses a script whole,
+  // and a fresh context per call would otherwise pay for all of it every time.
   const loaded = {};
-  const load = (name) => loaded[name] || (loaded[name] = host.compile(name)(host, htmlHost, call));
+  const load = (name) => loaded[name] || (loaded[name] = host.compile(name)(host, htmlHost, load));
   const lazy = (name, get) => Object.defineProperty(globalThis, name, {
     configurable: true,
     enumerable: false,
@@ -213,25 +33,20 @@
     });
   }
 
-  // ---- safety.parser (always installed; safety.fs joins it when the posture grants files) --
-  const parserError = (e) => {
-    const m = /^INVALID_INPUT: ([\s\S]*)$/.exec(e && e.message);
-    if (!m) return e;
-    const err = new Error(m[1]);
-    err.name = "InvalidInputError";
-    return err;
-  };
-  const parse = (fn, ...a) => { try { return JSON.parse(fn(...a)); } catch (e) { throw parserError(e); } };
-  const call = (fn) => { try { return fn(); } catch (e) { throw parserError(e); } };
+  for (const name of ["TextEncoder", "TextDecoder", "atob", "btoa", "crypto", "structuredClone"]) {
+    lazy(name, () => load("web")[name]);
+  }
 
-  const parser = Object.freeze({
-    csv: (input, opts = {}) => parse(host.csvParse, String(input ?? ""), Boolean(opts && opts.header),
-      opts && opts.delimiter !== undefined ? String(opts.delimiter) : ","),
-    xml: (input) => parse(host.xmlParse, String(input ?? ""), false, ""),
-    yaml: (input) => parse(host.yamlParse, String(input ?? ""), false, ""),
-    html: (input) => load("html")(input),
-  });
+  // safety.parser is always there (safety.fs joins it when the posture grants files).
   const safety = {};
-  Object.defineProperty(safety, "parser", { value: parser, enumerable: true });
+  Object.defineProperty(safety, "parser", {
+    enumerable: true,
+    configurable: true,
+    get() {
+      const value = load("parser");
+      Object.defineProperty(safety, "parser", { value, enumerable: true });
+      return value;
+    },
+  });
   define("safety", safety);
 })
