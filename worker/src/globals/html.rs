@@ -35,6 +35,17 @@ impl State {
         Ok((self.handles.len() - 1) as u32)
     }
 
+    /// Applies `f` to the element behind a handle (None when it is not an element).
+    fn with_element<R>(
+        &self,
+        ctx: &Ctx<'_>,
+        h: u32,
+        f: impl FnOnce(ElementRef<'_>) -> R,
+    ) -> rquickjs::Result<Option<R>> {
+        let (d, id) = self.get(ctx, h)?;
+        Ok(self.docs[d].tree.get(id).and_then(ElementRef::wrap).map(f))
+    }
+
     fn get(&self, ctx: &Ctx<'_>, h: u32) -> rquickjs::Result<(usize, ego_tree::NodeId)> {
         self.handles
             .get(h as usize)
@@ -190,70 +201,53 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
     f!("text", |st: S| move |ctx: Ctx<'js>,
                              h: u32|
           -> rquickjs::Result<String> {
-        let s = st.borrow();
-        let (d, id) = s.get(&ctx, h)?;
-        Ok(s.docs[d]
-            .tree
-            .get(id)
-            .and_then(ElementRef::wrap)
-            .map(text_of)
+        Ok(st
+            .borrow()
+            .with_element(&ctx, h, text_of)?
             .unwrap_or_default())
     });
     f!("attr", |st: S| move |ctx: Ctx<'js>,
                              h: u32,
                              name: String|
           -> rquickjs::Result<String> {
-        let s = st.borrow();
-        let (d, id) = s.get(&ctx, h)?;
-        let Some(el) = s.docs[d].tree.get(id).and_then(ElementRef::wrap) else {
-            return Ok(String::new());
-        };
-        Ok(match name.strip_prefix("abs:") {
-            // No base URI: an absolute URL stays as it is, a relative one resolves to "".
-            Some(n) => el
-                .attr(n)
-                .filter(|v| url::Url::parse(v).is_ok())
-                .unwrap_or("")
-                .to_string(),
-            None => el.attr(&name).unwrap_or("").to_string(),
-        })
+        let value = st
+            .borrow()
+            .with_element(&ctx, h, |el| match name.strip_prefix("abs:") {
+                // No base URI: an absolute URL stays as it is, a relative one resolves to "".
+                Some(n) => el
+                    .attr(n)
+                    .filter(|v| url::Url::parse(v).is_ok())
+                    .unwrap_or("")
+                    .to_string(),
+                None => el.attr(&name).unwrap_or("").to_string(),
+            })?;
+        Ok(value.unwrap_or_default())
     });
     f!("hasAttr", |st: S| move |ctx: Ctx<'js>,
                                 h: u32,
                                 name: String|
           -> rquickjs::Result<bool> {
-        let s = st.borrow();
-        let (d, id) = s.get(&ctx, h)?;
-        Ok(s.docs[d]
-            .tree
-            .get(id)
-            .and_then(ElementRef::wrap)
-            .is_some_and(|e| e.attr(&name).is_some()))
+        Ok(st
+            .borrow()
+            .with_element(&ctx, h, |e| e.attr(&name).is_some())?
+            .unwrap_or(false))
     });
     f!("tag", |st: S| move |ctx: Ctx<'js>,
                             h: u32|
           -> rquickjs::Result<String> {
-        let s = st.borrow();
-        let (d, id) = s.get(&ctx, h)?;
-        Ok(s.docs[d]
-            .tree
-            .get(id)
-            .and_then(ElementRef::wrap)
-            .map(|e| e.value().name().to_string())
+        Ok(st
+            .borrow()
+            .with_element(&ctx, h, |e| e.value().name().to_string())?
             .unwrap_or_default())
     });
     f!("html", |st: S| move |ctx: Ctx<'js>,
                              h: u32,
                              outer: bool|
           -> rquickjs::Result<String> {
-        let s = st.borrow();
-        let (d, id) = s.get(&ctx, h)?;
-        Ok(s.docs[d]
-            .tree
-            .get(id)
-            .and_then(ElementRef::wrap)
-            .map(|e| if outer { e.html() } else { e.inner_html() })
-            .unwrap_or_default())
+        let html =
+            st.borrow()
+                .with_element(&ctx, h, |e| if outer { e.html() } else { e.inner_html() })?;
+        Ok(html.unwrap_or_default())
     });
     f!("remove", |st: S| move |ctx: Ctx<'js>,
                                h: u32|
