@@ -50,7 +50,19 @@ pub fn prepare_base_path(sandbox: &mut SandboxSpec, config: &Config) -> Result<(
 /// own, so the file tools have something to read.
 pub const WORKSPACE_README: &str = include_str!("../assets/workspace-README.md");
 
+fn chown_to_worker(f: &std::fs::File, config: &Config) -> Result<(), String> {
+    if nix::unistd::Uid::effective().is_root() {
+        let (u, g) = (config.worker.uid, config.worker.gid);
+        std::os::unix::fs::fchown(f, Some(u), Some(g)).map_err(|e| format!("fchown: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Writes README.md into an empty workspace. Created new and never through a symlink: this
+/// runs as root, in a directory the worker user owns.
 fn seed_readme(workspace: &Path, config: &Config) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let empty = std::fs::read_dir(workspace)
         .map(|mut d| d.next().is_none())
         .unwrap_or(false);
@@ -58,35 +70,60 @@ fn seed_readme(workspace: &Path, config: &Config) -> Result<(), String> {
         return Ok(());
     }
     let readme = workspace.join("README.md");
-    std::fs::write(&readme, WORKSPACE_README)
+    let mut f = match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&readme)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(format!("cannot seed {}: {e}", readme.display())),
+    };
+    f.write_all(WORKSPACE_README.as_bytes())
         .map_err(|e| format!("cannot seed {}: {e}", readme.display()))?;
-    if nix::unistd::Uid::effective().is_root() {
-        let (u, g) = (config.worker.uid, config.worker.gid);
-        std::os::unix::fs::chown(&readme, Some(u), Some(g))
-            .map_err(|e| format!("chown {}: {e}", readme.display()))?;
-    }
-    Ok(())
+    chown_to_worker(&f, config)
 }
 
-/// Creates `path` (inside stsd's workspace) and, when stsd runs as root, hands every directory
-/// it created to the worker user so write postures can write.
+/// Creates `path` inside stsd's workspace, one directory at a time, as root, without following
+/// a symlink anywhere on the way (a process running as the worker user could have planted
+/// one), handing each new directory to the worker user.
 fn create_owned(workspace: &Path, path: &Path, config: &Config) -> Result<(), String> {
-    let mut missing = Vec::new();
-    let mut p = path;
-    while !p.exists() {
-        missing.push(p.to_path_buf());
-        match p.parent() {
-            Some(parent) => p = parent,
-            None => break,
+    let create = |dir: &Path| -> Result<(), String> {
+        std::fs::create_dir(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        chown_to_worker(&f, config)
+    };
+    use std::os::unix::fs::OpenOptionsExt;
+    if !workspace.exists() {
+        // The workspace itself is the operator's configured path; its parents are theirs too.
+        if let Some(parent) = workspace.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
         }
+        create(workspace)?;
     }
-    std::fs::create_dir_all(path)
-        .map_err(|e| format!("cannot create the base path {}: {e}", path.display()))?;
-    if nix::unistd::Uid::effective().is_root() {
-        let (u, g) = (config.worker.uid, config.worker.gid);
-        for dir in missing.iter().filter(|d| d.starts_with(workspace)) {
-            std::os::unix::fs::chown(dir, Some(u), Some(g))
-                .map_err(|e| format!("chown {}: {e}", dir.display()))?;
+    let rel = path
+        .strip_prefix(workspace)
+        .map_err(|_| format!("{} is not inside the workspace", path.display()))?;
+    let mut cur = workspace.to_path_buf();
+    for comp in rel.components() {
+        cur.push(comp);
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!(
+                    "refusing to create a base path through the symlink {}",
+                    cur.display()
+                ))
+            }
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(format!("{} is not a directory", cur.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(&cur)?,
+            Err(e) => return Err(format!("{}: {e}", cur.display())),
         }
     }
     Ok(())

@@ -66,6 +66,10 @@ pub fn run() -> i32 {
     // load it now, while files may still be opened. Later calls use the cached data.
     // SAFETY: tzset has no preconditions; this process is single-threaded.
     unsafe { tzset() };
+    // A write past RLIMIT_FSIZE should fail with EFBIG (a clean helper error), not kill the
+    // worker with SIGXFSZ.
+    // SAFETY: setting a signal disposition to ignore; no handler code runs.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     // Everything that does not depend on the tool happens before Ready, off the request path.
     let prepared = os::prepare(uid, gid, parent);
     let mut warm = engine::Warm::new();

@@ -28,7 +28,7 @@
       needRead("grep");
       return call(h.grep, String(pattern), path(p), Boolean(opts.caseInsensitive), Math.max(0, int(opts.limit, 10000)), Boolean(opts.numbered));
     },
-    lineCount(p) { needRead("lineCount"); return lines(p).length; },
+    lineCount(p) { needRead("lineCount"); return call(h.lineCount, path(p)); },
     slice(p, start, end) {
       needRead("slice");
       const all = lines(p), n = all.length;

@@ -118,6 +118,9 @@ fn read_dir(path: &Path) -> std::io::Result<Vec<DirEnt>> {
     Ok(out)
 }
 
+/// Most lines the line-returning helpers hold at once (grep and lineCount stream instead).
+const MAX_LINES: usize = 1_000_000;
+
 /// Largest file the helpers read into memory. Reads happen in Rust, outside the engine's
 /// heap limit, so they are capped here rather than left to the address-space rlimit.
 const MAX_READ_BYTES: u64 = 64 * 1024 * 1024;
@@ -373,6 +376,12 @@ pub fn host_object<'js>(ctx: &Ctx<'js>, base: &str) -> rquickjs::Result<Object<'
     f!("lines", |fs: std::rc::Rc<Fs>| {
         move |ctx: Ctx<'js>, p: String| fs.lines(&ctx, &p)
     });
+    // Counted without holding the lines.
+    f!("lineCount", |fs: std::rc::Rc<Fs>| {
+        move |ctx: Ctx<'js>, p: String| -> rquickjs::Result<f64> {
+            Ok(fs.read_text(&ctx, &p)?.lines().count() as f64)
+        }
+    });
     f!("grep", |fs: std::rc::Rc<Fs>| move |ctx: Ctx<'js>,
                                            pattern: String,
                                            p: String,
@@ -383,17 +392,18 @@ pub fn host_object<'js>(ctx: &Ctx<'js>, base: &str) -> rquickjs::Result<Object<'
         Vec<String>,
     > {
         let re = regex(&ctx, &pattern, ci)?;
+        // Streams over the text: only matching lines (up to `limit`) are kept.
         Ok(fs
-            .lines(&ctx, &p)?
-            .into_iter()
+            .read_text(&ctx, &p)?
+            .lines()
             .enumerate()
             .filter(|(_, l)| re.is_match(l))
-            .take(limit)
+            .take(limit.min(MAX_LINES))
             .map(|(i, l)| {
                 if numbered {
                     format!("{}:{l}", i + 1)
                 } else {
-                    l
+                    l.to_string()
                 }
             })
             .collect())

@@ -17,7 +17,13 @@ const MAX_HANDLES: usize = 1_000_000;
 struct State {
     docs: Vec<Html>,
     handles: Vec<(usize, ego_tree::NodeId)>,
+    /// HTML parsed or inserted so far in this context: documents live outside the engine's
+    /// heap limit, so their total is budgeted.
+    bytes: usize,
 }
+
+/// Total HTML one call may parse and insert.
+const MAX_TOTAL_HTML_BYTES: usize = 32 * 1024 * 1024;
 
 fn invalid(ctx: &Ctx<'_>, msg: impl AsRef<str>) -> rquickjs::Error {
     Exception::throw_message(
@@ -27,6 +33,17 @@ fn invalid(ctx: &Ctx<'_>, msg: impl AsRef<str>) -> rquickjs::Error {
 }
 
 impl State {
+    fn charge(&mut self, ctx: &Ctx<'_>, bytes: usize) -> rquickjs::Result<()> {
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes > MAX_TOTAL_HTML_BYTES {
+            return Err(invalid(
+                ctx,
+                format!("more than {MAX_TOTAL_HTML_BYTES} bytes of HTML in one call"),
+            ));
+        }
+        Ok(())
+    }
+
     fn handle(&mut self, ctx: &Ctx<'_>, doc: usize, id: ego_tree::NodeId) -> rquickjs::Result<u32> {
         if self.handles.len() >= MAX_HANDLES {
             return Err(invalid(ctx, "too many elements held at once"));
@@ -166,6 +183,7 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
                 ),
             ));
         }
+        st.borrow_mut().charge(&ctx, text.len())?;
         let doc = Html::parse_document(&text);
         let root = doc.root_element().id();
         let mut s = st.borrow_mut();
@@ -267,6 +285,7 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
         if html.len() > MAX_HTML_BYTES {
             return Err(invalid(&ctx, "fragment too large"));
         }
+        st.borrow_mut().charge(&ctx, html.len())?;
         let fragment = Html::parse_fragment(&html);
         let mut s = st.borrow_mut();
         let (d, id) = s.get(&ctx, h)?;

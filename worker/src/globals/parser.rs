@@ -7,6 +7,8 @@ use serde_json::{json, Map, Value};
 /// Most nodes a yaml or xml document may expand to (aliases included): a billion-laughs
 /// document fails fast instead of growing outside the engine's memory limit.
 const MAX_NODES: usize = 1_000_000;
+/// Deepest nesting of xml elements (yaml-rust2 has its own recursion limit).
+const MAX_DEPTH: usize = 256;
 
 pub fn csv(text: &str, header: bool, delimiter: &str) -> Result<String, String> {
     let delim = match delimiter.as_bytes() {
@@ -20,8 +22,14 @@ pub fn csv(text: &str, header: bool, delimiter: &str) -> Result<String, String> 
         .flexible(true)
         .from_reader(text.as_bytes());
     let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut cells = 0usize;
     for r in rdr.records() {
         let r = r.map_err(|e| e.to_string())?;
+        // Cells are Rust allocations outside the engine's heap limit: budget them.
+        cells += r.len().max(1);
+        if cells > MAX_NODES {
+            return Err(format!("the document has more than {MAX_NODES} cells"));
+        }
         // Commons CSV's DEFAULT format skips empty lines.
         if r.len() == 1 && r.get(0).is_some_and(str::is_empty) {
             continue;
@@ -31,6 +39,10 @@ pub fn csv(text: &str, header: bool, delimiter: &str) -> Result<String, String> 
     let out = if header {
         let mut it = rows.into_iter();
         let head = it.next().unwrap_or_default();
+        // Each row becomes an object with every header key, whatever its own length.
+        if head.len().saturating_mul(it.len()) > MAX_NODES {
+            return Err(format!("the document has more than {MAX_NODES} cells"));
+        }
         Value::Array(
             it.map(|row| {
                 let mut o = Map::new();
@@ -65,7 +77,14 @@ pub fn xml(text: &str) -> Result<String, String> {
             _ => name.name().to_string(),
         }
     }
-    fn element(node: roxmltree::Node<'_, '_>) -> Value {
+    fn element(node: roxmltree::Node<'_, '_>, depth: usize) -> Result<Value, String> {
+        // Building and later serialising the tree recurses; a deep document must not overflow
+        // the worker's stack.
+        if depth > MAX_DEPTH {
+            return Err(format!(
+                "the document nests deeper than {MAX_DEPTH} elements"
+            ));
+        }
         let mut attrs = Map::new();
         for a in node.attributes() {
             let name = match a.namespace().and_then(|ns| node.lookup_prefix(ns)) {
@@ -79,14 +98,16 @@ pub fn xml(text: &str) -> Result<String, String> {
             .filter(|c| c.is_text())
             .filter_map(|c| c.text())
             .collect();
-        let children: Vec<Value> = node
+        let children = node
             .children()
             .filter(|c| c.is_element())
-            .map(element)
-            .collect();
-        json!({"tag": qname(node, node.tag_name()), "attrs": attrs, "text": text.trim(), "children": children})
+            .map(|c| element(c, depth + 1))
+            .collect::<Result<Vec<Value>, String>>()?;
+        Ok(
+            json!({"tag": qname(node, node.tag_name()), "attrs": attrs, "text": text.trim(), "children": children}),
+        )
     }
-    Ok(element(doc.root_element()).to_string())
+    Ok(element(doc.root_element(), 1)?.to_string())
 }
 
 /// Builds JSON from yaml events. Tags are ignored (nothing is constructed from them); anchors
@@ -143,6 +164,14 @@ impl YamlBuilder {
             return;
         }
         if anchor > 0 {
+            // The anchor keeps a copy: it counts against the budget too.
+            self.nodes += count(&v);
+            if self.nodes > MAX_NODES {
+                self.error = Some(format!(
+                    "the document expands to more than {MAX_NODES} nodes (aliases included)"
+                ));
+                return;
+            }
             self.anchors.insert(anchor, v.clone());
         }
         match self.stack.last_mut() {
@@ -268,5 +297,13 @@ mod tests {
         }
         let e = yaml(&laughs);
         assert!(e.as_ref().is_err_and(|m| m.contains("more than")), "{e:?}");
+    }
+
+    #[test]
+    fn deep_xml_and_wide_csv_are_refused_not_crashes() {
+        let deep = format!("{}{}", "<a>".repeat(5000), "</a>".repeat(5000));
+        assert!(xml(&deep).is_err_and(|e| e.contains("deeper")));
+        let wide = format!("{}\n{}", vec!["h"; 100_000].join(","), "x\n".repeat(50));
+        assert!(csv(&wide, true, ",").is_err_and(|e| e.contains("cells")));
     }
 }

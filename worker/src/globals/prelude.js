@@ -4,6 +4,9 @@
 // url.js, html.js) is compiled by the host the first time a tool touches it.
 (function (host, htmlHost) {
   "use strict";
+  // A custom Error.prepareStackTrace receives call sites whose getFunction() would hand tool
+  // code the facades' internal functions; stack formatting stays the engine's own.
+  Object.defineProperty(Error, "prepareStackTrace", { value: undefined, writable: false, configurable: false });
   const define = (name, value) =>
     Object.defineProperty(globalThis, name, { value, writable: true, configurable: true, enumerable: false });
 
