@@ -61,11 +61,15 @@ fn creating_a_base_path_never_follows_a_planted_symlink() {
     let outside = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let ws = root.path().join("ws");
     std::fs::create_dir(&ws).unwrap_or_else(|e| panic!("{e}"));
-    std::os::unix::fs::symlink(outside.path(), ws.join("outlink")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(outside.path(), ws.join("outlink"))
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut cfg = Config::default();
     cfg.baseline.fs_base_path = Some(ws.clone());
     let mut s = sandbox(&ws.join("outlink/created-by-root/x"));
     let err = prepare_base_path(&mut s, &cfg).err().unwrap_or_default();
     assert!(err.contains("symlink"), "{err}");
-    assert!(!outside.path().join("created-by-root").exists(), "nothing was created outside the workspace");
+    assert!(
+        !outside.path().join("created-by-root").exists(),
+        "nothing was created outside the workspace"
+    );
 }
