@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod fixture_server;
+
 /// `shared/` beside the checkout (CI and developers have it there); `STSD_SHARED` overrides.
 pub fn shared_dir() -> PathBuf {
     let dir = std::env::var_os("STSD_SHARED")
@@ -65,6 +67,7 @@ pub fn stsd_bin() -> PathBuf {
 
 pub fn exec_options() -> stsd::exec::ExecOptions {
     stsd::exec::ExecOptions::new(stsd_bin(), &stsd_profiles::Config::default())
+        .unwrap_or_else(|e| panic!("exec options: {e}"))
 }
 
 pub fn is_root() -> bool {

@@ -40,11 +40,14 @@ fn builtin_helpers_all_earn_their_local_pass() {
 
 #[test]
 fn default_specs_pass_unless_they_need_the_network_or_an_unset_variable() {
+    // With the default configuration the network specs really try the network: on a machine
+    // without it they fail at DNS or connect (tests/egress.rs passes them through a fixture).
     let (ok, failed) = local_pass("default-tool-specs.json");
-    assert_eq!(ok.len(), 24, "{failed:?}");
+    assert!(ok.len() >= 24, "{failed:?}");
+    assert_eq!(ok.len() + failed.len(), 29);
     for (name, why) in &failed {
         assert!(
-            why.contains("fetch is not defined") || why.contains("MISSING_REQUIREMENTS"),
+            why.contains("[fetch] ") || why.contains("MISSING_REQUIREMENTS"),
             "{name}: {why}"
         );
     }

@@ -14,6 +14,48 @@ pub struct Config {
     pub runtime: RuntimeInfo,
     pub worker: WorkerConfig,
     pub daemon: DaemonConfig,
+    pub egress: EgressConfig,
+}
+
+/// The supervisor's fetch broker (network egress). Host overrides, extra CAs and trusted
+/// ranges are operator decisions; every call that relies on one says so in its audit record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EgressConfig {
+    /// Static host overrides, like curl's `--resolve`: host -> "ip:port" (or a bare "ip",
+    /// keeping the URL's port). The address is connected to without DNS and without the
+    /// private-range rules; the tool's own host rules still apply.
+    pub host_overrides: std::collections::BTreeMap<String, String>,
+    /// PEM files of CA certificates trusted besides the bundled Mozilla roots.
+    pub extra_ca_files: Vec<PathBuf>,
+    /// CIDR ranges the private-address rules let through (private services), e.g. "10.20.0.0/16".
+    pub trusted_ranges: Vec<String>,
+    /// Response bodies larger than this are refused (reference: 10 MiB).
+    pub max_body_bytes: u64,
+    /// Request bodies a tool may send.
+    pub max_request_body_bytes: u64,
+    pub connect_timeout_ms: u64,
+    /// The whole request: connect, TLS, headers, and every byte of the body.
+    pub request_timeout_ms: u64,
+    pub max_redirects: u32,
+    /// Requests one call may make (every redirect hop counts).
+    pub max_requests_per_call: u32,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        EgressConfig {
+            host_overrides: Default::default(),
+            extra_ca_files: Vec::new(),
+            trusted_ranges: Vec::new(),
+            max_body_bytes: 10 * 1024 * 1024,
+            max_request_body_bytes: 10 * 1024 * 1024,
+            connect_timeout_ms: 5_000,
+            request_timeout_ms: 30_000,
+            max_redirects: 5,
+            max_requests_per_call: 100,
+        }
+    }
 }
 
 /// The daemon (`stsd` with no subcommand).
@@ -246,6 +288,46 @@ impl Config {
             return Err(format!(
                 "baseline allow_classes and deny_classes overlap: {overlap:?}"
             ));
+        }
+        self.check_egress()
+    }
+
+    fn check_egress(&self) -> Result<(), String> {
+        let e = &self.egress;
+        for (host, addr) in &e.host_overrides {
+            if host.is_empty() || host.contains(['/', ':', '@', ' ']) {
+                return Err(format!(
+                    "egress.host_overrides: {host:?} is not a host name"
+                ));
+            }
+            let ok = addr.parse::<std::net::SocketAddr>().is_ok()
+                || addr.parse::<std::net::IpAddr>().is_ok();
+            if !ok {
+                return Err(format!(
+                    "egress.host_overrides.{host:?} must be \"ip:port\" or \"ip\", got {addr:?}"
+                ));
+            }
+        }
+        for r in &e.trusted_ranges {
+            let (a, p) = r.split_once('/').unwrap_or((r, ""));
+            let ip: Result<std::net::IpAddr, _> = a.parse();
+            let max = if matches!(ip, Ok(std::net::IpAddr::V4(_))) {
+                32
+            } else {
+                128
+            };
+            let prefix_ok = p.is_empty() || p.parse::<u8>().is_ok_and(|n| n <= max);
+            if ip.is_err() || !prefix_ok {
+                return Err(format!(
+                    "egress.trusted_ranges: {r:?} is not an address or CIDR range"
+                ));
+            }
+        }
+        if e.max_body_bytes == 0 || e.connect_timeout_ms == 0 || e.request_timeout_ms == 0 {
+            return Err("egress limits and timeouts must be at least 1".into());
+        }
+        if e.max_redirects > 20 {
+            return Err("egress.max_redirects must be at most 20".into());
         }
         Ok(())
     }

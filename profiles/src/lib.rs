@@ -6,7 +6,7 @@ pub mod resolve;
 pub mod risk;
 pub mod tool_safety;
 
-pub use baseline::{Baseline, Config};
+pub use baseline::{Baseline, Config, EgressConfig};
 pub use resolve::{resolve, Limits, Resolved};
 pub use risk::RiskLevel;
 pub use tool_safety::ToolSafety;

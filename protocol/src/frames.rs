@@ -123,6 +123,46 @@ pub struct Job {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToWorker {
     Job(Box<Job>),
+    /// The broker's answer to [`FromWorker::Fetch`]: the head, then the (sliced) body in
+    /// [`ToWorker::FetchBody`] chunks, the last one marked.
+    FetchHead(Box<FetchHead>),
+    FetchBody {
+        data: Vec<u8>,
+        last: bool,
+    },
+    /// The request was refused or failed; `code` is a stable error code (SECURITY for a
+    /// guard refusal, HELPER_RUNTIME for I/O, INVALID_INPUT for a bad request).
+    FetchFailed {
+        code: String,
+        message: String,
+    },
+}
+
+/// A tool's `fetch`, as the worker forwards it to the supervisor's broker. A body, when
+/// present, went ahead in [`FromWorker::FetchBody`] chunks (`body_len` bytes in all).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchRequest {
+    pub url: String,
+    pub method: String,
+    pub headers: Vec<(String, String)>,
+    pub body_len: u64,
+    /// Slice of the response body's bytes the tool wants back (reference semantics).
+    pub start_index: u64,
+    pub max_length: Option<u64>,
+}
+
+/// The response's head, as the tool sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchHead {
+    pub status: u16,
+    pub status_text: String,
+    /// The final URL, after redirects.
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    /// Bytes of body that follow (after slicing).
+    pub body_len: u64,
+    pub truncated: bool,
+    pub next_start_index: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,6 +222,12 @@ pub enum FromWorker {
         stack: Option<String>,
     },
     Timings(WorkerTimings),
+    /// A piece of the next fetch's request body.
+    FetchBody {
+        data: Vec<u8>,
+    },
+    /// A tool called `fetch`; the worker waits for the broker's answer.
+    Fetch(Box<FetchRequest>),
     /// Attack mode only: a probe's outcome when the process survived it.
     Probe {
         name: String,

@@ -34,6 +34,11 @@ pub struct AuditRecord {
     pub peer_uid: Option<u32>,
     pub limits_hit: Vec<String>,
     pub transport: &'static str,
+    /// Every fetch hop of the call, refused ones included, with the operator settings that
+    /// applied (host override, trusted range, extra CA, open mode reaching a private address).
+    /// URLs are masked like everything else.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<crate::egress::HopRecord>,
 }
 
 #[derive(Debug, Clone, Serialize)]

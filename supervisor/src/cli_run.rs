@@ -14,7 +14,7 @@ use stsd_protocol::Diagnostic;
 
 fn exec_options(config: &Config) -> Result<ExecOptions, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the stsd binary: {e}"))?;
-    Ok(ExecOptions::new(exe, config))
+    ExecOptions::new(exe, config)
 }
 
 fn usage(msg: impl std::fmt::Display) -> ExitCode {

@@ -42,7 +42,7 @@ fn build_service(o: &DaemonOptions) -> Result<Arc<Service>, String> {
         .unwrap_or_else(crate::paths::default_audit_log);
     let audit = AuditLog::open(&audit_path)
         .map_err(|e| format!("cannot open the audit log {}: {e}", audit_path.display()))?;
-    let opts = ExecOptions::new(o.worker_exe.clone(), &o.config);
+    let opts = ExecOptions::new(o.worker_exe.clone(), &o.config)?;
     Ok(Service::new(
         o.config.clone(),
         opts,

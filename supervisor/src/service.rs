@@ -281,6 +281,7 @@ impl Service {
             peer_uid,
             limits_hit: Vec::new(),
             transport,
+            egress: Vec::new(),
         };
 
         // Arguments are checked against the params before any worker is touched.
@@ -402,6 +403,7 @@ impl Service {
         let reply = match outcome {
             Ok(Ok(out)) => {
                 record.worker_pid = Some(out.worker_pid);
+                record.egress = out.egress;
                 match out.result {
                     Ok(v) => success(&v, &secrets),
                     Err(e) => {
@@ -434,6 +436,12 @@ impl Service {
         reply.text = secrets.mask(&reply.text);
         reply.structured = reply.structured.map(|v| mask_value(&v, secrets));
         record.elapsed_ms = t0.elapsed().as_millis() as u64;
+        for hop in &mut record.egress {
+            hop.url = secrets.mask(&hop.url);
+            if let Some(o) = &hop.host_override {
+                hop.host_override = Some(secrets.mask(o));
+            }
+        }
         if reply.is_error {
             record.outcome = "ERROR";
             record.error = Some(AuditError {

@@ -158,6 +158,9 @@ impl Engine {
                         fs.can_write(),
                     )?;
                 }
+                if job.sandbox.network == stsd_protocol::frames::NetworkGrant::Brokered {
+                    crate::globals::install_fetch(&ctx, channel.clone())?;
+                }
                 bind_globals(&ctx, job)
             })
             .map_err(|e| Failure::new(Code::InvalidInput, format!("binding arguments: {e}")))?;

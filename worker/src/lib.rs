@@ -100,6 +100,8 @@ pub fn run() -> i32 {
     loop {
         let job = match channel.recv() {
             Ok(ToWorker::Job(job)) => job,
+            // A fetch answer with no fetch outstanding: the supervisor is confused; stop.
+            Ok(_) => return 75,
             Err(_) => return 0, // the supervisor closed the socket: done
         };
         let started = Instant::now();

@@ -14,6 +14,15 @@ use stsd_protocol::NetworkMode;
 pub struct Refusal {
     pub rule: &'static str,
     pub detail: String,
+    /// The refused address, when an address rule refused.
+    pub ip: Option<IpAddr>,
+}
+
+impl Refusal {
+    fn with_ip(mut self, ip: IpAddr) -> Refusal {
+        self.ip = Some(ip);
+        self
+    }
 }
 
 impl std::fmt::Display for Refusal {
@@ -22,10 +31,11 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-fn refuse(rule: &'static str, detail: impl Into<String>) -> Refusal {
+pub fn refuse(rule: &'static str, detail: impl Into<String>) -> Refusal {
     Refusal {
         rule,
         detail: detail.into(),
+        ip: None,
     }
 }
 
@@ -99,80 +109,94 @@ pub fn host_allowed(host: &str, allowlist: &[String]) -> bool {
     })
 }
 
-fn v4_rule(a: Ipv4Addr) -> Option<&'static str> {
+/// A refused range: the rule's name (stable, in the SECURITY error) and the range itself.
+type Range = (&'static str, &'static str);
+
+fn v4_rule(a: Ipv4Addr) -> Option<Range> {
     let o = a.octets();
     Some(match o {
-        [0, ..] => "this-network 0.0.0.0/8",
-        [10, ..] => "private 10.0.0.0/8",
-        [100, b, ..] if (64..128).contains(&b) => "cgnat 100.64.0.0/10",
-        [127, ..] => "loopback 127.0.0.0/8",
-        [169, 254, ..] => "link-local 169.254.0.0/16",
-        [172, b, ..] if (16..32).contains(&b) => "private 172.16.0.0/12",
-        [192, 0, 0, _] => "ietf-protocol 192.0.0.0/24",
-        [192, 0, 2, _] | [198, 51, 100, _] | [203, 0, 113, _] => "documentation (TEST-NET)",
-        [192, 88, 99, _] => "6to4-relay 192.88.99.0/24",
-        [192, 168, ..] => "private 192.168.0.0/16",
-        [198, b, ..] if b == 18 || b == 19 => "benchmarking 198.18.0.0/15",
-        [255, 255, 255, 255] => "broadcast 255.255.255.255",
-        [a0, ..] if (224..240).contains(&a0) => "multicast 224.0.0.0/4",
-        [a0, ..] if a0 >= 240 => "reserved 240.0.0.0/4",
+        [0, 0, 0, 0] => ("unspecified", "0.0.0.0"),
+        [0, ..] => ("this-network", "0.0.0.0/8"),
+        [10, ..] => ("private", "10.0.0.0/8"),
+        [100, b, ..] if (64..128).contains(&b) => ("cgnat", "100.64.0.0/10"),
+        [127, ..] => ("loopback", "127.0.0.0/8"),
+        [169, 254, ..] => ("link-local", "169.254.0.0/16"),
+        [172, b, ..] if (16..32).contains(&b) => ("private", "172.16.0.0/12"),
+        [192, 0, 0, _] => ("ietf-protocol", "192.0.0.0/24"),
+        [192, 0, 2, _] => ("documentation", "192.0.2.0/24"),
+        [198, 51, 100, _] => ("documentation", "198.51.100.0/24"),
+        [203, 0, 113, _] => ("documentation", "203.0.113.0/24"),
+        [192, 88, 99, _] => ("6to4-relay", "192.88.99.0/24"),
+        [192, 168, ..] => ("private", "192.168.0.0/16"),
+        [198, 18 | 19, ..] => ("benchmarking", "198.18.0.0/15"),
+        [255, 255, 255, 255] => ("broadcast", "255.255.255.255"),
+        [224..=239, ..] => ("multicast", "224.0.0.0/4"),
+        [240..=255, ..] => ("reserved", "240.0.0.0/4"),
         _ => return None,
     })
 }
 
-fn v6_rule(a: Ipv6Addr) -> Option<&'static str> {
+fn v4_of(hi: u16, lo: u16) -> Ipv4Addr {
+    Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8)
+}
+
+fn v6_rule(a: Ipv6Addr) -> Option<Range> {
     let s = a.segments();
     if a.is_unspecified() {
-        return Some("unspecified ::");
+        return Some(("unspecified", "::"));
     }
     if a.is_loopback() {
-        return Some("loopback ::1");
+        return Some(("loopback", "::1"));
     }
-    // Forms that embed an IPv4 address are judged by that address.
+    // Forms that embed an IPv4 address are judged by that address: the rule is the embedded
+    // address's, the range names the form.
     if let Some(v4) = a.to_ipv4_mapped() {
-        return v4_rule(v4)
-            .map(|_| "ipv4-mapped form of a refused address")
-            .or(None);
+        return v4_rule(v4).map(|(rule, _)| (rule, "IPv4-mapped ::ffff:0:0/96"));
     }
     if s[0..6] == [0, 0, 0, 0, 0, 0] {
-        let v4 = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
         return Some(
-            v4_rule(v4)
-                .map(|_| "ipv4-compatible form of a refused address")
-                .unwrap_or("ipv4-compatible ::/96 (deprecated)"),
+            v4_rule(v4_of(s[6], s[7]))
+                .map(|(rule, _)| (rule, "IPv4-compatible ::/96"))
+                .unwrap_or(("ipv4-compatible", "::/96 (deprecated)")),
         );
     }
+    // 64:ff9b::/96 (well-known) and 64:ff9b:1::/48 (local use) translate to IPv4 anywhere.
     if s[0] == 0x64 && s[1] == 0xff9b {
-        return Some("nat64 64:ff9b::/96");
+        return Some(("nat64", "64:ff9b::/32 NAT64 prefixes"));
     }
     if s[0] == 0x2002 {
-        let v4 = Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8);
-        if v4_rule(v4).is_some() {
-            return Some("6to4 form of a refused address");
+        if let Some((rule, _)) = v4_rule(v4_of(s[1], s[2])) {
+            return Some((rule, "6to4 2002::/16"));
         }
     }
     Some(match s[0] {
-        x if x & 0xfe00 == 0xfc00 => "unique-local fc00::/7",
-        x if x & 0xffc0 == 0xfe80 => "link-local fe80::/10",
-        x if x & 0xffc0 == 0xfec0 => "site-local fec0::/10 (deprecated)",
-        x if x & 0xff00 == 0xff00 => "multicast ff00::/8",
-        0x2001 if s[1] == 0 => "teredo 2001::/32",
-        0x2001 if s[1] == 0xdb8 => "documentation 2001:db8::/32",
-        0x0100 if s[1..4] == [0, 0, 0] => "discard 100::/64",
+        x if x & 0xfe00 == 0xfc00 => ("unique-local", "fc00::/7"),
+        x if x & 0xffc0 == 0xfe80 => ("link-local", "fe80::/10"),
+        x if x & 0xffc0 == 0xfec0 => ("site-local", "fec0::/10 (deprecated)"),
+        x if x & 0xff00 == 0xff00 => ("multicast", "ff00::/8"),
+        0x2001 if s[1] == 0 => ("teredo", "2001::/32"),
+        0x2001 if s[1] == 0xdb8 => ("documentation", "2001:db8::/32"),
+        0x0100 if s[1..4] == [0, 0, 0] => ("discard", "100::/64"),
         _ => return None,
     })
 }
 
-/// The rule that refuses `ip` in strict and allowlist modes, or None when it is a public
-/// address. `trusted` are operator-configured ranges allowed anyway (private services).
-pub fn address_rule(ip: IpAddr, trusted: &[ipnet_lite::Net]) -> Option<&'static str> {
-    if trusted.iter().any(|n| n.contains(ip)) {
-        return None;
-    }
+/// The rule and range that refuse `ip` in strict and allowlist modes, or None for a public
+/// address.
+pub fn address_rule(ip: IpAddr) -> Option<Range> {
     match ip {
         IpAddr::V4(a) => v4_rule(a),
         IpAddr::V6(a) => v6_rule(a),
     }
+}
+
+/// The operator-trusted range `ip` falls in, if any.
+pub fn trusted_range(ip: IpAddr, trusted: &[ipnet_lite::Net]) -> Option<ipnet_lite::Net> {
+    trusted.iter().copied().find(|n| n.contains(ip))
+}
+
+fn refuse_address(what: String, ip: IpAddr, (rule, range): Range) -> Refusal {
+    refuse(rule, format!("{what} ({range})")).with_ip(ip)
 }
 
 /// Checks a target before any connection: scheme (already by parsing), the host against the
@@ -199,8 +223,10 @@ pub fn check_target(
         NetworkMode::Strict => {}
     }
     if let Some(ip) = t.ip {
-        if let Some(rule) = address_rule(ip, trusted) {
-            return Err(refuse("private-address", format!("{ip} ({rule})")));
+        if trusted_range(ip, trusted).is_none() {
+            if let Some(r) = address_rule(ip) {
+                return Err(refuse_address(ip.to_string(), ip, r));
+            }
         }
     }
     Ok(())
@@ -220,12 +246,12 @@ pub fn check_resolved(
     if mode == NetworkMode::Open {
         return Ok(());
     }
-    for ip in addrs {
-        if let Some(rule) = address_rule(*ip, trusted) {
-            return Err(refuse(
-                "private-address",
-                format!("{host} resolves to {ip} ({rule})"),
-            ));
+    for &ip in addrs {
+        if trusted_range(ip, trusted).is_some() {
+            continue;
+        }
+        if let Some(r) = address_rule(ip) {
+            return Err(refuse_address(format!("{host} resolves to {ip}"), ip, r));
         }
     }
     Ok(())
@@ -241,6 +267,12 @@ pub mod ipnet_lite {
         prefix: u8,
     }
 
+    impl std::fmt::Display for Net {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}/{}", self.addr, self.prefix)
+        }
+    }
+
     impl Net {
         pub fn parse(s: &str) -> Option<Net> {
             let (a, p) = s.split_once('/').unwrap_or((s, ""));
@@ -251,6 +283,11 @@ pub mod ipnet_lite {
         }
 
         pub fn contains(&self, ip: IpAddr) -> bool {
+            // An IPv4-mapped IPv6 address is the IPv4 address it maps.
+            let ip = match ip {
+                IpAddr::V6(a) => a.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+                v4 => v4,
+            };
             match (self.addr, ip) {
                 (IpAddr::V4(n), IpAddr::V4(a)) => {
                     let mask = if self.prefix == 0 {
@@ -289,34 +326,39 @@ mod tests {
 
     #[test]
     fn literal_private_addresses_in_every_spelling_are_refused() {
-        for url in [
-            "http://127.0.0.1/",
-            "http://0.0.0.0/",
-            "http://[::1]/",
-            "http://[::ffff:127.0.0.1]/",
-            "http://2130706433/",
-            "http://0x7f.1/",
-            "http://017700000001/",
-            "http://169.254.169.254/latest/meta-data",
-            "http://10.1.2.3/",
-            "http://172.16.0.1/",
-            "http://192.168.1.1/",
-            "http://100.64.0.1/",
-            "http://192.0.0.8/",
-            "http://198.18.0.1/",
-            "http://240.0.0.1/",
-            "http://255.255.255.255/",
-            "http://224.0.0.1/",
-            "http://[fd00::1]/",
-            "http://[fe80::1]/",
-            "http://[64:ff9b::7f00:1]/",
-            "http://[::127.0.0.1]/",
-            "http://[2002:7f00:1::]/",
-            "http://[ff02::1]/",
-            "http://api.example.com@127.0.0.1/",
-            "http://0/",
+        for (url, want) in [
+            ("http://127.0.0.1/", "loopback"),
+            ("http://127.1.2.3:8080/", "loopback"),
+            ("http://0.0.0.0/", "unspecified"),
+            ("http://0/", "unspecified"),
+            ("http://0.1.2.3/", "this-network"),
+            ("http://[::1]/", "loopback"),
+            ("http://[::]/", "unspecified"),
+            ("http://[::ffff:127.0.0.1]/", "loopback"),
+            ("http://[::ffff:10.0.0.1]/", "private"),
+            ("http://2130706433/", "loopback"),
+            ("http://0x7f.1/", "loopback"),
+            ("http://017700000001/", "loopback"),
+            ("http://169.254.169.254/latest/meta-data", "link-local"),
+            ("http://10.1.2.3/", "private"),
+            ("http://172.16.0.1/", "private"),
+            ("http://192.168.1.1/", "private"),
+            ("http://100.64.0.1/", "cgnat"),
+            ("http://192.0.0.8/", "ietf-protocol"),
+            ("http://198.18.0.1/", "benchmarking"),
+            ("http://240.0.0.1/", "reserved"),
+            ("http://255.255.255.255/", "broadcast"),
+            ("http://224.0.0.1/", "multicast"),
+            ("http://[fd00::1]/", "unique-local"),
+            ("http://[fe80::1]/", "link-local"),
+            ("http://[64:ff9b::7f00:1]/", "nat64"),
+            ("http://[64:ff9b::808:808]/", "nat64"),
+            ("http://[::127.0.0.1]/", "loopback"),
+            ("http://[2002:7f00:1::]/", "loopback"),
+            ("http://[ff02::1]/", "multicast"),
+            ("http://api.example.com@127.0.0.1/", "loopback"),
         ] {
-            assert_eq!(rule(url), "private-address", "{url}");
+            assert_eq!(rule(url), want, "{url}");
         }
         assert_eq!(rule("http://93.184.215.14/"), "allowed");
         assert_eq!(rule("http://[2606:4700::1111]/"), "allowed");
@@ -372,7 +414,7 @@ mod tests {
             .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         assert!(check_resolved("h", &[public], NetworkMode::Strict, &[]).is_ok());
         let r = check_resolved("h", &[public, private], NetworkMode::Strict, &[]);
-        assert_eq!(r.err().map(|r| r.rule), Some("private-address"));
+        assert_eq!(r.err().map(|r| r.rule), Some("private"));
         assert!(
             check_resolved("h", &[private], NetworkMode::Open, &[]).is_ok(),
             "open mode reaches private ranges"

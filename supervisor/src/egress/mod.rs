@@ -1,5 +1,9 @@
 //! Network egress for `fetch`: the worker never holds a socket; the supervisor's broker makes
-//! every request. This module holds the guard the broker applies (the broker itself arrives
-//! with the network-egress work).
+//! every request, under the guard, to addresses it checked itself.
 
+pub mod broker;
+pub mod dns;
 pub mod guard;
+mod tls;
+
+pub use broker::{Broker, Failure, HopRecord, Policy, Request, Response};

@@ -2,6 +2,7 @@
 //! SIGKILL at the deadline plus a grace period, reap, and classify the outcome.
 
 use super::spawn::{spawn_worker, Spawned};
+use crate::egress::{self, Broker, HopRecord};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::socket::{recv, send, MsgFlags};
@@ -9,9 +10,11 @@ use nix::unistd::Pid;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stsd_protocol::frames::{
-    self, ConsoleLevel, FromWorker, Job, ProbeOutcome, ToWorker, WorkerTimings, MAX_FRAME_BYTES,
+    self, ConsoleLevel, FetchRequest, FromWorker, Job, NetworkGrant, ProbeOutcome, ToWorker,
+    WorkerTimings, CHUNK_BYTES, MAX_FRAME_BYTES,
 };
 use stsd_protocol::Code;
 
@@ -26,16 +29,20 @@ pub struct ExecOptions {
     /// The user a worker switches to when the supervisor runs as root.
     pub uid: u32,
     pub gid: u32,
+    /// Makes the requests of tools whose posture grants network.
+    pub broker: Arc<Broker>,
 }
 
 impl ExecOptions {
-    pub fn new(worker_exe: PathBuf, config: &stsd_profiles::Config) -> ExecOptions {
-        ExecOptions {
+    /// Fails when the egress configuration cannot be loaded (an unreadable CA file).
+    pub fn new(worker_exe: PathBuf, config: &stsd_profiles::Config) -> Result<ExecOptions, String> {
+        Ok(ExecOptions {
             worker_exe,
             kill_grace: Duration::from_millis(config.worker.kill_grace_ms),
             uid: config.worker.uid,
             gid: config.worker.gid,
-        }
+            broker: Arc::new(Broker::new(&config.egress)?),
+        })
     }
 }
 
@@ -81,6 +88,8 @@ pub struct CallOutcome {
     pub timings: CallTimings,
     /// Attack mode only.
     pub probe: Option<ProbeOutcome>,
+    /// Every fetch hop the broker made or refused for this call (for the audit record).
+    pub egress: Vec<HopRecord>,
 }
 
 /// Events streamed while a call runs.
@@ -248,6 +257,7 @@ pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>
             console_truncated: false,
             timings: CallTimings::default(),
             probe: None,
+            egress: Vec::new(),
         },
     }
 }
@@ -287,6 +297,7 @@ pub fn run_keeping(
             ..CallTimings::default()
         },
         probe: None,
+        egress: Vec::new(),
     };
     on_event(Event::Started(w.pid()));
     let mut killed_at_deadline = false;
@@ -306,6 +317,7 @@ pub fn run_keeping(
     let mut result_text = String::new();
     let mut confined = false;
     let (mut console_lines, mut console_bytes) = (0u64, 0u64);
+    let mut fetch = FetchState::default();
 
     // Phase 2: frames until the outcome, EOF, or the deadline. Everything a worker says is
     // checked here too: a compromised worker gets no more than a well-behaved one.
@@ -337,6 +349,8 @@ pub fn run_keeping(
                 | FromWorker::ResultChunk { .. }
                 | FromWorker::Console { .. }
                 | FromWorker::Probe { .. }
+                | FromWorker::Fetch(_)
+                | FromWorker::FetchBody { .. }
         );
         if is_output && !confined {
             protocol_error = Some("output before the sandbox was applied".into());
@@ -405,6 +419,19 @@ pub fn run_keeping(
             FromWorker::Probe { .. } => {
                 protocol_error = Some("probe frame outside attack mode".into())
             }
+            FromWorker::FetchBody { .. } | FromWorker::Fetch(_)
+                if job.sandbox.network != NetworkGrant::Brokered =>
+            {
+                protocol_error = Some("fetch from a worker whose posture has no network".into())
+            }
+            FromWorker::FetchBody { data } => fetch.add_body(&data, &opts.broker),
+            FromWorker::Fetch(req) => {
+                let call_deadline = deadline.checked_sub(opts.kill_grace).unwrap_or(deadline);
+                let reply = fetch.run(*req, job, &opts.broker, call_deadline, &mut out.egress);
+                if let Err(e) = send_fetch_reply(&w.socket, reply, deadline) {
+                    protocol_error = Some(e);
+                }
+            }
             FromWorker::Timings(t) => out.timings.worker = t,
             FromWorker::Ready { .. } => protocol_error = Some("second Ready frame".into()),
         }
@@ -465,6 +492,156 @@ pub fn run_keeping(
         (None, None) => Err(death_cause(status)),
     };
     (out, kept)
+}
+
+/// Fetch bookkeeping for one call: the pending request body and the request count.
+#[derive(Default)]
+struct FetchState {
+    body: Vec<u8>,
+    body_over: bool,
+    requests: u32,
+    policy: Option<egress::Policy>,
+}
+
+impl FetchState {
+    fn add_body(&mut self, data: &[u8], broker: &Broker) {
+        if self.body.len() + data.len() > broker.config().max_request_body_bytes as usize {
+            // Keep memory bounded; the request is refused when it arrives.
+            self.body_over = true;
+            self.body = Vec::new();
+        } else if !self.body_over {
+            self.body.extend_from_slice(data);
+        }
+    }
+
+    fn run(
+        &mut self,
+        req: FetchRequest,
+        job: &Job,
+        broker: &Broker,
+        deadline: Instant,
+        records: &mut Vec<HopRecord>,
+    ) -> Result<egress::Response, egress::Failure> {
+        let body = std::mem::take(&mut self.body);
+        let over = std::mem::replace(&mut self.body_over, false);
+        self.requests += 1;
+        let cfg = broker.config();
+        let refuse = |rule: &'static str, detail: String| egress::Failure {
+            code: Code::Security,
+            rule,
+            message: format!("[fetch] denied: {rule}: {detail}"),
+        };
+        if over || body.len() as u64 != req.body_len {
+            return Err(refuse(
+                "request-body-too-large",
+                format!(
+                    "the request body is over the {} byte limit",
+                    cfg.max_request_body_bytes
+                ),
+            ));
+        }
+        if self.requests > cfg.max_requests_per_call {
+            return Err(refuse(
+                "too-many-requests",
+                format!("a call may make {} requests", cfg.max_requests_per_call),
+            ));
+        }
+        let policy = self
+            .policy
+            .get_or_insert_with(|| egress::Policy::from_tool_safety_json(&job.tool_safety_json));
+        let request = egress::Request {
+            method: req.method,
+            url: req.url,
+            headers: req.headers,
+            body,
+            start_index: req.start_index,
+            max_length: req.max_length,
+        };
+        broker.fetch(policy, request, deadline, records)
+    }
+}
+
+/// Sends one frame without blocking past `until` (a worker that stops reading cannot hold
+/// the supervisor).
+fn send_until(sock: &impl AsFd, frame: &ToWorker, until: Instant) -> Result<(), String> {
+    let bytes = frames::encode(frame).map_err(|e| e.to_string())?;
+    if bytes.len() > MAX_FRAME_BYTES {
+        return Err(format!("a {} byte frame to the worker", bytes.len()));
+    }
+    loop {
+        match send(
+            sock.as_fd().as_raw_fd(),
+            &bytes,
+            MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => {
+                let now = Instant::now();
+                if now >= until {
+                    return Err("the worker stopped reading its fetch answer".into());
+                }
+                let ms = (until - now).as_millis().min(1000) as i32;
+                let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLOUT)];
+                let _ = poll(
+                    &mut fds,
+                    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+                );
+            }
+            Err(e) => return Err(format!("send: {e}")),
+        }
+    }
+}
+
+/// The broker's answer as frames: head and body chunks, or the failure.
+fn send_fetch_reply(
+    sock: &impl AsFd,
+    reply: Result<egress::Response, egress::Failure>,
+    until: Instant,
+) -> Result<(), String> {
+    let resp = match reply {
+        Ok(r) => r,
+        Err(f) => {
+            let frame = ToWorker::FetchFailed {
+                code: f.code.as_str().into(),
+                message: f.message,
+            };
+            return send_until(sock, &frame, until);
+        }
+    };
+    let head = ToWorker::FetchHead(Box::new(resp.head));
+    if frames::encode(&head).map_or(true, |b| b.len() > MAX_FRAME_BYTES) {
+        let frame = ToWorker::FetchFailed {
+            code: Code::HelperRuntime.as_str().into(),
+            message:
+                "[fetch] io: response-head-too-large: the response's URL and headers do not fit"
+                    .into(),
+        };
+        return send_until(sock, &frame, until);
+    }
+    send_until(sock, &head, until)?;
+    let mut chunks = resp.body.chunks(CHUNK_BYTES).peekable();
+    if chunks.peek().is_none() {
+        return send_until(
+            sock,
+            &ToWorker::FetchBody {
+                data: Vec::new(),
+                last: true,
+            },
+            until,
+        );
+    }
+    while let Some(c) = chunks.next() {
+        let last = chunks.peek().is_none();
+        send_until(
+            sock,
+            &ToWorker::FetchBody {
+                data: c.to_vec(),
+                last,
+            },
+            until,
+        )?;
+    }
+    Ok(())
 }
 
 fn death_cause(status: Option<std::process::ExitStatus>) -> CallError {

@@ -43,7 +43,7 @@ fn tz_fields<'js>(ctx: &Ctx<'js>, epoch_ms: f64, zone: &str) -> rquickjs::Result
 }
 
 /// Copies a Uint8Array's bytes out of the engine.
-fn bytes_of(ctx: &Ctx<'_>, a: &TypedArray<'_, u8>) -> rquickjs::Result<Vec<u8>> {
+pub(crate) fn bytes_of(ctx: &Ctx<'_>, a: &TypedArray<'_, u8>) -> rquickjs::Result<Vec<u8>> {
     match a.as_raw() {
         // SAFETY: the pointer is valid while no JavaScript runs, and none runs during the copy.
         Some(p) => Ok(unsafe { p.as_ref() }.to_vec()),

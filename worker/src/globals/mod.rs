@@ -2,6 +2,7 @@
 //! structuredClone are always available (spec §8.3: tool-safety-helpers/v1#encoding, #crypto);
 //! capability-gated helpers (safety.fs, fetch) come with the posture that grants them.
 
+mod fetch;
 mod fs;
 mod host;
 mod html;
@@ -18,6 +19,21 @@ const WEB: &str = include_str!("web.js");
 const PARSER: &str = include_str!("parser.js");
 
 const FS: &str = include_str!("fs.js");
+const FETCH: &str = include_str!("fetch.js");
+
+/// `fetch` (safety.http/v1) for a posture with network: requests go to the supervisor's broker
+/// over `channel`.
+pub fn install_fetch(
+    ctx: &Ctx<'_>,
+    channel: std::rc::Rc<crate::channel::Channel>,
+) -> rquickjs::Result<()> {
+    let mut opts = EvalOptions::default();
+    opts.global = true;
+    opts.strict = true;
+    opts.filename = Some("stsd-fetch.js".into());
+    let f: Function = ctx.eval_with_options(FETCH, opts)?;
+    f.call::<_, ()>((fetch::host_object(ctx, channel)?,))
+}
 
 /// `safety.fs/v1` for a posture with file access, confined to `base`.
 pub fn install_fs(

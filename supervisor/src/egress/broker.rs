@@ -1,0 +1,710 @@
+//! The fetch broker: makes a tool's HTTP requests on the supervisor side. Workers never hold
+//! a socket; they send a request frame and get the response back.
+//!
+//! Every hop (the first request and each redirect) is parsed, checked against the tool's
+//! network mode and host list, resolved exactly once, and every resolved address checked.
+//! The HTTP client is then handed those checked addresses as its only resolver answer, so the
+//! connection goes to an address that was checked: there is no second lookup to rebind.
+
+use super::dns::{Dns, SystemDns};
+use super::guard::{self, ipnet_lite::Net, Refusal, Target};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stsd_profiles::EgressConfig;
+use stsd_protocol::frames::FetchHead;
+use stsd_protocol::{Code, NetworkMode};
+
+/// Request headers a tool may not set: hop-by-hop headers (RFC 9110 §7.6.1) and the ones the
+/// client derives from the request itself.
+const DROPPED_HEADERS: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "expect",
+];
+
+/// Headers that carry credentials: not forwarded when a redirect changes origin.
+const CREDENTIAL_HEADERS: &[&str] = &["authorization", "cookie"];
+
+const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+
+/// Response headers beyond this many bytes in all are dropped (the head is one frame).
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+const USER_AGENT: &str = concat!("stsd/", env!("CARGO_PKG_VERSION"));
+
+/// The tool's network capability, as resolved into its toolSafety.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub mode: NetworkMode,
+    pub hosts: Vec<String>,
+}
+
+impl Policy {
+    /// From the job's resolved toolSafety JSON; anything unreadable is `blocked`.
+    pub fn from_tool_safety_json(text: &str) -> Policy {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+        let net = &v["capabilities"]["network"];
+        let mode = net["mode"]
+            .as_str()
+            .and_then(NetworkMode::parse)
+            .unwrap_or(NetworkMode::Blocked);
+        let hosts = net["hosts"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|h| h.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Policy { mode, hosts }
+    }
+}
+
+pub struct Request {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub start_index: u64,
+    pub max_length: Option<u64>,
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub head: FetchHead,
+    pub body: Vec<u8>,
+}
+
+/// A failed fetch: the code the tool's error gets and a message in the reference's form
+/// (`[fetch] denied: <rule>: <detail>` for a refusal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub code: Code,
+    /// The rule that refused or failed the request, stable for tests and audits.
+    pub rule: &'static str,
+    pub message: String,
+}
+
+impl Failure {
+    fn denied(r: Refusal) -> Failure {
+        let code = if r.rule == "invalid-url" {
+            Code::InvalidInput
+        } else {
+            Code::Security
+        };
+        Failure {
+            code,
+            rule: r.rule,
+            message: r.to_string(),
+        }
+    }
+
+    fn runtime(kind: &str, rule: &'static str, detail: impl AsRef<str>) -> Failure {
+        Failure {
+            code: Code::HelperRuntime,
+            rule,
+            message: format!("[fetch] {kind}: {rule}: {}", detail.as_ref()),
+        }
+    }
+
+    fn input(rule: &'static str, detail: impl AsRef<str>) -> Failure {
+        Failure {
+            code: Code::InvalidInput,
+            rule,
+            message: format!("[fetch] invalid request: {rule}: {}", detail.as_ref()),
+        }
+    }
+}
+
+/// One hop as the audit log records it. Every operator setting that let it through (a host
+/// override, a trusted range, an extra CA, open mode reaching a private address) is named.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HopRecord {
+    pub method: String,
+    pub url: String,
+    pub mode: &'static str,
+    /// The address connected to (or that would have been).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// "dns", "literal" or "override".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<&'static str>,
+    #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
+    pub host_override: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trusted_range: Option<String>,
+    /// Open mode reached an address the guard refuses in the other modes.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub private_address: bool,
+    /// https with operator CA files in the trust store.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub extra_ca: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    pub elapsed_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct HostOverride {
+    ip: IpAddr,
+    port: Option<u16>,
+}
+
+/// The daemon-wide broker: configuration, trust store and resolver. Per-call state (the
+/// tool's policy) is passed to [`Broker::fetch`].
+pub struct Broker {
+    cfg: EgressConfig,
+    overrides: HashMap<String, HostOverride>,
+    trusted: Vec<Net>,
+    tls: Arc<rustls::ClientConfig>,
+    dns: Arc<dyn Dns>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("overrides", &self.overrides.keys().collect::<Vec<_>>())
+            .field("trusted", &self.trusted)
+            .finish_non_exhaustive()
+    }
+}
+
+fn normal_host(h: &str) -> String {
+    h.trim().trim_end_matches('.').to_ascii_lowercase()
+}
+
+impl Broker {
+    pub fn new(cfg: &EgressConfig) -> Result<Broker, String> {
+        let mut overrides = HashMap::new();
+        for (host, addr) in &cfg.host_overrides {
+            let o = match addr.parse::<SocketAddr>() {
+                Ok(sa) => HostOverride {
+                    ip: sa.ip(),
+                    port: Some(sa.port()),
+                },
+                Err(_) => HostOverride {
+                    ip: addr
+                        .parse()
+                        .map_err(|_| format!("egress.host_overrides.{host}: bad address"))?,
+                    port: None,
+                },
+            };
+            overrides.insert(normal_host(host), o);
+        }
+        let trusted = cfg
+            .trusted_ranges
+            .iter()
+            .map(|r| Net::parse(r).ok_or_else(|| format!("egress.trusted_ranges: bad range {r}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Broker {
+            cfg: cfg.clone(),
+            overrides,
+            trusted,
+            tls: super::tls::client_config(&cfg.extra_ca_files)?,
+            dns: Arc::new(SystemDns),
+        })
+    }
+
+    /// Replaces the resolver (tests script DNS answers with it).
+    pub fn with_dns(mut self, dns: Arc<dyn Dns>) -> Broker {
+        self.dns = dns;
+        self
+    }
+
+    pub fn config(&self) -> &EgressConfig {
+        &self.cfg
+    }
+
+    /// Makes one fetch, following redirects. `deadline` is the end of the whole call; the
+    /// request also stops at the configured request timeout. One record per hop is appended
+    /// to `records`, refused hops included.
+    pub fn fetch(
+        &self,
+        policy: &Policy,
+        req: Request,
+        deadline: Instant,
+        records: &mut Vec<HopRecord>,
+    ) -> Result<Response, Failure> {
+        let started = Instant::now();
+        let deadline = deadline.min(started + Duration::from_millis(self.cfg.request_timeout_ms));
+        let mut method = req.method.trim().to_ascii_uppercase();
+        if !METHODS.contains(&method.as_str()) {
+            return Err(Failure::input(
+                "unsupported-method",
+                format!("{method:?}; use one of {METHODS:?}"),
+            ));
+        }
+        let mut headers = clean_headers(&req.headers)?;
+        if req.body.len() as u64 > self.cfg.max_request_body_bytes {
+            return Err(Failure::denied(guard::refuse(
+                "request-body-too-large",
+                format!(
+                    "{} bytes; the limit is {}",
+                    req.body.len(),
+                    self.cfg.max_request_body_bytes
+                ),
+            )));
+        }
+        let mut body = req.body.clone();
+        let mut url = req.url.clone();
+        let mut hops = 0u32;
+        loop {
+            let mut rec = HopRecord {
+                method: method.clone(),
+                url: url.clone(),
+                mode: policy.mode.as_str(),
+                ..HopRecord::default()
+            };
+            let t_hop = Instant::now();
+            let outcome = self.hop(policy, &method, &url, &headers, &body, deadline, &mut rec);
+            rec.elapsed_ms = t_hop.elapsed().as_millis() as u64;
+            if let Err(f) = &outcome {
+                if f.code == Code::Security {
+                    rec.refused = Some(f.rule);
+                } else {
+                    rec.error = Some(f.rule.to_string());
+                }
+            }
+            records.push(rec);
+            let (target, resp) = outcome?;
+            let status = resp.status();
+            let location = resp.header("location").map(str::to_string);
+            let redirect = matches!(status, 301 | 302 | 303 | 307 | 308);
+            match location.filter(|_| redirect) {
+                Some(loc) => {
+                    let next = target.url.join(&loc).map_err(|e| {
+                        Failure::denied(guard::refuse(
+                            "invalid-url",
+                            format!("redirect to {loc:?}: {e}"),
+                        ))
+                    })?;
+                    hops += 1;
+                    if hops > self.cfg.max_redirects {
+                        records.push(HopRecord {
+                            method: method.clone(),
+                            url: next.to_string(),
+                            mode: policy.mode.as_str(),
+                            refused: Some("too-many-redirects"),
+                            ..HopRecord::default()
+                        });
+                        return Err(Failure::denied(guard::refuse(
+                            "too-many-redirects",
+                            format!("more than {} redirects", self.cfg.max_redirects),
+                        )));
+                    }
+                    // RFC 9110 §15.4: 303 becomes GET; so do 301/302 after a POST-like
+                    // method, as browsers (and the reference) do.
+                    let to_get = status == 303
+                        || (matches!(status, 301 | 302)
+                            && matches!(method.as_str(), "POST" | "PUT" | "PATCH"));
+                    if to_get && method != "HEAD" {
+                        method = "GET".into();
+                        body.clear();
+                        headers.retain(|(k, _)| !k.eq_ignore_ascii_case("content-type"));
+                    }
+                    if next.origin() != target.url.origin() {
+                        headers.retain(|(k, _)| {
+                            !CREDENTIAL_HEADERS.iter().any(|c| k.eq_ignore_ascii_case(c))
+                        });
+                    }
+                    drop(resp);
+                    url = next.to_string();
+                }
+                None => {
+                    let final_url = target.url.to_string();
+                    let slice = Slice {
+                        start: req.start_index,
+                        max_length: req.max_length,
+                    };
+                    return self.read_response(resp, final_url, &slice, deadline, records);
+                }
+            }
+        }
+    }
+
+    /// Checks, resolves and sends one hop; returns the response head (body unread).
+    #[allow(clippy::too_many_arguments)]
+    fn hop(
+        &self,
+        policy: &Policy,
+        method: &str,
+        url: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+        deadline: Instant,
+        rec: &mut HopRecord,
+    ) -> Result<(Target, ureq::Response), Failure> {
+        let target = guard::parse_target(url).map_err(Failure::denied)?;
+        guard::check_target(&target, policy.mode, &policy.hosts, &self.trusted)
+            .map_err(Failure::denied)?;
+        let addrs = self.addresses(policy, &target, deadline, rec)?;
+        rec.address = addrs.first().map(|a| a.to_string());
+        if target.url.scheme() == "https" && !self.cfg.extra_ca_files.is_empty() {
+            rec.extra_ca = true;
+        }
+        let remaining = remaining(deadline)?;
+        let checked = addrs.clone();
+        let agent = ureq::AgentBuilder::new()
+            // The only answer the client gets for this hop: the checked addresses.
+            .resolver(move |_netloc: &str| Ok(checked.clone()))
+            .redirects(0)
+            .max_idle_connections(0)
+            .timeout_connect(remaining.min(Duration::from_millis(self.cfg.connect_timeout_ms)))
+            .timeout(remaining)
+            .tls_config(self.tls.clone())
+            .user_agent(USER_AGENT)
+            .build();
+        let mut r = agent.request_url(method, &target.url);
+        for (k, v) in headers {
+            r = r.set(k, v);
+        }
+        let sent = if body.is_empty() || matches!(method, "GET" | "HEAD") {
+            r.call()
+        } else {
+            r.send_bytes(body)
+        };
+        let resp = match sent {
+            Ok(resp) | Err(ureq::Error::Status(_, resp)) => resp,
+            Err(ureq::Error::Transport(t)) => return Err(transport_failure(&t, deadline)),
+        };
+        rec.status = Some(resp.status());
+        Ok((target, resp))
+    }
+
+    /// The addresses a hop may connect to: an operator override, the literal address, or one
+    /// DNS lookup whose every answer passed the guard.
+    fn addresses(
+        &self,
+        policy: &Policy,
+        t: &Target,
+        deadline: Instant,
+        rec: &mut HopRecord,
+    ) -> Result<Vec<SocketAddr>, Failure> {
+        if let Some(o) = self.overrides.get(&t.host) {
+            rec.via = Some("override");
+            let sa = SocketAddr::new(o.ip, o.port.unwrap_or(t.port));
+            rec.host_override = Some(format!("{} = {sa}", t.host));
+            return Ok(vec![sa]);
+        }
+        let (ips, via) = match t.ip {
+            Some(ip) => (vec![ip], "literal"),
+            None => {
+                let timeout =
+                    remaining(deadline)?.min(Duration::from_millis(self.cfg.connect_timeout_ms));
+                let ips = self.dns.lookup(&t.host, timeout).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::TimedOut {
+                        Failure::runtime("timeout", "dns-timeout", format!("{}: {e}", t.host))
+                    } else {
+                        Failure::runtime("dns", "unknown-host", format!("{}: {e}", t.host))
+                    }
+                })?;
+                guard::check_resolved(&t.host, &ips, policy.mode, &self.trusted)
+                    .map_err(Failure::denied)?;
+                (ips, "dns")
+            }
+        };
+        rec.via = Some(via);
+        for &ip in &ips {
+            if let Some(net) = guard::trusted_range(ip, &self.trusted) {
+                if guard::address_rule(ip).is_some() {
+                    rec.trusted_range = Some(net.to_string());
+                }
+            } else if guard::address_rule(ip).is_some() {
+                // Only open mode gets here with a refused address.
+                rec.private_address = true;
+            }
+        }
+        Ok(ips
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, t.port))
+            .collect())
+    }
+
+    /// Reads the body under the cap and the deadline, then slices it as the tool asked.
+    fn read_response(
+        &self,
+        resp: ureq::Response,
+        final_url: String,
+        slice: &Slice,
+        deadline: Instant,
+        records: &mut [HopRecord],
+    ) -> Result<Response, Failure> {
+        let status = resp.status();
+        let mut names: Vec<String> = resp.headers_names();
+        names.dedup();
+        let mut headers = Vec::new();
+        let mut head_bytes = 0;
+        for name in names.iter().filter(|n| !n.is_empty()) {
+            if headers.iter().any(|(k, _): &(String, String)| k == name) {
+                continue;
+            }
+            for v in resp.all(name) {
+                head_bytes += name.len() + v.len();
+                if head_bytes > MAX_HEAD_BYTES {
+                    break;
+                }
+                headers.push((name.clone(), v.to_string()));
+            }
+        }
+        let cap = self.cfg.max_body_bytes;
+        let mut body = Vec::new();
+        let read = resp.into_reader().take(cap + 1).read_to_end(&mut body);
+        if let Some(last) = records.last_mut() {
+            last.bytes = Some(body.len() as u64);
+        }
+        if let Err(e) = read {
+            let f = if is_timeout(&e) || Instant::now() >= deadline {
+                Failure::runtime("timeout", "request-timeout", timeout_detail(deadline))
+            } else {
+                Failure::runtime("io", "read-failed", e.to_string())
+            };
+            if let Some(last) = records.last_mut() {
+                last.error = Some(f.rule.to_string());
+            }
+            return Err(f);
+        }
+        if body.len() as u64 > cap {
+            if let Some(last) = records.last_mut() {
+                last.refused = Some("response-body-too-large");
+            }
+            return Err(Failure::denied(guard::refuse(
+                "response-body-too-large",
+                format!("the body is over the {cap} byte limit"),
+            )));
+        }
+        let total = body.len() as u64;
+        let start = slice.start.min(total);
+        let end = match slice.max_length {
+            Some(n) => start.saturating_add(n).min(total),
+            None => total,
+        };
+        let truncated = end < total;
+        let body = body[start as usize..end as usize].to_vec();
+        Ok(Response {
+            head: FetchHead {
+                status,
+                status_text: reason(status).to_string(),
+                url: final_url,
+                headers,
+                body_len: body.len() as u64,
+                truncated,
+                next_start_index: truncated.then_some(end),
+            },
+            body,
+        })
+    }
+}
+
+struct Slice {
+    start: u64,
+    max_length: Option<u64>,
+}
+
+fn remaining(deadline: Instant) -> Result<Duration, Failure> {
+    let now = Instant::now();
+    if now >= deadline {
+        return Err(Failure::runtime(
+            "timeout",
+            "request-timeout",
+            timeout_detail(deadline),
+        ));
+    }
+    Ok(deadline - now)
+}
+
+fn timeout_detail(_deadline: Instant) -> &'static str {
+    "no complete response before the request timeout (or the call's deadline)"
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+    )
+}
+
+fn transport_failure(t: &ureq::Transport, deadline: Instant) -> Failure {
+    use std::error::Error as _;
+    let mut detail = t.to_string();
+    let mut timed_out = Instant::now() >= deadline;
+    let mut tls = false;
+    let mut src = t.source();
+    while let Some(e) = src {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            timed_out |= is_timeout(io);
+            tls |= io
+                .get_ref()
+                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
+        }
+        tls |= e.downcast_ref::<rustls::Error>().is_some();
+        src = e.source();
+    }
+    if timed_out {
+        return Failure::runtime("timeout", "request-timeout", timeout_detail(deadline));
+    }
+    if tls {
+        return Failure::runtime("tls", "tls-failed", detail);
+    }
+    match t.kind() {
+        ureq::ErrorKind::Dns => Failure::runtime("dns", "unknown-host", detail),
+        ureq::ErrorKind::ConnectionFailed => Failure::runtime("io", "connect-failed", detail),
+        ureq::ErrorKind::BadStatus | ureq::ErrorKind::BadHeader => {
+            Failure::runtime("io", "bad-response", detail)
+        }
+        ureq::ErrorKind::InvalidUrl | ureq::ErrorKind::UnknownScheme => {
+            detail.insert_str(0, "the client refused the URL: ");
+            Failure::input("invalid-url", detail)
+        }
+        _ => Failure::runtime("io", "io-failed", detail),
+    }
+}
+
+/// Validates the tool's headers (names are tokens, values have no CR, LF or NUL) and drops
+/// the ones it may not set.
+fn clean_headers(h: &[(String, String)]) -> Result<Vec<(String, String)>, Failure> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    let mut out = Vec::new();
+    for (k, v) in h {
+        if k.is_empty() || !k.chars().all(token) {
+            return Err(Failure::input("bad-header", format!("header name {k:?}")));
+        }
+        if v.contains(['\r', '\n', '\0']) {
+            return Err(Failure::input(
+                "bad-header",
+                format!("the value of {k:?} has a line break or NUL"),
+            ));
+        }
+        if DROPPED_HEADERS.iter().any(|d| k.eq_ignore_ascii_case(d)) {
+            continue;
+        }
+        out.push((k.clone(), v.clone()));
+    }
+    Ok(out)
+}
+
+/// Canonical reason phrases (the reference uses a fixed table too: a server's own phrase is
+/// not passed through).
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        206 => "Partial Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        422 => "Unprocessable Content",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_is_read_from_tool_safety() {
+        let p = Policy::from_tool_safety_json(
+            r#"{"capabilities":{"network":{"mode":"allowlist","hosts":["a.com"]}}}"#,
+        );
+        assert_eq!(p.mode, NetworkMode::Allowlist);
+        assert_eq!(p.hosts, vec!["a.com".to_string()]);
+        assert_eq!(
+            Policy::from_tool_safety_json("not json").mode,
+            NetworkMode::Blocked
+        );
+    }
+
+    #[test]
+    fn header_rules() {
+        let h = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let out = clean_headers(&[
+            h("Host", "evil"),
+            h("Connection", "close"),
+            h("Transfer-Encoding", "chunked"),
+            h("Accept", "application/json"),
+            h("X-Api-Key", "k"),
+        ])
+        .unwrap_or_default();
+        assert_eq!(
+            out,
+            vec![h("Accept", "application/json"), h("X-Api-Key", "k")]
+        );
+        assert!(clean_headers(&[h("X", "a\r\nInjected: 1")]).is_err());
+        assert!(clean_headers(&[h("Bad Name", "a")]).is_err());
+    }
+
+    #[test]
+    fn refusals_are_security_errors_naming_the_rule() {
+        let b = Broker::new(&EgressConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+        let strict = Policy {
+            mode: NetworkMode::Strict,
+            hosts: vec![],
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut recs = Vec::new();
+        let req = |url: &str| Request {
+            method: "GET".into(),
+            url: url.into(),
+            headers: vec![],
+            body: vec![],
+            start_index: 0,
+            max_length: None,
+        };
+        let e = b.fetch(&strict, req("http://127.0.0.1:1/"), deadline, &mut recs);
+        let e = e.err().unwrap_or_else(|| panic!("loopback allowed"));
+        assert_eq!((e.code, e.rule), (Code::Security, "loopback"));
+        assert!(
+            e.message.starts_with("[fetch] denied: loopback: "),
+            "{}",
+            e.message
+        );
+        assert_eq!(recs.last().and_then(|r| r.refused), Some("loopback"));
+        let e = b.fetch(&strict, req("ftp://x/"), deadline, &mut recs).err();
+        assert_eq!(e.map(|e| e.rule), Some("unsupported-scheme"));
+        let mut bad = req("https://x/");
+        bad.method = "TRACE".into();
+        let e = b.fetch(&strict, bad, deadline, &mut recs).err();
+        assert_eq!(e.map(|e| e.code), Some(Code::InvalidInput));
+    }
+}
