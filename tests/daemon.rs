@@ -488,3 +488,85 @@ fn worker_reuse_serves_k_calls_per_worker_each_in_a_fresh_context() {
     c.call(12, "slow", json!({"ms": 1}));
     let _ = c.response();
 }
+
+/// A fetch through the daemon: the reply and the audit record mask the secret that went into
+/// the URL and a header, and the audit record names the host override and the extra CA that
+/// let the request through, and the rule that refused another.
+#[test]
+fn fetch_hops_are_audited_with_the_operator_settings_and_secrets_masked() {
+    let server = stsd_tests::fixture_server::FixtureServer::start();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let catalog = dir.path().join("net.json");
+    let tool = |name: &str, mode: &str, code: &str| {
+        json!({"name": name, "description": "fetch test", "codeType": "Javascript",
+               "staticVariables": [{"TOKEN": "${STSD_TEST_TOKEN}"}],
+               "sandboxOverrides": {"networkMode": mode, "hostsAllow": ["fixture.test"]},
+               "draft": false, "code": code})
+    };
+    let specs = json!([
+        tool(
+            "fetchEcho",
+            "allowlist",
+            "const r = await fetch('https://fixture.test/stsd/echo?key=' + TOKEN, \
+              {headers: {Authorization: 'Bearer ' + TOKEN}}); const j = r.json(); \
+              return {auth: j.headers.authorization, query: j.query, url: r.url};"
+        ),
+        tool(
+            "fetchLoopback",
+            "strict",
+            "return await fetch('http://127.0.0.1:9/' + TOKEN);"
+        ),
+    ]);
+    std::fs::write(&catalog, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let egress = format!(
+        "\n[egress]\nextra_ca_files = [\"{}\"]\n[egress.host_overrides]\n\"fixture.test\" = \"127.0.0.1:{}\"\n",
+        server.ca_file.display(),
+        server.port
+    );
+    let d = Daemon::start_with(dir, 1, &egress, &catalog.display().to_string(), &[]);
+    let mut c = d.connect();
+    c.call(1, "fetchEcho", json!({}));
+    let r = c.response();
+    assert!(!is_error(&r), "{r}");
+    let t = text(&r);
+    assert!(!t.contains("supersecret-token-123"), "{t}");
+    assert!(t.contains("Bearer ***") && t.contains("key=***"), "{t}");
+    // The server did get the real secret: masking is on the way out, not on the wire.
+    assert!(server.seen().iter().any(|s| s
+        .headers
+        .iter()
+        .any(|(k, v)| k == "authorization" && v.ends_with("supersecret-token-123"))));
+    c.call(2, "fetchLoopback", json!({}));
+    let r = c.response();
+    assert!(is_error(&r), "{r}");
+    let t = text(&r);
+    assert!(t.contains("[fetch] denied: loopback: 127.0.0.1"), "{t}");
+    assert!(!t.contains("supersecret-token-123"), "{t}");
+
+    let recs = d.audit_records();
+    let rec = |name: &str| {
+        recs.iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no audit record for {name}: {recs:?}"))
+    };
+    let ok = rec("fetchEcho");
+    let hop = &ok["egress"][0];
+    assert_eq!(hop["status"], 200, "{ok}");
+    assert_eq!(hop["via"], "override");
+    assert_eq!(
+        hop["override"],
+        format!("fixture.test = 127.0.0.1:{}", server.port)
+    );
+    assert_eq!(hop["extraCa"], true);
+    assert_eq!(hop["mode"], "allowlist");
+    assert!(
+        hop["url"].as_str().unwrap_or_default().ends_with("key=***"),
+        "{hop}"
+    );
+    let bad = rec("fetchLoopback");
+    assert_eq!(bad["error"]["code"], "SECURITY", "{bad}");
+    assert_eq!(bad["egress"][0]["refused"], "loopback");
+    assert_eq!(bad["egress"][0]["url"], "http://127.0.0.1:9/***");
+    assert!(!bad.to_string().contains("supersecret-token-123"), "{bad}");
+}
