@@ -553,3 +553,124 @@ fn catalog_network_specs_earn_their_local_pass_through_host_overrides() {
     assert_eq!(passed.len(), expected.len(), "{passed:?}");
     assert_eq!(passed.len(), 32);
 }
+
+/// A server that accepts and then only trickles: `tls` sends a TLS record header announcing
+/// 16000 bytes and then one byte every 100 ms; otherwise it reads one byte every 100 ms and
+/// never answers.
+fn trickle_server(tls: bool) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let port = l.local_addr().map(|a| a.port()).unwrap_or_default();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                if tls {
+                    let _ = s.write_all(&[0x16, 0x03, 0x03, 0x3e, 0x80]);
+                }
+                let mut b = [0u8; 1];
+                for _ in 0..3000 {
+                    std::thread::sleep(Duration::from_millis(100));
+                    let ok = if tls {
+                        s.write_all(&[0]).is_ok()
+                    } else {
+                        s.read(&mut b).is_ok()
+                    };
+                    if !ok {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn a_trickling_tls_handshake_or_a_slow_reader_cannot_outlast_the_timeout() {
+    let mut c = config();
+    c.egress.request_timeout_ms = 1500;
+    let tls_port = trickle_server(true);
+    let read_port = trickle_server(false);
+    c.egress
+        .host_overrides
+        .insert("slowtls.test".into(), format!("127.0.0.1:{tls_port}"));
+    c.egress
+        .host_overrides
+        .insert("slowread.test".into(), format!("127.0.0.1:{read_port}"));
+    let code = "const out = [];
+        for (const [u, o] of [['https://slowtls.test/', {}],
+                              ['http://slowread.test/', {method: 'POST', body: 'x'.repeat(8 << 20)}]]) {
+          const t0 = Date.now();
+          try { await fetch(u, o); out.push('fetched'); }
+          catch (e) { out.push([e.name + '|' + e.message, Date.now() - t0]); }
+        }
+        return out;";
+    let t0 = Instant::now();
+    let out = run_with(&options(&c, None), &net_job(code, "strict", &[]));
+    let got = value(&out);
+    for (i, what) in ["TLS trickle", "slow reader"].iter().enumerate() {
+        let msg = got[i][0].as_str().unwrap_or_default();
+        assert!(
+            msg.starts_with("HelperRuntimeError|[fetch] timeout: request-timeout"),
+            "{what}: {got}"
+        );
+        let ms = got[i][1].as_u64().unwrap_or(u64::MAX);
+        assert!((1400..4000).contains(&ms), "{what}: took {ms} ms");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn server_controlled_text_cannot_break_the_reply_and_headers_stay_home() {
+    let port = server().port;
+    let code = format!(
+        "const out = {{}};
+         try {{ await fetch('https://fixture.test/stsd/longloc'); }} catch (e) {{ out.longloc = [e.name, e.message.length]; }}
+         const r = await fetch('https://fixture.test/stsd/to?u=' + encodeURIComponent('https://other.test:{port}/stsd/echo'),
+           {{headers: {{'X-Api-Key': 'k-123', Authorization: 'Bearer t', Accept: 'application/json'}}}});
+         const echo = r.json();
+         out.headers = {{key: echo.headers['x-api-key'] || null, auth: echo.headers.authorization || null,
+                         accept: echo.headers.accept}};
+         try {{ await fetch('https://fixture.test/' + 'a'.repeat(9000)); }} catch (e) {{ out.long = e.name + '|' + e.message.slice(0, 40); }}
+         return out;"
+    );
+    let got = eval(&code, "strict", &[]);
+    assert_eq!(got["longloc"][0], "InvalidInputError", "{got}");
+    assert!(
+        got["longloc"][1].as_u64().unwrap_or(u64::MAX) <= 1100,
+        "{got}"
+    );
+    assert_eq!(
+        got["headers"],
+        json!({"key": null, "auth": null, "accept": "application/json"}),
+        "only content-neutral headers follow a cross-origin redirect"
+    );
+    assert!(
+        got["long"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("InvalidInputError|[fetch] denied: url-too-long: "),
+        "{got}"
+    );
+}
+
+#[test]
+fn redirect_hops_count_against_the_request_budget() {
+    let mut c = config();
+    c.egress.max_requests_per_call = 3;
+    let out = run_with(
+        &options(&c, None),
+        &net_job(
+            &probe_urls(&[fixture_url("/stsd/redirect/5")]),
+            "strict",
+            &[],
+        ),
+    );
+    assert_refused(&value(&out)[0], "budget", "too-many-requests");
+    assert_eq!(
+        out.egress.len(),
+        4,
+        "three hops and the refusal: {:?}",
+        out.egress
+    );
+}

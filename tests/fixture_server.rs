@@ -317,6 +317,10 @@ fn handle(s: &mut (impl Read + Write), tls: bool, routes: &[Route], seen: &Mutex
         }
         return;
     }
+    if path == "/stsd/longloc" {
+        let loc = vec![("Location".to_string(), "\\".repeat(70_000))];
+        return respond(s, 302, "text/plain", &loc, b"moved");
+    }
     if path == "/stsd/multi" {
         let hs = vec![
             ("X-Multi".to_string(), "a".to_string()),

@@ -437,7 +437,10 @@ impl Service {
         reply.structured = reply.structured.map(|v| mask_value(&v, secrets));
         record.elapsed_ms = t0.elapsed().as_millis() as u64;
         for hop in &mut record.egress {
-            hop.url = secrets.mask(&hop.url);
+            // Masked in decoded form too: a secret sent through encodeURIComponent is
+            // percent-encoded in the URL.
+            let decoded = percent_encoding::percent_decode_str(&hop.url).decode_utf8_lossy();
+            hop.url = secrets.mask(&decoded);
             if let Some(o) = &hop.host_override {
                 hop.host_override = Some(secrets.mask(o));
             }

@@ -35,8 +35,44 @@ const DROPPED_HEADERS: &[&str] = &[
     "expect",
 ];
 
-/// Headers that carry credentials: not forwarded when a redirect changes origin.
-const CREDENTIAL_HEADERS: &[&str] = &["authorization", "cookie"];
+/// The only request headers that follow a redirect to another origin.
+const CROSS_ORIGIN_HEADERS: &[&str] = &[
+    "accept",
+    "accept-language",
+    "content-language",
+    "content-type",
+    "user-agent",
+];
+
+/// Longest failure message sent back (server-controlled text can be in it).
+const MAX_MESSAGE_BYTES: usize = 1024;
+/// Longest URL kept in an audit hop record.
+const MAX_RECORD_URL_BYTES: usize = 2048;
+
+/// Cuts `s` to at most `max` bytes on a character boundary, marking the cut.
+fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// A URL as the audit record keeps it: no userinfo, clipped.
+fn record_url(url: &str) -> String {
+    let text = match url::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        Err(_) => url.to_string(),
+    };
+    clip(&text, MAX_RECORD_URL_BYTES)
+}
 
 const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
@@ -99,8 +135,13 @@ pub struct Failure {
 }
 
 impl Failure {
+    fn capped(mut self) -> Failure {
+        self.message = clip(&self.message, MAX_MESSAGE_BYTES);
+        self
+    }
+
     fn denied(r: Refusal) -> Failure {
-        let code = if r.rule == "invalid-url" {
+        let code = if matches!(r.rule, "invalid-url" | "url-too-long") {
             Code::InvalidInput
         } else {
             Code::Security
@@ -235,6 +276,25 @@ impl Broker {
         &self.cfg
     }
 
+    /// Refuses a request before it starts (the supervisor's own checks), with its record.
+    pub fn refuse(
+        &self,
+        policy: &Policy,
+        (method, url): (&str, &str),
+        rule: &'static str,
+        detail: String,
+        records: &mut Vec<HopRecord>,
+    ) -> Failure {
+        records.push(HopRecord {
+            method: method.trim().to_ascii_uppercase(),
+            url: record_url(url),
+            mode: policy.mode.as_str(),
+            refused: Some(rule),
+            ..HopRecord::default()
+        });
+        Failure::denied(guard::refuse(rule, detail)).capped()
+    }
+
     /// Makes one fetch, following redirects. `deadline` is the end of the whole call; the
     /// request also stops at the configured request timeout. One record per hop is appended
     /// to `records`, refused hops included.
@@ -245,33 +305,87 @@ impl Broker {
         deadline: Instant,
         records: &mut Vec<HopRecord>,
     ) -> Result<Response, Failure> {
+        let before = records.len();
+        let mut current = (req.method.clone(), req.url.clone());
+        let out = self.run(policy, req, deadline, records, &mut current);
+        // A refusal before any hop ran (or of a redirect's target) gets a record of its own.
+        if let Err(f) = &out {
+            let recorded = records.len() > before
+                && records.last().is_some_and(|r| {
+                    r.refused == Some(f.rule) || r.error.as_deref() == Some(f.rule)
+                });
+            if !recorded {
+                let mut rec = HopRecord {
+                    method: current.0.trim().to_ascii_uppercase(),
+                    url: record_url(&current.1),
+                    mode: policy.mode.as_str(),
+                    ..HopRecord::default()
+                };
+                if f.code == Code::Security {
+                    rec.refused = Some(f.rule);
+                } else {
+                    rec.error = Some(f.rule.to_string());
+                }
+                records.push(rec);
+            }
+        }
+        out.map_err(Failure::capped)
+    }
+
+    fn run(
+        &self,
+        policy: &Policy,
+        req: Request,
+        deadline: Instant,
+        records: &mut Vec<HopRecord>,
+        current: &mut (String, String),
+    ) -> Result<Response, Failure> {
         let started = Instant::now();
         let deadline = deadline.min(started + Duration::from_millis(self.cfg.request_timeout_ms));
-        let mut method = req.method.trim().to_ascii_uppercase();
+        let Request {
+            method,
+            url,
+            headers,
+            body,
+            start_index,
+            max_length,
+        } = req;
+        let mut method = method.trim().to_ascii_uppercase();
         if !METHODS.contains(&method.as_str()) {
             return Err(Failure::input(
                 "unsupported-method",
                 format!("{method:?}; use one of {METHODS:?}"),
             ));
         }
-        let mut headers = clean_headers(&req.headers)?;
-        if req.body.len() as u64 > self.cfg.max_request_body_bytes {
+        let mut headers = clean_headers(&headers)?;
+        if body.len() as u64 > self.cfg.max_request_body_bytes {
             return Err(Failure::denied(guard::refuse(
                 "request-body-too-large",
                 format!(
                     "{} bytes; the limit is {}",
-                    req.body.len(),
+                    body.len(),
                     self.cfg.max_request_body_bytes
                 ),
             )));
         }
-        let mut body = req.body.clone();
-        let mut url = req.url.clone();
+        let mut body = body;
+        let mut url = url;
         let mut hops = 0u32;
         loop {
+            *current = (method.clone(), url.clone());
+            // Every hop counts against the call's request budget.
+            if records.len() as u64 >= u64::from(self.cfg.max_requests_per_call) {
+                return Err(Failure::denied(guard::refuse(
+                    "too-many-requests",
+                    format!(
+                        "a call may make {} requests, redirects included",
+                        self.cfg.max_requests_per_call
+                    ),
+                )));
+            }
             let mut rec = HopRecord {
                 method: method.clone(),
-                url: url.clone(),
+                url: record_url(&url),
                 mode: policy.mode.as_str(),
                 ..HopRecord::default()
             };
@@ -292,17 +406,15 @@ impl Broker {
             let redirect = matches!(status, 301 | 302 | 303 | 307 | 308);
             match location.filter(|_| redirect) {
                 Some(loc) => {
+                    *current = (method.clone(), loc.clone());
                     let next = target.url.join(&loc).map_err(|e| {
-                        Failure::denied(guard::refuse(
-                            "invalid-url",
-                            format!("redirect to {loc:?}: {e}"),
-                        ))
+                        Failure::denied(guard::refuse("invalid-url", format!("redirect: {e}")))
                     })?;
                     hops += 1;
                     if hops > self.cfg.max_redirects {
                         records.push(HopRecord {
                             method: method.clone(),
-                            url: next.to_string(),
+                            url: record_url(next.as_str()),
                             mode: policy.mode.as_str(),
                             refused: Some("too-many-redirects"),
                             ..HopRecord::default()
@@ -322,9 +434,13 @@ impl Broker {
                         body.clear();
                         headers.retain(|(k, _)| !k.eq_ignore_ascii_case("content-type"));
                     }
+                    // Across origins only content-neutral headers follow: a tool's API key in
+                    // any header must not reach whatever host a redirect names.
                     if next.origin() != target.url.origin() {
                         headers.retain(|(k, _)| {
-                            !CREDENTIAL_HEADERS.iter().any(|c| k.eq_ignore_ascii_case(c))
+                            CROSS_ORIGIN_HEADERS
+                                .iter()
+                                .any(|c| k.eq_ignore_ascii_case(c))
                         });
                     }
                     drop(resp);
@@ -333,8 +449,8 @@ impl Broker {
                 None => {
                     let final_url = target.url.to_string();
                     let slice = Slice {
-                        start: req.start_index,
-                        max_length: req.max_length,
+                        start: start_index,
+                        max_length,
                     };
                     return self.read_response(resp, final_url, &slice, deadline, records);
                 }
@@ -358,12 +474,33 @@ impl Broker {
         guard::check_target(&target, policy.mode, &policy.hosts, &self.trusted)
             .map_err(Failure::denied)?;
         let addrs = self.addresses(policy, &target, deadline, rec)?;
-        rec.address = addrs.first().map(|a| a.to_string());
-        if target.url.scheme() == "https" && !self.cfg.extra_ca_files.is_empty() {
+        let https = target.url.scheme() == "https";
+        if https && !self.cfg.extra_ca_files.is_empty() {
             rec.extra_ca = true;
         }
         let remaining = remaining(deadline)?;
         let checked = addrs.clone();
+        // A plain-http hop goes to ureq as https with a connector that does no TLS, so that
+        // it too gets the deadline under every socket read and write (see conn.rs); the Host
+        // header is then ours.
+        let mut wire_url = target.url.clone();
+        let mut host_header = None;
+        if !https {
+            let host = target.url.host_str().unwrap_or_default().to_string();
+            host_header = Some(match target.url.port() {
+                Some(p) => format!("{host}:{p}"),
+                None => host,
+            });
+            let ok = wire_url.set_scheme("https").is_ok()
+                && wire_url.set_port(Some(target.port)).is_ok();
+            if !ok {
+                return Err(Failure::input("invalid-url", target.url.as_str()));
+            }
+        }
+        let connector = super::conn::Connector {
+            tls: https.then(|| self.tls.clone()),
+            deadline,
+        };
         let agent = ureq::AgentBuilder::new()
             // The only answer the client gets for this hop: the checked addresses.
             .resolver(move |_netloc: &str| Ok(checked.clone()))
@@ -371,10 +508,13 @@ impl Broker {
             .max_idle_connections(0)
             .timeout_connect(remaining.min(Duration::from_millis(self.cfg.connect_timeout_ms)))
             .timeout(remaining)
-            .tls_config(self.tls.clone())
+            .tls_connector(Arc::new(connector))
             .user_agent(USER_AGENT)
             .build();
-        let mut r = agent.request_url(method, &target.url);
+        let mut r = agent.request_url(method, &wire_url);
+        if let Some(h) = &host_header {
+            r = r.set("Host", h);
+        }
         for (k, v) in headers {
             r = r.set(k, v);
         }
@@ -388,6 +528,15 @@ impl Broker {
             Err(ureq::Error::Transport(t)) => return Err(transport_failure(&t, deadline)),
         };
         rec.status = Some(resp.status());
+        // The address actually connected to, and what let it through.
+        let used = resp.remote_addr();
+        rec.address = Some(used.to_string());
+        if rec.via != Some("override") && guard::address_rule(used.ip()).is_some() {
+            match guard::trusted_range(used.ip(), &self.trusted) {
+                Some(net) => rec.trusted_range = Some(net.to_string()),
+                None => rec.private_address = true, // only open mode gets here
+            }
+        }
         Ok((target, resp))
     }
 
@@ -418,22 +567,19 @@ impl Broker {
                         Failure::runtime("dns", "unknown-host", format!("{}: {e}", t.host))
                     }
                 })?;
+                if ips.is_empty() {
+                    return Err(Failure::runtime(
+                        "dns",
+                        "unknown-host",
+                        format!("{} has no address", t.host),
+                    ));
+                }
                 guard::check_resolved(&t.host, &ips, policy.mode, &self.trusted)
                     .map_err(Failure::denied)?;
                 (ips, "dns")
             }
         };
         rec.via = Some(via);
-        for &ip in &ips {
-            if let Some(net) = guard::trusted_range(ip, &self.trusted) {
-                if guard::address_rule(ip).is_some() {
-                    rec.trusted_range = Some(net.to_string());
-                }
-            } else if guard::address_rule(ip).is_some() {
-                // Only open mode gets here with a refused address.
-                rec.private_address = true;
-            }
-        }
         Ok(ips
             .into_iter()
             .map(|ip| SocketAddr::new(ip, t.port))
@@ -467,7 +613,11 @@ impl Broker {
             }
         }
         let cap = self.cfg.max_body_bytes;
-        let mut body = Vec::new();
+        let announced: u64 = resp
+            .header("content-length")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let mut body = Vec::with_capacity(announced.min(cap + 1) as usize);
         let read = resp.into_reader().take(cap + 1).read_to_end(&mut body);
         if let Some(last) = records.last_mut() {
             last.bytes = Some(body.len() as u64);
@@ -499,7 +649,8 @@ impl Broker {
             None => total,
         };
         let truncated = end < total;
-        let body = body[start as usize..end as usize].to_vec();
+        body.truncate(end as usize);
+        body.drain(..start as usize);
         Ok(Response {
             head: FetchHead {
                 status,
@@ -588,10 +739,10 @@ fn clean_headers(h: &[(String, String)]) -> Result<Vec<(String, String)>, Failur
         if k.is_empty() || !k.chars().all(token) {
             return Err(Failure::input("bad-header", format!("header name {k:?}")));
         }
-        if v.contains(['\r', '\n', '\0']) {
+        if !v.chars().all(|c| c == '\t' || (' '..='~').contains(&c)) {
             return Err(Failure::input(
                 "bad-header",
-                format!("the value of {k:?} has a line break or NUL"),
+                format!("the value of {k:?} must be printable ASCII (no line breaks)"),
             ));
         }
         if DROPPED_HEADERS.iter().any(|d| k.eq_ignore_ascii_case(d)) {

@@ -50,6 +50,12 @@ pub struct Target {
 }
 
 pub fn parse_target(input: &str) -> Result<Target, Refusal> {
+    if input.len() > 8 * 1024 {
+        return Err(refuse(
+            "url-too-long",
+            format!("{} bytes; the limit is 8192", input.len()),
+        ));
+    }
     let url = url::Url::parse(input).map_err(|e| refuse("invalid-url", format!("{input}: {e}")))?;
     if url.scheme() != "http" && url.scheme() != "https" {
         return Err(refuse(
@@ -77,11 +83,14 @@ pub fn parse_target(input: &str) -> Result<Target, Refusal> {
 /// An allowlist entry in the same form as a parsed host (IDNA to ASCII, lowercase, no
 /// trailing dot), keeping a leading `*.`.
 fn normalise_entry(entry: &str) -> String {
-    let e = entry.trim().trim_end_matches('.').to_ascii_lowercase();
-    let (wild, rest) = match e.strip_prefix("*.") {
-        Some(r) => (true, r.to_string()),
-        None => (false, e.clone()),
+    let raw = entry.trim().to_ascii_lowercase();
+    let (wild, rest) = match raw.strip_prefix("*.") {
+        Some(r) => (true, r.trim_end_matches('.').to_string()),
+        None => (false, raw.trim_end_matches('.').to_string()),
     };
+    if wild && rest.trim_matches('.').is_empty() {
+        return "*.".into(); // names no domain; matches nothing
+    }
     let ascii = match url::Host::parse(&rest) {
         Ok(url::Host::Domain(d)) => d,
         Ok(other) => other.to_string(),
@@ -103,8 +112,10 @@ pub fn host_allowed(host: &str, allowlist: &[String]) -> bool {
             return true;
         }
         match e.strip_prefix("*.") {
+            // `*.` alone (or `*..`) names no domain: it matches nothing.
+            Some(apex) if apex.trim_matches('.').is_empty() => false,
             Some(apex) => host == apex || host.ends_with(&format!(".{apex}")),
-            None => host == e,
+            None => !e.is_empty() && host == e,
         }
     })
 }
@@ -396,6 +407,12 @@ mod tests {
             "an empty list allows nothing"
         );
         assert!(host_allowed("anything", &["*".to_string()]));
+        for nothing in ["*.", "*..", "", "."] {
+            assert!(
+                !host_allowed("anything", &[nothing.to_string()]),
+                "{nothing:?}"
+            );
+        }
         // An internationalised name that merely looks like an allowed one does not match.
         let t = parse_target("https://аpi.github.com/").unwrap_or_else(|e| panic!("{e}"));
         assert!(t.host.starts_with("xn--"), "{}", t.host);

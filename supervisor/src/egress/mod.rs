@@ -2,6 +2,7 @@
 //! every request, under the guard, to addresses it checked itself.
 
 pub mod broker;
+mod conn;
 pub mod dns;
 pub mod guard;
 mod tls;

@@ -494,12 +494,12 @@ pub fn run_keeping(
     (out, kept)
 }
 
-/// Fetch bookkeeping for one call: the pending request body and the request count.
+/// Fetch bookkeeping for one call: the pending request body and the tool's policy. (The
+/// broker counts requests, from the call's hop records.)
 #[derive(Default)]
 struct FetchState {
     body: Vec<u8>,
     body_over: bool,
-    requests: u32,
     policy: Option<egress::Policy>,
 }
 
@@ -524,31 +524,21 @@ impl FetchState {
     ) -> Result<egress::Response, egress::Failure> {
         let body = std::mem::take(&mut self.body);
         let over = std::mem::replace(&mut self.body_over, false);
-        self.requests += 1;
-        let cfg = broker.config();
-        let refuse = |rule: &'static str, detail: String| egress::Failure {
-            code: Code::Security,
-            rule,
-            message: format!("[fetch] denied: {rule}: {detail}"),
-        };
-        if over || body.len() as u64 != req.body_len {
-            return Err(refuse(
-                "request-body-too-large",
-                format!(
-                    "the request body is over the {} byte limit",
-                    cfg.max_request_body_bytes
-                ),
-            ));
-        }
-        if self.requests > cfg.max_requests_per_call {
-            return Err(refuse(
-                "too-many-requests",
-                format!("a call may make {} requests", cfg.max_requests_per_call),
-            ));
-        }
         let policy = self
             .policy
             .get_or_insert_with(|| egress::Policy::from_tool_safety_json(&job.tool_safety_json));
+        if over || body.len() as u64 != req.body_len {
+            let limit = broker.config().max_request_body_bytes;
+            return Err(broker.refuse(
+                policy,
+                (&req.method, &req.url),
+                "request-body-too-large",
+                format!(
+                    "the request body is over the {limit} byte limit, or not what was announced"
+                ),
+                records,
+            ));
+        }
         let request = egress::Request {
             method: req.method,
             url: req.url,
