@@ -495,35 +495,7 @@ fn worker_reuse_serves_k_calls_per_worker_each_in_a_fresh_context() {
 #[test]
 fn fetch_hops_are_audited_with_the_operator_settings_and_secrets_masked() {
     let server = stsd_tests::fixture_server::FixtureServer::start();
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let catalog = dir.path().join("net.json");
-    let tool = |name: &str, mode: &str, code: &str| {
-        json!({"name": name, "description": "fetch test", "codeType": "Javascript",
-               "staticVariables": [{"TOKEN": "${STSD_TEST_TOKEN}"}],
-               "sandboxOverrides": {"networkMode": mode, "hostsAllow": ["fixture.test"]},
-               "draft": false, "code": code})
-    };
-    let specs = json!([
-        tool(
-            "fetchEcho",
-            "allowlist",
-            "const r = await fetch('https://fixture.test/stsd/echo?key=' + TOKEN, \
-              {headers: {Authorization: 'Bearer ' + TOKEN}}); const j = r.json(); \
-              return {auth: j.headers.authorization, query: j.query, url: r.url};"
-        ),
-        tool(
-            "fetchLoopback",
-            "strict",
-            "return await fetch('http://127.0.0.1:9/' + TOKEN);"
-        ),
-    ]);
-    std::fs::write(&catalog, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
-    let egress = format!(
-        "\n[egress]\nextra_ca_files = [\"{}\"]\n[egress.host_overrides]\n\"fixture.test\" = \"127.0.0.1:{}\"\n",
-        server.ca_file.display(),
-        server.port
-    );
-    let d = Daemon::start_with(dir, 1, &egress, &catalog.display().to_string(), &[]);
+    let d = fetch_daemon(&server);
     let mut c = d.connect();
     c.call(1, "fetchEcho", json!({}));
     let r = c.response();
@@ -569,4 +541,69 @@ fn fetch_hops_are_audited_with_the_operator_settings_and_secrets_masked() {
     assert_eq!(bad["egress"][0]["refused"], "loopback");
     assert_eq!(bad["egress"][0]["url"], "http://127.0.0.1:9/***");
     assert!(!bad.to_string().contains("supersecret-token-123"), "{bad}");
+}
+
+/// A daemon serving fetch tools, with the fixture server's host and CA configured.
+fn fetch_daemon(server: &stsd_tests::fixture_server::FixtureServer) -> Daemon {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let catalog = dir.path().join("net.json");
+    let tool = |name: &str, mode: &str, code: &str| {
+        json!({"name": name, "description": "fetch test", "codeType": "Javascript",
+               "staticVariables": [{"TOKEN": "${STSD_TEST_TOKEN}"}],
+               "sandboxOverrides": {"networkMode": mode, "hostsAllow": ["fixture.test"]},
+               "draft": false, "code": code})
+    };
+    let specs = json!([
+        tool(
+            "fetchEcho",
+            "allowlist",
+            "const r = await fetch('https://fixture.test/stsd/echo?key=' + TOKEN, \
+              {headers: {Authorization: 'Bearer ' + TOKEN}}); const j = r.json(); \
+              return {auth: j.headers.authorization, query: j.query, url: r.url};"
+        ),
+        tool(
+            "fetchLoopback",
+            "strict",
+            "return await fetch('http://127.0.0.1:9/' + TOKEN);"
+        ),
+        tool(
+            "fetchTrickle",
+            "allowlist",
+            "return (await fetch('https://fixture.test/stsd/trickle')).text();"
+        ),
+    ]);
+    std::fs::write(&catalog, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let egress = format!(
+        "\n[egress]\nextra_ca_files = [\"{}\"]\n[egress.host_overrides]\n\"fixture.test\" = \"127.0.0.1:{}\"\n",
+        server.ca_file.display(),
+        server.port
+    );
+    Daemon::start_with(dir, 1, &egress, &catalog.display().to_string(), &[])
+}
+
+/// A caller that goes away while its tool waits on a fetch is noticed at once: the worker is
+/// killed and the call recorded CANCELLED, without waiting out the 30 s request timeout.
+#[test]
+fn a_client_that_disconnects_during_a_fetch_is_noticed_at_once() {
+    let server = stsd_tests::fixture_server::FixtureServer::start();
+    let d = fetch_daemon(&server);
+    {
+        let mut c = d.connect();
+        c.call(1, "fetchTrickle", json!({}));
+        let t0 = Instant::now();
+        while !server.seen().iter().any(|s| s.path == "/stsd/trickle") {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the fetch never started"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    } // the connection drops here, mid-fetch
+    let t0 = Instant::now();
+    while d.audit_records().is_empty() && t0.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let recs = d.audit_records();
+    assert_eq!(recs.len(), 1, "no record within 3 s");
+    assert_eq!(recs[0]["error"]["code"], "CANCELLED", "{}", recs[0]);
 }

@@ -427,9 +427,24 @@ pub fn run_keeping(
             FromWorker::FetchBody { data } => fetch.add_body(&data, &opts.broker),
             FromWorker::Fetch(req) => {
                 let call_deadline = deadline.checked_sub(opts.kill_grace).unwrap_or(deadline);
-                let reply = fetch.run(*req, job, &opts.broker, call_deadline, &mut out.egress);
-                if let Err(e) = send_fetch_reply(&w.socket, reply, deadline) {
-                    protocol_error = Some(e);
+                let reply = fetch.run(
+                    *req,
+                    job,
+                    &opts.broker,
+                    call_deadline,
+                    cancel,
+                    &mut out.egress,
+                );
+                match reply {
+                    None => {
+                        cancelled = true;
+                        break;
+                    }
+                    Some(reply) => {
+                        if let Err(e) = send_fetch_reply(&w.socket, reply, deadline) {
+                            protocol_error = Some(e);
+                        }
+                    }
                 }
             }
             FromWorker::Timings(t) => out.timings.worker = t,
@@ -514,14 +529,17 @@ impl FetchState {
         }
     }
 
+    /// Runs one fetch on its own thread while this one watches for the caller going away;
+    /// None when it did (the fetch then ends on its own, by its deadline at the latest).
     fn run(
         &mut self,
         req: FetchRequest,
         job: &Job,
-        broker: &Broker,
+        broker: &Arc<Broker>,
         deadline: Instant,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
         records: &mut Vec<HopRecord>,
-    ) -> Result<egress::Response, egress::Failure> {
+    ) -> Option<Result<egress::Response, egress::Failure>> {
         let body = std::mem::take(&mut self.body);
         let over = std::mem::replace(&mut self.body_over, false);
         let policy = self
@@ -529,7 +547,7 @@ impl FetchState {
             .get_or_insert_with(|| egress::Policy::from_tool_safety_json(&job.tool_safety_json));
         if over || body.len() as u64 != req.body_len {
             let limit = broker.config().max_request_body_bytes;
-            return Err(broker.refuse(
+            return Some(Err(broker.refuse(
                 policy,
                 (&req.method, &req.url),
                 "request-body-too-large",
@@ -537,7 +555,7 @@ impl FetchState {
                     "the request body is over the {limit} byte limit, or not what was announced"
                 ),
                 records,
-            ));
+            )));
         }
         let request = egress::Request {
             method: req.method,
@@ -547,7 +565,43 @@ impl FetchState {
             start_index: req.start_index,
             max_length: req.max_length,
         };
-        broker.fetch(policy, request, deadline, records)
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (b, p, mut recs) = (broker.clone(), policy.clone(), records.clone());
+        let spawned = std::thread::Builder::new()
+            .name("stsd-fetch".into())
+            .spawn(move || {
+                let r = b.fetch(&p, request, deadline, &mut recs);
+                let _ = tx.send((r, recs));
+            });
+        if let Err(e) = spawned {
+            return Some(Err(egress::Failure {
+                code: Code::HelperRuntime,
+                rule: "broker-busy",
+                message: format!("[fetch] io: broker-busy: {e}"),
+            }));
+        }
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok((r, recs)) => {
+                    *records = recs;
+                    return Some(r);
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                        return None;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Some(Err(egress::Failure {
+                        code: Code::HelperRuntime,
+                        rule: "broker-failed",
+                        message:
+                            "[fetch] io: broker-failed: the request thread ended without an answer"
+                                .into(),
+                    }));
+                }
+            }
+        }
     }
 }
 
