@@ -173,25 +173,6 @@ fn serve(
     }
 }
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
-            if let Ok(v) = u8::from_str_radix(hex, 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(if b[i] == b'+' { b' ' } else { b[i] });
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn respond(
     s: &mut impl Write,
     status: u16,
@@ -286,7 +267,11 @@ fn handle(s: &mut (impl Read + Write), tls: bool, routes: &[Route], seen: &Mutex
         let to = query
             .split('&')
             .find_map(|kv| kv.strip_prefix("u="))
-            .map(percent_decode)
+            .map(|u| {
+                percent_encoding::percent_decode_str(u)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
             .unwrap_or_default();
         let status = query
             .split('&')

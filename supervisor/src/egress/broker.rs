@@ -624,7 +624,7 @@ impl Broker {
         }
         if let Err(e) = read {
             let f = if is_timeout(&e) || Instant::now() >= deadline {
-                Failure::runtime("timeout", "request-timeout", timeout_detail(deadline))
+                Failure::runtime("timeout", "request-timeout", TIMEOUT_DETAIL)
             } else {
                 Failure::runtime("io", "read-failed", e.to_string())
             };
@@ -677,15 +677,14 @@ fn remaining(deadline: Instant) -> Result<Duration, Failure> {
         return Err(Failure::runtime(
             "timeout",
             "request-timeout",
-            timeout_detail(deadline),
+            TIMEOUT_DETAIL,
         ));
     }
     Ok(deadline - now)
 }
 
-fn timeout_detail(_deadline: Instant) -> &'static str {
-    "no complete response before the request timeout (or the call's deadline)"
-}
+const TIMEOUT_DETAIL: &str =
+    "no complete response before the request timeout (or the call's deadline)";
 
 fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
@@ -711,7 +710,7 @@ fn transport_failure(t: &ureq::Transport, deadline: Instant) -> Failure {
         src = e.source();
     }
     if timed_out {
-        return Failure::runtime("timeout", "request-timeout", timeout_detail(deadline));
+        return Failure::runtime("timeout", "request-timeout", TIMEOUT_DETAIL);
     }
     if tls {
         return Failure::runtime("tls", "tls-failed", detail);

@@ -7,12 +7,6 @@
   "use strict";
   const KIND = { SECURITY: "SecurityError", INVALID_INPUT: "InvalidInputError", HELPER_RUNTIME: "HelperRuntimeError" };
   const typed = (kind, msg) => { const e = new Error(msg); e.name = KIND[kind]; return e; };
-  const call = (fn, ...a) => {
-    try { return fn(...a); } catch (e) {
-      const m = /^(SECURITY|INVALID_INPUT|HELPER_RUNTIME): ([\s\S]*)$/.exec(e && e.message);
-      throw m ? typed(m[1], m[2]) : e;
-    }
-  };
   const { fetch: hostFetch, decode } = h;
   const isView = ArrayBuffer.isView, slice = Function.prototype.call.bind(ArrayBuffer.prototype.slice);
 
@@ -84,7 +78,7 @@
     try {
       const o = init === undefined || init === null ? {} : init;
       const url = String(input && typeof input === "object" && "href" in input ? input.href : input);
-      const r = call(hostFetch, url, o.method === undefined ? "GET" : String(o.method), headerPairs(o.headers),
+      const r = hostFetch(url, o.method === undefined ? "GET" : String(o.method), headerPairs(o.headers),
         body(o.body), count(o.startIndex, "startIndex") || 0, count(o.maxLength, "maxLength"));
       return Promise.resolve(new Response(r));
     } catch (e) {

@@ -4,17 +4,14 @@
 
 use super::host::bytes_of;
 use crate::channel::Channel;
-use rquickjs::{ArrayBuffer, Ctx, Exception, Function, Object, TypedArray};
+use rquickjs::{ArrayBuffer, Ctx, Function, Object, TypedArray};
 use std::rc::Rc;
 use stsd_protocol::frames::{FetchRequest, FromWorker, ToWorker, CHUNK_BYTES};
 use stsd_protocol::Code;
 
-fn fail(ctx: &Ctx<'_>, kind: &str, msg: impl AsRef<str>) -> rquickjs::Error {
-    Exception::throw_message(ctx, &format!("{kind}: {}", msg.as_ref()))
-}
+use super::helper_error as fail;
 
-/// The prefix the JS side turns into the error's class; codes the broker may not use become
-/// HELPER_RUNTIME.
+/// The class of the error the tool sees; codes the broker may not use become HELPER_RUNTIME.
 fn kind_of(code: &str) -> &'static str {
     match Code::parse(code) {
         Some(Code::Security) => "SECURITY",

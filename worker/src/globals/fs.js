@@ -5,30 +5,25 @@
   "use strict";
   const KIND = { SECURITY: "SecurityError", INVALID_INPUT: "InvalidInputError", HELPER_RUNTIME: "HelperRuntimeError" };
   const typed = (kind, msg) => { const e = new Error(msg); e.name = KIND[kind]; return e; };
-  const call = (fn, ...a) => {
-    try { return fn(...a); } catch (e) {
-      const m = /^(SECURITY|INVALID_INPUT|HELPER_RUNTIME): ([\s\S]*)$/.exec(e && e.message);
-      throw m ? typed(m[1], m[2]) : e;
-    }
-  };
+  // The host functions (fs.rs) throw errors already named for their class.
   const needRead = (name) => { if (!canRead) throw typed("SECURITY", `safety.fs.${name} needs the fileRead capability`); };
   const needWrite = (name) => { if (!canWrite) throw typed("SECURITY", `safety.fs.${name} needs the fileWrite capability`); };
   const path = (p) => { if (p === undefined || p === null || p === "") throw typed("INVALID_INPUT", "path required"); return String(p); };
   const int = (v, d) => (v === undefined || v === null || v === "" ? d : Math.trunc(Number(v)));
-  const lines = (p) => call(h.lines, path(p));
+  const lines = (p) => h.lines(path(p));
 
   const fs = {
-    workspace: () => call(h.workspace),
-    readRoots: () => [call(h.workspace)],
-    readText(p) { needRead("readText"); return call(h.readText, path(p)); },
-    list(dir = ".") { needRead("list"); return call(h.list, String(dir)); },
-    exists(p) { if (!canRead) return false; try { return call(h.exists, path(p)); } catch (e) { return false; } },
-    stat(p) { needRead("stat"); return call(h.stat, path(p)); },
+    workspace: () => h.workspace(),
+    readRoots: () => [h.workspace()],
+    readText(p) { needRead("readText"); return h.readText(path(p)); },
+    list(dir = ".") { needRead("list"); return h.list(String(dir)); },
+    exists(p) { if (!canRead) return false; try { return h.exists(path(p)); } catch (e) { return false; } },
+    stat(p) { needRead("stat"); return h.stat(path(p)); },
     grep(pattern, p, opts = {}) {
       needRead("grep");
-      return call(h.grep, String(pattern), path(p), Boolean(opts.caseInsensitive), Math.max(0, int(opts.limit, 10000)), Boolean(opts.numbered));
+      return h.grep(String(pattern), path(p), Boolean(opts.caseInsensitive), Math.max(0, int(opts.limit, 10000)), Boolean(opts.numbered));
     },
-    lineCount(p) { needRead("lineCount"); return call(h.lineCount, path(p)); },
+    lineCount(p) { needRead("lineCount"); return h.lineCount(path(p)); },
     slice(p, start, end) {
       needRead("slice");
       const all = lines(p), n = all.length;
@@ -64,18 +59,18 @@
     find(dir = ".", glob = "*", opts = {}) {
       needRead("find");
       const type = opts.type === "file" || opts.type === "dir" ? opts.type : "any";
-      return call(h.find, String(dir), String(glob), Math.max(0, int(opts.maxDepth, 0)), type);
+      return h.find(String(dir), String(glob), Math.max(0, int(opts.maxDepth, 0)), type);
     },
     searchInFiles(dir = ".", glob = "*", pattern = "", opts = {}) {
       needRead("searchInFiles");
-      return call(h.searchInFiles, String(dir), String(glob), String(pattern), Boolean(opts.caseInsensitive),
+      return h.searchInFiles(String(dir), String(glob), String(pattern), Boolean(opts.caseInsensitive),
         Math.max(0, int(opts.maxDepth, 0)), Math.max(0, int(opts.limit, 1000)));
     },
-    writeText(p, content) { needWrite("writeText"); return call(h.writeText, path(p), String(content ?? ""), false); },
-    appendText(p, content) { needWrite("appendText"); return call(h.writeText, path(p), String(content ?? ""), true); },
+    writeText(p, content) { needWrite("writeText"); return h.writeText(path(p), String(content ?? ""), false); },
+    appendText(p, content) { needWrite("appendText"); return h.writeText(path(p), String(content ?? ""), true); },
     editText(p, oldString, newString, replaceAll = false) {
       needWrite("editText");
-      const text = call(h.readText, path(p));
+      const text = h.readText(path(p));
       const from = String(oldString ?? "");
       if (from === "") throw typed("INVALID_INPUT", "editText: oldString must not be empty");
       const count = text.split(from).length - 1;
@@ -83,13 +78,13 @@
       if (count > 1 && !replaceAll) throw typed("INVALID_INPUT", `editText: oldString occurs ${count} times in ${p}; pass replaceAll=true`);
       const to = String(newString ?? "");
       const next = replaceAll ? text.split(from).join(to) : text.replace(from, () => to);
-      const written = call(h.writeText, path(p), next, false);
+      const written = h.writeText(path(p), next, false);
       return { path: written, replacements: replaceAll ? count : 1 };
     },
-    copy(from, to) { needWrite("copy"); return call(h.copy, path(from), path(to)); },
-    move(from, to) { needWrite("move"); return call(h.move, path(from), path(to)); },
-    delete(p) { needWrite("delete"); return call(h.delete, path(p)); },
-    deleteDir(p) { needWrite("deleteDir"); return call(h.deleteDir, path(p)); },
+    copy(from, to) { needWrite("copy"); return h.copy(path(from), path(to)); },
+    move(from, to) { needWrite("move"); return h.move(path(from), path(to)); },
+    delete(p) { needWrite("delete"); return h.delete(path(p)); },
+    deleteDir(p) { needWrite("deleteDir"); return h.deleteDir(path(p)); },
   };
   const safety = globalThis.safety || {};
   Object.defineProperty(safety, "fs", { value: Object.freeze(fs), enumerable: true });

@@ -6,16 +6,13 @@
 //! Landlock does not cover path metadata, so the worker's seccomp profile answers ENOSYS for
 //! path stat; metadata here always comes from fstat on a file Landlock let us open.
 
-use rquickjs::{Ctx, Exception, Function, Object};
+use rquickjs::{Ctx, Function, Object};
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
-/// Classified helper failure; the prelude turns the prefix into the error's name.
-fn fail(ctx: &Ctx<'_>, kind: &str, msg: impl AsRef<str>) -> rquickjs::Error {
-    Exception::throw_message(ctx, &format!("{kind}: {}", msg.as_ref()))
-}
+use super::helper_error as fail;
 
 fn security(ctx: &Ctx<'_>, msg: impl AsRef<str>) -> rquickjs::Error {
     fail(ctx, "SECURITY", msg)

@@ -11,6 +11,24 @@ mod parser;
 use rquickjs::context::EvalOptions;
 use rquickjs::{Ctx, Function};
 
+/// A classified helper failure, thrown as an `Error` whose name the engine maps to the error
+/// code: `kind` is SECURITY, INVALID_INPUT or HELPER_RUNTIME.
+pub(crate) fn helper_error(ctx: &Ctx<'_>, kind: &str, msg: impl AsRef<str>) -> rquickjs::Error {
+    let name = match kind {
+        "SECURITY" => "SecurityError",
+        "INVALID_INPUT" => "InvalidInputError",
+        _ => "HelperRuntimeError",
+    };
+    let thrown = rquickjs::Exception::from_message(ctx.clone(), msg.as_ref()).and_then(|e| {
+        e.as_object().set("name", name)?;
+        Ok(e)
+    });
+    match thrown {
+        Ok(e) => ctx.throw(e.into_value()),
+        Err(e) => e,
+    }
+}
+
 const PRELUDE: &str = include_str!("prelude.js");
 const INTL: &str = include_str!("intl.js");
 const URL: &str = include_str!("url.js");
