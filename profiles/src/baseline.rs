@@ -73,6 +73,26 @@ pub struct DaemonConfig {
     pub audit_log: Option<PathBuf>,
     /// SIGTERM/SIGINT: how long in-flight calls may finish before they are killed.
     pub shutdown_grace_seconds: u64,
+    /// Open connections in total; at the bound the longest-idle session makes room.
+    pub max_connections: usize,
+    /// Open connections of one uid; at the bound that uid's longest-idle session makes room.
+    pub max_connections_per_uid: usize,
+    /// A session with nothing in flight is closed after this many seconds without a message
+    /// (0: never). `stsd mcp` sends keepalives, so bridged sessions stay open.
+    pub idle_timeout_seconds: u64,
+    /// A new connection must send its first message within this time.
+    pub first_message_timeout_ms: u64,
+    /// Longest JSON-RPC message (one line); a longer one is answered -32600 and skipped.
+    pub max_request_bytes: usize,
+    /// Replies queued for a client that does not read them; beyond it the session stops
+    /// reading its requests (backpressure).
+    pub max_outbox_bytes: usize,
+    /// How long a session's reply queue may stay over its bound before it is closed.
+    pub stall_timeout_ms: u64,
+    /// Requests of one session read and not yet answered; beyond it the session stops reading.
+    pub max_pending_requests: usize,
+    /// Tool calls of one session admitted at once (running or waiting); more are OVERLOADED.
+    pub max_calls_per_session: usize,
 }
 
 impl Default for DaemonConfig {
@@ -83,6 +103,15 @@ impl Default for DaemonConfig {
             socket_group: None,
             audit_log: None,
             shutdown_grace_seconds: 10,
+            max_connections: 1024,
+            max_connections_per_uid: 256,
+            idle_timeout_seconds: 900,
+            first_message_timeout_ms: 10_000,
+            max_request_bytes: 16 * 1024 * 1024,
+            max_outbox_bytes: 8 * 1024 * 1024,
+            stall_timeout_ms: 30_000,
+            max_pending_requests: 256,
+            max_calls_per_session: 64,
         }
     }
 }

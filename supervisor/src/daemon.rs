@@ -7,6 +7,7 @@ use crate::exec::ExecOptions;
 use crate::listener;
 use crate::mcp::{self, Handler};
 use crate::service::{Service, Source};
+use crate::transport::{Limits, Registry};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,19 +85,24 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         let bound = listener::bind(&o.socket, o.config.daemon.socket_group)?;
         let service = build_service(&o)?;
         let (changed, _) = broadcast::channel::<()>(16);
-        print!(
-            "{}",
-            banner(
-                &service,
-                &format!(
-                    "stsd {} listening on {} (MCP 2026-07-28 and 2025-11-25, newline-delimited JSON-RPC)",
-                    env!("CARGO_PKG_VERSION"),
-                    bound.path.display()
-                )
-            )
+        let nofile = raise_nofile_limit();
+        say_out(&banner(
+            &service,
+            &format!(
+                "stsd {} listening on {} (MCP 2026-07-28 and 2025-11-25, newline-delimited JSON-RPC)",
+                env!("CARGO_PKG_VERSION"),
+                bound.path.display()
+            ),
+        ));
+        let d = &o.config.daemon;
+        let registry = Registry::new(d.max_connections, d.max_connections_per_uid);
+        let limits = Limits::from_config(d);
+        tracing::info!(
+            nofile,
+            max_connections = d.max_connections,
+            "connection limits in force"
         );
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
+        let mut accept_backoff = Duration::ZERO;
 
         let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
         let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
@@ -107,31 +113,61 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         loop {
             tokio::select! {
                 accepted = bound.listener.accept() => {
-                    let Ok((stream, _)) = accepted else { continue };
-                    match listener::check_peer(&stream, &allowed) {
-                        Ok(uid) => {
-                            let handler = Handler::new(service.clone(), changed.clone(), Some(uid), "unix");
-                            let stop = stop_all.clone();
-                            sessions.spawn(async move {
-                                let (r, w) = stream.into_split();
-                                tokio::select! {
-                                    _ = mcp::serve(handler, r, w) => {}
-                                    _ = stop.cancelled() => {}
-                                }
-                            });
+                    let stream = match accepted {
+                        Ok((stream, _)) => {
+                            accept_backoff = Duration::ZERO;
+                            stream
                         }
+                        Err(e) => {
+                            // Out of descriptors (EMFILE/ENFILE) or a transient error: never
+                            // spin. Out of descriptors, the longest-idle session makes room.
+                            let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE));
+                            if out_of_fds && registry.evict_one() {
+                                accept_backoff = Duration::from_millis(5);
+                            } else {
+                                accept_backoff = (accept_backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                            }
+                            if accept_backoff >= Duration::from_secs(1) || !out_of_fds {
+                                tracing::warn!(error = %e, backoff_ms = accept_backoff.as_millis() as u64, "accept failed; backing off");
+                            }
+                            tokio::time::sleep(accept_backoff).await;
+                            continue;
+                        }
+                    };
+                    let uid = match listener::check_peer(&stream, &allowed) {
+                        Ok(uid) => uid,
                         Err(why) => {
                             tracing::warn!(%why, "connection refused");
-                            drop(stream);
+                            refuse(&stream, &why);
+                            continue;
                         }
-                    }
+                    };
+                    let ticket = match registry.admit(uid) {
+                        Ok(t) => t,
+                        Err(why) => {
+                            tracing::warn!(%why, "connection refused");
+                            refuse(&stream, &why);
+                            continue;
+                        }
+                    };
+                    let handler = Handler::new(service.clone(), changed.clone(), Some(uid), "unix", ticket.closed.clone());
+                    let (stop, limits) = (stop_all.clone(), limits.clone());
+                    sessions.spawn(async move {
+                        let (r, w) = stream.into_split();
+                        let activity = ticket.activity.clone();
+                        tokio::select! {
+                            _ = mcp::serve(handler, r, w, limits, activity) => {}
+                            _ = stop.cancelled() => {}
+                        }
+                        drop(ticket);
+                    });
                 }
                 Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
                 _ = hup.recv() => {
                     if service.reload() {
                         let _ = changed.send(());
                     }
-                    eprint!("{}", banner(&service, "catalog reloaded (SIGHUP)"));
+                    say_err(&banner(&service, "catalog reloaded (SIGHUP)"));
                 }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
@@ -149,43 +185,142 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         stop_all.cancel();
         sessions.shutdown().await;
         service.shutdown();
-        eprintln!("stsd stopped ({left} calls cut off after the grace period)");
+        say_err(&format!(
+            "stsd stopped ({left} calls cut off after the grace period)\n"
+        ));
         Ok(())
     })
 }
 
+/// Prints to stdout, ignoring a closed stdout: the daemon must not die of its own banner.
+fn say_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+}
+
+/// Prints to stderr, ignoring a closed stderr.
+fn say_err(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// Tells a refused client why, without waiting on it, then lets the connection drop.
+fn refuse(stream: &tokio::net::UnixStream, why: &str) {
+    let msg = serde_json::json!({
+        "jsonrpc": "2.0",
+        "error": {"code": -32000, "message": format!("connection refused: {why}")},
+    });
+    let _ = stream.try_write(format!("{msg}\n").as_bytes());
+}
+
+/// Raises the soft descriptor limit to the hard one (each connection holds one, each running
+/// call a few); returns the limit in force.
+fn raise_nofile_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+                hard
+            } else {
+                soft
+            }
+        }
+        Ok((soft, _)) => soft,
+        Err(_) => 0,
+    }
+}
+
+/// How often `stsd mcp` tells the daemon its client is still there while the client is quiet.
+pub const BRIDGE_KEEPALIVE: Duration = Duration::from_secs(30);
+
+/// `stsd mcp` as a bridge: stdin to the daemon line by line (with keepalives between lines
+/// while the client is quiet, so the session is not closed as idle), the daemon to stdout.
+async fn bridge(stream: tokio::net::UnixStream, keepalive: Duration) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (mut sr, mut sw) = stream.into_split();
+    let (stdin, mut stdout) = rmcp::transport::stdio_pipes();
+    let up = tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stdin);
+        let mut line = Vec::new();
+        let ping = format!(
+            "{}\n",
+            serde_json::json!({"jsonrpc": "2.0", "method": crate::transport::KEEPALIVE_METHOD})
+        );
+        loop {
+            // read_until is not cancel-safe across a timeout, so the timeout only runs while
+            // no byte of the next line has arrived.
+            if line.is_empty() {
+                let waited = match tokio::time::timeout(keepalive, lines.fill_buf()).await {
+                    Err(_) => None,
+                    Ok(r) => Some(r.map(|b| b.is_empty()).unwrap_or(true)),
+                };
+                match waited {
+                    None => {
+                        if sw.write_all(ping.as_bytes()).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    Some(true) => break,
+                    Some(false) => {}
+                }
+            }
+            let read = lines.read_until(b'\n', &mut line).await;
+            match read {
+                Ok(0) | Err(_) => break,
+                Ok(_) if line.ends_with(b"\n") => {
+                    if sw.write_all(&line).await.is_err() {
+                        break;
+                    }
+                    line.clear();
+                }
+                Ok(_) => {
+                    // EOF in the middle of a line: pass it on as it is.
+                    let _ = sw.write_all(&line).await;
+                    break;
+                }
+            }
+        }
+        let _ = sw.shutdown().await;
+    });
+    let _ = tokio::io::copy(&mut sr, &mut stdout).await;
+    let _ = stdout.flush().await;
+    up.abort();
+}
+
 /// `stsd mcp`: stdio. Bridges to the daemon on `socket` when one answers, else serves the
 /// catalog itself with an embedded supervisor.
-pub fn run_stdio(o: DaemonOptions) -> Result<(), String> {
+pub fn run_stdio(o: DaemonOptions, keepalive: Duration) -> Result<(), String> {
     let rt = runtime()?;
     rt.block_on(async move {
         if let Ok(stream) = tokio::net::UnixStream::connect(&o.socket).await {
             tracing::info!(socket = %o.socket.display(), "bridging stdio to the running daemon");
-            let (mut sr, mut sw) = stream.into_split();
-            let (mut stdin, mut stdout) = rmcp::transport::stdio_pipes();
-            let up = tokio::spawn(async move {
-                let _ = tokio::io::copy(&mut stdin, &mut sw).await;
-                let _ = tokio::io::AsyncWriteExt::shutdown(&mut sw).await;
-            });
-            let _ = tokio::io::copy(&mut sr, &mut stdout).await;
-            let _ = tokio::io::AsyncWriteExt::flush(&mut stdout).await;
-            up.abort();
+            bridge(stream, keepalive).await;
             // A blocking stdin read would stall runtime shutdown; the session is over.
             std::process::exit(0);
         }
         let service = build_service(&o)?;
-        eprint!(
-            "{}",
-            banner(
-                &service,
-                "stsd mcp: no daemon answered; serving on stdio with an embedded supervisor"
-            )
-        );
+        say_err(&banner(
+            &service,
+            "stsd mcp: no daemon answered; serving on stdio with an embedded supervisor",
+        ));
         let (changed, _) = broadcast::channel::<()>(16);
         let uid = nix::unistd::Uid::effective().as_raw();
-        let handler = Handler::new(service.clone(), changed, Some(uid), "stdio");
+        // One session, its own client: no idle timeout on stdio.
+        let ticket = Registry::new(1, 1).admit(uid)?;
+        let handler = Handler::new(
+            service.clone(),
+            changed,
+            Some(uid),
+            "stdio",
+            ticket.closed.clone(),
+        );
+        let mut limits = Limits::from_config(&o.config.daemon);
+        limits.idle_timeout = None;
+        limits.first_message_timeout = None;
         let (r, w) = rmcp::transport::stdio_pipes();
-        mcp::serve(handler, r, w).await;
+        mcp::serve(handler, r, w, limits, ticket.activity.clone()).await;
         service.shutdown();
         Ok(())
     })

@@ -1,6 +1,7 @@
 //! The stsd supervisor as a library: spec store, lifecycle, and the `check` report. The `stsd`
 //! binary is a thin CLI over it; integration tests in `tests/` use it directly.
 
+pub mod admission;
 pub mod audit;
 pub mod bundled;
 pub mod check;
@@ -15,4 +16,5 @@ pub mod paths;
 pub mod pool;
 pub mod service;
 pub mod store;
+pub mod transport;
 pub mod workspace;

@@ -130,7 +130,12 @@ enum Command {
         write: bool,
     },
     /// MCP on stdio: bridges to a running daemon, or serves the catalog itself.
-    Mcp,
+    Mcp {
+        /// While the client is quiet, tell the daemon every this many milliseconds that it is
+        /// still there (so the session is not closed as idle).
+        #[arg(long, default_value_t = stsd::daemon::BRIDGE_KEEPALIVE.as_millis() as u64, hide = true)]
+        keepalive_ms: u64,
+    },
     /// Internal: the sandboxed worker process (started by exec, never by hand).
     #[command(hide = true)]
     Worker,
@@ -149,13 +154,17 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    // A CLI writing to a closed pipe (`stsd check | head`) should end quietly, as any Unix
-    // tool does, not panic in println!.
-    // SAFETY: setting a signal disposition to its default before any thread is started.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let cli = Cli::parse();
+    // The daemon and the bridge talk to clients that may go away at any moment: a write to a
+    // closed socket or pipe must be an EPIPE error (a disconnect), never a fatal signal. Rust
+    // starts every program with SIGPIPE ignored; keep it so for them. A one-shot CLI writing
+    // to a closed pipe (`stsd check | head`) should end quietly, as any Unix tool does.
+    if !matches!(cli.command, None | Some(Command::Mcp { .. })) {
+        // SAFETY: setting a signal disposition to its default before any thread is started.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let config = match &cli.config {
         Some(p) => match stsd_profiles::Config::load(p) {
             Ok(c) => c,
@@ -176,7 +185,9 @@ fn main() -> ExitCode {
         };
     };
     match command {
-        Command::Mcp => match cli.daemon.options(config).and_then(stsd::daemon::run_stdio) {
+        Command::Mcp { keepalive_ms } => match cli.daemon.options(config).and_then(|o| {
+            stsd::daemon::run_stdio(o, std::time::Duration::from_millis(keepalive_ms.max(1)))
+        }) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("stsd: {e}");

@@ -5,7 +5,8 @@
 //! call (its worker is killed) when the caller goes away.
 #![allow(deprecated)] // MCP logging notifications are deprecated (SEP-2577) but still the way
 
-use crate::service::{CallFailure, PublishedTool, Service};
+use crate::service::{CallFailure, Caller, PublishedTool, Service};
+use crate::transport::{Activity, Limits, Outbox, SessionTransport};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, MetaObject,
@@ -15,20 +16,19 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::time::Duration;
 use stsd_protocol::frames::ConsoleLevel;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 /// Per-connection facts.
 struct Conn {
-    peer_uid: Option<u32>,
-    transport: &'static str,
-    /// Cancelled when the connection's input ends: in-flight calls stop at once.
+    caller: Caller,
+    /// Cancelled when the session ends (input closed, a write failed, evicted, timed out):
+    /// in-flight calls stop at once.
     closed: CancellationToken,
     /// Legacy `logging/setLevel` (the modern era carries a level per request).
     log_level: Mutex<LoggingLevel>,
@@ -88,19 +88,25 @@ fn to_tool(t: &PublishedTool) -> Tool {
 }
 
 impl Handler {
+    /// A handler for one session; `closed` ends it (the connection registry holds it too).
     pub fn new(
         service: Arc<Service>,
         changed: broadcast::Sender<()>,
         peer_uid: Option<u32>,
         transport: &'static str,
+        closed: CancellationToken,
     ) -> Handler {
+        static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
         Handler {
             service,
             changed,
             conn: Arc::new(Conn {
-                peer_uid,
-                transport,
-                closed: CancellationToken::new(),
+                caller: Caller {
+                    peer_uid,
+                    transport,
+                    session: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
+                },
+                closed,
                 log_level: Mutex::new(LoggingLevel::Info),
             }),
         }
@@ -195,14 +201,9 @@ impl ServerHandler for Handler {
         let sink = Box::new(move |level, line| {
             let _ = tx.send((level, line));
         });
-        let call = self.service.call(
-            &name,
-            args,
-            self.conn.peer_uid,
-            self.conn.transport,
-            cancel,
-            sink,
-        );
+        let call = self
+            .service
+            .call(&name, args, &self.conn.caller, cancel, sink);
         tokio::pin!(call);
         // Console lines go out as they happen, on this request's own stream.
         let result = loop {
@@ -303,53 +304,30 @@ impl ServerHandler for Handler {
     }
 }
 
-/// Cancels a token when the peer closes its side: rmcp itself only cancels in-flight
-/// handlers after a drain window, and a disconnected caller's worker should die at once.
-struct EofSignal<R> {
-    inner: R,
-    token: CancellationToken,
-}
+/// How long queued replies may take to reach a client once its session is over.
+const FLUSH_GRACE: Duration = Duration::from_secs(2);
 
-impl<R: AsyncRead + Unpin> AsyncRead for EofSignal<R> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
-        match &res {
-            Poll::Ready(Ok(())) if buf.filled().len() == before && buf.remaining() > 0 => {
-                self.token.cancel()
-            }
-            Poll::Ready(Err(_)) => self.token.cancel(),
-            _ => {}
-        }
-        res
-    }
-}
-
-/// How long a new connection may stay silent before its first request.
-const FIRST_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Serves one MCP session over a byte stream until it ends.
-pub async fn serve<R, W>(handler: Handler, read: R, write: W)
-where
+/// Serves one MCP session over a byte stream until it ends: framing, protocol errors,
+/// backpressure and idle timeouts are the session transport's; the handler sees messages.
+pub async fn serve<R, W>(
+    handler: Handler,
+    read: R,
+    write: W,
+    limits: Limits,
+    activity: Arc<Activity>,
+) where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let closed = handler.conn.closed.clone();
-    let read = EofSignal {
-        inner: read,
-        token: closed.clone(),
-    };
-    // A client that connects and says nothing must not hold a session forever.
-    match tokio::time::timeout(FIRST_REQUEST_TIMEOUT, handler.serve((read, write))).await {
-        Ok(Ok(running)) => {
+    let (out, writer) = Outbox::start(write, closed.clone());
+    let transport = SessionTransport::new(read, out.clone(), closed.clone(), limits, activity);
+    match handler.serve(transport).await {
+        Ok(running) => {
             let _ = running.waiting().await;
         }
-        Ok(Err(e)) => tracing::debug!(error = %e, "MCP session ended before it started"),
-        Err(_) => tracing::debug!("MCP client sent nothing in time; closing"),
+        Err(e) => tracing::debug!(error = %e, "MCP session ended before it started"),
     }
     closed.cancel();
+    writer.finish(out, FLUSH_GRACE).await;
 }

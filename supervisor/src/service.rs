@@ -3,6 +3,7 @@
 //! waiting ones by the queue limit), execution on a pooled worker, masking of every secret in
 //! everything that leaves, and one audit record per call written before the reply.
 
+use crate::admission::Admission;
 use crate::audit::{AuditError, AuditLog, AuditRecord};
 use crate::exec::{self, job, CallValue, ExecOptions};
 use crate::lifecycle::{state_of, State};
@@ -162,6 +163,15 @@ impl ToolReply {
     }
 }
 
+/// Who is calling: the peer's uid, the transport, and the session (admission is fair across
+/// sessions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub peer_uid: Option<u32>,
+    pub transport: &'static str,
+    pub session: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallFailure {
     /// No ACTIVE tool by that name: a protocol error, not a tool error.
@@ -176,8 +186,7 @@ pub struct Service {
     published: RwLock<Arc<Published>>,
     audit: Option<AuditLog>,
     reuse: u32,
-    running: tokio::sync::Semaphore,
-    waiting: AtomicUsize,
+    admission: Admission,
     inflight: AtomicUsize,
     seq: AtomicU64,
 }
@@ -206,17 +215,20 @@ impl Service {
         let published = publish(&sources, &config);
         let pool = Pool::start(opts.clone(), pool_size);
         Arc::new(Service {
-            config,
             opts,
             pool,
             sources,
             published: RwLock::new(Arc::new(published)),
             audit,
             reuse: reuse.max(1),
-            running: tokio::sync::Semaphore::new(pool_size.max(1)),
-            waiting: AtomicUsize::new(0),
+            admission: Admission::new(
+                pool_size.max(1),
+                config.daemon.queue_limit,
+                config.daemon.max_calls_per_session,
+            ),
             inflight: AtomicUsize::new(0),
             seq: AtomicU64::new(1),
+            config,
         })
     }
 
@@ -250,8 +262,7 @@ impl Service {
         self: &Arc<Self>,
         name: &str,
         args: Map<String, Value>,
-        peer_uid: Option<u32>,
-        transport: &'static str,
+        caller: &Caller,
         cancel: Arc<AtomicBool>,
         mut console: ConsoleSink,
     ) -> Result<ToolReply, CallFailure> {
@@ -278,9 +289,9 @@ impl Service {
             error: None,
             elapsed_ms: 0,
             worker_pid: None,
-            peer_uid,
+            peer_uid: caller.peer_uid,
             limits_hit: Vec::new(),
-            transport,
+            transport: caller.transport,
             egress: Vec::new(),
         };
 
@@ -329,40 +340,14 @@ impl Service {
             ));
         }
 
-        // Admission: running calls are bounded by the pool size; a call that finds every slot
-        // busy waits in a queue of bounded length, and beyond it is answered OVERLOADED.
-        let _permit = match self.running.try_acquire() {
+        // Admission: running calls are bounded by the pool size; waiting ones by the queue
+        // limit and, per session, by max_calls_per_session. Slots go round-robin across
+        // sessions; a call turned away is answered OVERLOADED.
+        let _permit = match self.admission.acquire(caller.session).await {
             Ok(p) => p,
-            Err(tokio::sync::TryAcquireError::Closed) => {
-                return Ok(self.finish(
-                    record,
-                    &secrets,
-                    t0,
-                    ToolReply::error(Code::Overloaded, "the daemon is shutting down"),
-                ));
-            }
-            Err(tokio::sync::TryAcquireError::NoPermits) => {
-                if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.config.daemon.queue_limit {
-                    self.waiting.fetch_sub(1, Ordering::SeqCst);
-                    let reply = ToolReply::error(
-                        Code::Overloaded,
-                        "every worker is busy and the queue is full; try again later",
-                    );
-                    return Ok(self.finish(record, &secrets, t0, reply));
-                }
-                let permit = self.running.acquire().await;
-                self.waiting.fetch_sub(1, Ordering::SeqCst);
-                match permit {
-                    Ok(p) => p,
-                    Err(_) => {
-                        return Ok(self.finish(
-                            record,
-                            &secrets,
-                            t0,
-                            ToolReply::error(Code::Overloaded, "the daemon is shutting down"),
-                        ));
-                    }
-                }
+            Err(refused) => {
+                let reply = ToolReply::error(Code::Overloaded, &refused.message());
+                return Ok(self.finish(record, &secrets, t0, reply));
             }
         };
         if cancel.load(Ordering::Relaxed) {
@@ -480,7 +465,7 @@ impl Service {
     }
 
     pub fn shutdown(&self) {
-        self.running.close();
+        self.admission.close();
         self.pool.stop();
     }
 }

@@ -1,0 +1,240 @@
+//! Inbound framing: one newline-delimited JSON-RPC message per line, read without letting a
+//! line grow past its limit, checked for nesting depth before it is parsed, and classified.
+//! Anything that is not a message rmcp can dispatch gets its JSON-RPC error here, with the
+//! request's id when there is one: -32700 for text that is not JSON (or nests too deep),
+//! -32600 for JSON that is not a request, -32602 for a known method with malformed params.
+
+use rmcp::model::{CallToolRequestParams, ClientRequest, ErrorCode, JsonRpcMessage};
+use rmcp::service::RxJsonRpcMessage;
+use rmcp::RoleServer;
+use serde_json::{json, Value};
+
+/// Deepest nesting of arrays and objects a message may have. serde_json's own recursion
+/// limit is 128; refusing earlier keeps the error ours and the stack small.
+pub const MAX_DEPTH: usize = 64;
+
+/// The notification `stsd mcp` sends while its client is quiet, so that a bridged session is
+/// not taken for an idle one. It counts as activity and is not passed on.
+pub const KEEPALIVE_METHOD: &str = "stsd/keepalive";
+
+/// What one line turned out to be.
+#[derive(Debug)]
+pub enum Inbound {
+    Message(Box<RxJsonRpcMessage<RoleServer>>),
+    /// A keepalive from the bridge.
+    KeepAlive,
+    /// Not dispatchable: this JSON-RPC error goes back to the client.
+    Reject(Value),
+    /// Blank line: ignored.
+    Nothing,
+}
+
+/// A JSON-RPC error object as a whole message. Without a readable id the `id` member is
+/// left out (MCP 2026-07-28 §Error Responses; rmcp does the same).
+pub fn error_reply(id: Option<&Value>, code: ErrorCode, message: &str) -> Value {
+    let mut v = json!({
+        "jsonrpc": "2.0",
+        "error": {"code": code.0, "message": message},
+    });
+    if let Some(id) = id {
+        v["id"] = id.clone();
+    }
+    v
+}
+
+/// The deepest nesting of `[` and `{` outside strings, stopping early past `limit`.
+fn depth_exceeds(line: &[u8], limit: usize) -> bool {
+    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+    for &b in line {
+        if in_str {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Methods of MCP whose params rmcp types; a request for one that rmcp could only read as a
+/// custom request had params of the wrong shape.
+fn is_typed_method(method: &str) -> bool {
+    matches!(
+        method,
+        "initialize"
+            | "ping"
+            | "server/discover"
+            | "prompts/get"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/read"
+            | "resources/subscribe"
+            | "resources/unsubscribe"
+            | "resources/templates/list"
+            | "subscriptions/listen"
+            | "tools/call"
+            | "tools/list"
+            | "completion/complete"
+            | "logging/setLevel"
+    )
+}
+
+/// Why the params of `method` do not fit, as precisely as serde can say.
+fn params_problem(method: &str, params: Option<&Value>) -> String {
+    let detail = match (method, params) {
+        (_, Some(p)) if !p.is_object() => "params must be an object".to_string(),
+        ("tools/call", None) => "params are required (name, arguments)".to_string(),
+        ("tools/call", Some(p)) => match p.get("arguments") {
+            Some(a) if !a.is_object() && !a.is_null() => "arguments must be an object".into(),
+            _ => serde_json::from_value::<CallToolRequestParams>(p.clone())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "malformed params".into()),
+        },
+        _ => "malformed params".to_string(),
+    };
+    format!("invalid params for {method}: {detail}")
+}
+
+/// Classifies one line (without its newline).
+pub fn classify(line: &[u8]) -> Inbound {
+    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Inbound::Nothing;
+    }
+    if depth_exceeds(line, MAX_DEPTH) {
+        return Inbound::Reject(error_reply(
+            None,
+            ErrorCode::PARSE_ERROR,
+            &format!("parse error: JSON nested deeper than {MAX_DEPTH} levels"),
+        ));
+    }
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => {
+            return Inbound::Reject(error_reply(
+                None,
+                ErrorCode::PARSE_ERROR,
+                &format!("parse error: {e}"),
+            ))
+        }
+    };
+    let Value::Object(obj) = &value else {
+        let why = if value.is_array() {
+            "batches are not supported: send one message per line"
+        } else {
+            "a message must be a JSON object"
+        };
+        return Inbound::Reject(error_reply(None, ErrorCode::INVALID_REQUEST, why));
+    };
+    let id = obj.get("id").filter(|v| v.is_string() || v.is_number());
+    let method = obj.get("method").and_then(Value::as_str);
+    if method == Some(KEEPALIVE_METHOD) && id.is_none() {
+        return Inbound::KeepAlive;
+    }
+    let params = obj.get("params");
+    match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value.clone()) {
+        Ok(JsonRpcMessage::Request(r)) => match (&r.request, method) {
+            (ClientRequest::CustomRequest(_), Some(m)) if is_typed_method(m) => Inbound::Reject(
+                error_reply(id, ErrorCode::INVALID_PARAMS, &params_problem(m, params)),
+            ),
+            _ => Inbound::Message(Box::new(JsonRpcMessage::Request(r))),
+        },
+        Ok(m) => Inbound::Message(Box::new(m)),
+        // A request (it has an id and a method) whose params or envelope do not fit.
+        Err(_) if id.is_some() && method.is_some_and(is_typed_method) => {
+            let m = method.unwrap_or_default();
+            Inbound::Reject(error_reply(
+                id,
+                ErrorCode::INVALID_PARAMS,
+                &params_problem(m, params),
+            ))
+        }
+        Err(e) if id.is_some() => Inbound::Reject(error_reply(
+            id,
+            ErrorCode::INVALID_REQUEST,
+            &format!("invalid request: {e}"),
+        )),
+        // A notification nobody can answer, or a response to nothing: dropped, logged.
+        Err(e) => {
+            tracing::debug!(error = %e, "dropping a malformed notification");
+            Inbound::Nothing
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(i: Inbound) -> (i64, Value) {
+        match i {
+            Inbound::Reject(v) => (v["error"]["code"].as_i64().unwrap_or(0), v["id"].clone()),
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn text_that_is_not_json_is_a_parse_error_with_a_null_id() {
+        assert_eq!(code(classify(b"not json")), (-32700, Value::Null));
+        assert_eq!(code(classify(b"{\"jsonrpc\":")), (-32700, Value::Null));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_parsing_but_deep_strings_are_fine() {
+        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        assert_eq!(code(classify(deep.as_bytes())), (-32700, Value::Null));
+        let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(!depth_exceeds(ok.as_bytes(), MAX_DEPTH));
+        let in_string = format!("{{\"a\":\"{}\\\"{}\"}}", "[".repeat(500), "{".repeat(500));
+        assert!(!depth_exceeds(in_string.as_bytes(), MAX_DEPTH));
+    }
+
+    #[test]
+    fn malformed_tools_call_params_are_invalid_params_with_the_id() {
+        for line in [
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":5}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":"y"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call"}"#,
+        ] {
+            assert_eq!(
+                code(classify(line.as_bytes())),
+                (-32602, json!(7)),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn batches_and_non_objects_are_invalid_requests() {
+        assert_eq!(code(classify(b"[{\"a\":1}]")).0, -32600);
+        assert_eq!(code(classify(b"42")).0, -32600);
+    }
+
+    #[test]
+    fn well_formed_messages_pass_and_keepalives_are_recognised() {
+        let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
+        assert!(matches!(classify(list.as_bytes()), Inbound::Message(_)));
+        let unknown = r#"{"jsonrpc":"2.0","id":1,"method":"no/such","params":{}}"#;
+        assert!(matches!(classify(unknown.as_bytes()), Inbound::Message(_)));
+        let ka = r#"{"jsonrpc":"2.0","method":"stsd/keepalive"}"#;
+        assert!(matches!(classify(ka.as_bytes()), Inbound::KeepAlive));
+        assert!(matches!(classify(b"  \r"), Inbound::Nothing));
+    }
+}
