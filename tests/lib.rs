@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod fixture_server;
+pub mod harness;
 
 /// `shared/` beside the checkout (CI and developers have it there); `STSD_SHARED` overrides.
 pub fn shared_dir() -> PathBuf {

@@ -95,7 +95,19 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
             ),
         ));
         let d = &o.config.daemon;
-        let registry = Registry::new(d.max_connections, d.max_connections_per_uid);
+        // Connections must not use up the descriptors that calls need (worker sockets, fetch
+        // connections, the audit log): the bound is lowered to fit under the limit.
+        let reserve = 64 + 8 * o.pool as u64;
+        let fit = (nofile.saturating_sub(reserve) as usize).max(8);
+        if fit < d.max_connections {
+            tracing::warn!(
+                nofile,
+                configured = d.max_connections,
+                used = fit,
+                "max_connections lowered to fit the descriptor limit"
+            );
+        }
+        let registry = Registry::new(d.max_connections.min(fit), d.max_connections_per_uid);
         let limits = Limits::from_config(d);
         tracing::info!(
             nofile,
@@ -122,7 +134,7 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
                             // Out of descriptors (EMFILE/ENFILE) or a transient error: never
                             // spin. Out of descriptors, the longest-idle session makes room.
                             let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE));
-                            if out_of_fds && registry.evict_one() {
+                            if out_of_fds && (0..8).filter(|_| registry.evict_one()).count() > 0 {
                                 accept_backoff = Duration::from_millis(5);
                             } else {
                                 accept_backoff = (accept_backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));

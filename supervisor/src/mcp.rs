@@ -201,21 +201,30 @@ impl ServerHandler for Handler {
         let sink = Box::new(move |level, line| {
             let _ = tx.send((level, line));
         });
-        let call = self
-            .service
-            .call(&name, args, &self.conn.caller, cancel, sink);
-        tokio::pin!(call);
-        // Console lines go out as they happen, on this request's own stream.
-        let result = loop {
-            tokio::select! {
-                r = &mut call => break r,
-                Some((level, line)) = rx.recv() => self.console_line(&ctx, &name, level, line).await,
-            }
+        // Console lines go out as they happen, on this request's own stream, from their own
+        // task: a client that stops reading (or is gone) must not hold the call, whose
+        // outcome is audited whatever becomes of the session.
+        let forwarder = {
+            let (me, ctx, name) = (self.clone(), ctx.clone(), name.clone());
+            tokio::spawn(async move {
+                while let Some((level, line)) = rx.recv().await {
+                    tokio::select! {
+                        _ = me.console_line(&ctx, &name, level, line) => {}
+                        _ = me.conn.closed.cancelled() => return,
+                    }
+                }
+            })
         };
+        let result = self
+            .service
+            .call(&name, args, &self.conn.caller, cancel, sink)
+            .await;
         watcher.abort();
-        // Lines that raced the result still go out, in order.
-        while let Ok((level, line)) = rx.try_recv() {
-            self.console_line(&ctx, &name, level, line).await;
+        // The sink is gone with the call, so the forwarder ends once the lines that raced the
+        // result are out: they precede it, in order.
+        tokio::select! {
+            _ = forwarder => {}
+            _ = self.conn.closed.cancelled() => {}
         }
         match result {
             Err(CallFailure::UnknownTool(n)) => Err(ErrorData::invalid_params(

@@ -322,6 +322,11 @@ pub fn run_keeping(
     // Phase 2: frames until the outcome, EOF, or the deadline. Everything a worker says is
     // checked here too: a compromised worker gets no more than a well-behaved one.
     while settled.is_none() && protocol_error.is_none() {
+        // Checked before every frame too: a chatty worker never lets the receive time out.
+        if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+            cancelled = true;
+            break;
+        }
         // Wait in slices so a cancellation is noticed within 50 ms.
         let slice = deadline.min(Instant::now() + Duration::from_millis(50));
         let frame = match recv_until(&w.socket, slice, &mut buf) {

@@ -19,6 +19,8 @@ pub struct Outbox {
     dead: CancellationToken,
     /// The session's own token, cancelled when a write fails.
     session: CancellationToken,
+    /// The session is over: the writer flushes what is queued and stops.
+    finishing: CancellationToken,
 }
 
 pub struct Writer {
@@ -38,6 +40,7 @@ impl Outbox {
             drained: Arc::new(Notify::new()),
             dead: CancellationToken::new(),
             session,
+            finishing: CancellationToken::new(),
         };
         let task = tokio::spawn(write_loop(write, rx, out.clone()));
         (out, Writer { task })
@@ -72,8 +75,14 @@ impl Outbox {
 impl Writer {
     /// Lets the writer flush what is queued for at most `grace`, then stops it.
     pub async fn finish(self, out: Outbox, grace: Duration) {
-        let Outbox { tx, dead, .. } = out;
+        let Outbox {
+            tx,
+            dead,
+            finishing,
+            ..
+        } = out;
         drop(tx);
+        finishing.cancel();
         let mut task = self.task;
         if tokio::time::timeout(grace, &mut task).await.is_err() {
             dead.cancel();
@@ -88,11 +97,15 @@ where
 {
     loop {
         let bytes = tokio::select! {
+            biased;
             _ = out.dead.cancelled() => break,
             m = rx.recv() => match m {
                 Some(b) => b,
                 None => break,
             },
+            // Other handles may outlive the session (rmcp keeps its transport a while); once
+            // the queue is empty there is nothing more to wait for.
+            _ = out.finishing.cancelled() => break,
         };
         let written = tokio::select! {
             _ = out.dead.cancelled() => break,

@@ -1,0 +1,308 @@
+//! A daemon under test: started on a private socket, audit log and config in a temporary
+//! directory, spoken to as raw JSON-RPC (MCP 2026-07-28: stateless requests with `_meta`).
+
+use crate::stsd_bin;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const CATALOG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/catalog.json");
+
+pub struct Daemon {
+    pub child: Child,
+    pub socket: PathBuf,
+    pub audit: PathBuf,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Daemon {
+    pub fn start(pool: usize, extra_config: &str) -> Daemon {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        Daemon::start_in(dir, pool, extra_config, CATALOG)
+    }
+
+    pub fn start_in(
+        dir: tempfile::TempDir,
+        pool: usize,
+        extra_config: &str,
+        catalog: &str,
+    ) -> Daemon {
+        Daemon::start_with(dir, pool, extra_config, catalog, &[])
+    }
+
+    pub fn start_with(
+        dir: tempfile::TempDir,
+        pool: usize,
+        extra_config: &str,
+        catalog: &str,
+        args: &[&str],
+    ) -> Daemon {
+        Daemon::launch(dir, pool, extra_config, Some(catalog), args, None)
+    }
+
+    /// The general form: `catalog` None serves the bundled catalog; `nofile` caps the
+    /// daemon's descriptors (soft and hard), as a small `ulimit -n` would.
+    pub fn launch(
+        dir: tempfile::TempDir,
+        pool: usize,
+        extra_config: &str,
+        catalog: Option<&str>,
+        args: &[&str],
+        nofile: Option<u64>,
+    ) -> Daemon {
+        let socket = dir.path().join("stsd.sock");
+        let audit = dir.path().join("audit.jsonl");
+        let config = dir.path().join("stsd.toml");
+        // `slow` spins on Date.now(), which the default step budget would stop in ~100 ms.
+        let _ = std::fs::write(
+            &config,
+            format!("[baseline]\nmax_steps = 1000000000000\n\n[daemon]\naudit_log = \"{}\"\n{extra_config}", audit.display()),
+        );
+        let mut cmd = Command::new(stsd_bin());
+        cmd.arg("--config")
+            .arg(&config)
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--pool", &pool.to_string()])
+            .args(args)
+            .env("STSD_TEST_TOKEN", "supersecret-token-123")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(c) = catalog {
+            cmd.args(["--catalog", c]);
+        }
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("{e}"));
+        let d = Daemon {
+            child,
+            socket,
+            audit,
+            dir: Some(dir),
+        };
+        d.wait_for_socket();
+        d
+    }
+
+    pub fn wait_for_socket(&self) {
+        let t0 = Instant::now();
+        while UnixStream::connect(&self.socket).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "daemon did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// kill -9, keeping the directory (socket, audit log) for a restart.
+    pub fn kill9(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.dir.take().unwrap_or_else(|| unreachable!())
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir
+            .as_ref()
+            .map(|d| d.path())
+            .unwrap_or(Path::new("/nonexistent"))
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// True while the daemon process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The daemon's resident set, in KiB (VmRSS).
+    pub fn rss_kib(&self) -> u64 {
+        proc_status_kib(self.pid(), "VmRSS:")
+    }
+
+    /// CPU time the daemon has used (user + system), in clock ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // After the comm field: state is 0, utime 11, stime 12.
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        num(11) + num(12)
+    }
+
+    pub fn connect(&self) -> Conn {
+        let s = UnixStream::connect(&self.socket).unwrap_or_else(|e| panic!("{e}"));
+        let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+        Conn {
+            reader: BufReader::new(s.try_clone().unwrap_or_else(|e| panic!("{e}"))),
+            writer: s,
+        }
+    }
+
+    /// Children of the daemon: (pid, state, under seccomp).
+    pub fn children(&self) -> Vec<(i32, char, bool)> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r.to_string()) else {
+                continue;
+            };
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            if f.len() < 2 || f[1].parse::<i32>().ok() != Some(self.pid()) {
+                continue;
+            }
+            let state = f[0].chars().next().unwrap_or('?');
+            let seccomp = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .map(|s| {
+                    s.lines()
+                        .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Seccomp:", "2"])
+                })
+                .unwrap_or(false);
+            out.push((pid, state, seccomp));
+        }
+        out
+    }
+
+    pub fn wait_until(
+        &self,
+        what: &str,
+        secs: u64,
+        mut f: impl FnMut(&[(i32, char, bool)]) -> bool,
+    ) {
+        let t0 = Instant::now();
+        loop {
+            let c = self.children();
+            if f(&c) {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(secs),
+                "{what}: children {c:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn audit_records(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.audit)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("torn audit line {l:?}: {e}"))
+            })
+            .collect()
+    }
+}
+
+/// A `kB` line of /proc/<pid>/status.
+pub fn proc_status_kib(pid: i32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Conn {
+    pub reader: BufReader<UnixStream>,
+    pub writer: UnixStream,
+}
+
+pub fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
+impl Conn {
+    pub fn send(&mut self, id: u64, method: &str, mut params: Value) {
+        params["_meta"] = meta();
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+            .to_string()
+            + "\n";
+        self.writer
+            .write_all(line.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    pub fn call(&mut self, id: u64, tool: &str, args: Value) {
+        self.send(id, "tools/call", json!({"name": tool, "arguments": args}));
+    }
+
+    /// The next response or error, including an error with no id (a parse error).
+    pub fn response_or_error(&mut self) -> Value {
+        loop {
+            let mut line = String::new();
+            let n = self
+                .reader
+                .read_line(&mut line)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(n > 0, "connection closed");
+            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            if v.get("id").is_some() || v.get("error").is_some() {
+                return v;
+            }
+        }
+    }
+
+    /// The next response (notifications skipped).
+    pub fn response(&mut self) -> Value {
+        loop {
+            let mut line = String::new();
+            let n = self
+                .reader
+                .read_line(&mut line)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(n > 0, "connection closed");
+            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            if v.get("id").is_some() {
+                return v;
+            }
+        }
+    }
+}
+
+pub fn text(resp: &Value) -> String {
+    resp["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+pub fn is_error(resp: &Value) -> bool {
+    resp["result"]["isError"] == true
+}

@@ -1,0 +1,410 @@
+//! The daemon against clients that misbehave: ones that leave before their reply, mid-call, or
+//! by a killed bridge; a client that pipelines requests and never reads; malformed, over-deep
+//! and oversized messages; one client's burst against another's call; thousands of idle
+//! connections, with and without running out of descriptors; sessions that go quiet. After
+//! each, the daemon is still serving.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stsd_tests::harness::{meta, text, Daemon};
+use stsd_tests::stsd_bin;
+
+/// A catalog with a tool that writes console lines for as long as it runs.
+fn chatty_catalog(dir: &std::path::Path) -> String {
+    let path = dir.join("chatty.json");
+    let specs = json!([
+        {"name": "chatty", "description": "test tool", "codeType": "Javascript", "draft": false,
+         "params": [{"name": "ms", "type": "INTEGER", "required": true, "description": "", "testValue": "10"}],
+         "code": "const end = Date.now() + ms; let i = 0; \
+                  while (Date.now() < end) { console.log('line ' + (i++)); \
+                  const t = Date.now() + 2; while (Date.now() < t) {} } return 'done ' + i;"},
+        {"name": "slow", "description": "test tool", "codeType": "Javascript", "draft": false,
+         "params": [{"name": "ms", "type": "INTEGER", "required": true, "description": "", "testValue": "10"}],
+         "code": "const end = Date.now() + ms; while (Date.now() < end) {} return 'slept ' + ms;"}
+    ]);
+    std::fs::write(&path, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    path.display().to_string()
+}
+
+fn chatty_daemon(pool: usize, extra: &str) -> Daemon {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let catalog = chatty_catalog(dir.path());
+    Daemon::start_with(dir, pool, extra, &catalog, &[])
+}
+
+/// One request line (MCP 2026-07-28), with console lines asked for.
+fn request(id: u64, method: &str, mut params: Value) -> String {
+    params["_meta"] = meta();
+    params["_meta"]["io.modelcontextprotocol/logLevel"] = json!("info");
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string() + "\n"
+}
+
+fn call_line(id: u64, tool: &str, args: Value) -> String {
+    request(id, "tools/call", json!({"name": tool, "arguments": args}))
+}
+
+/// A fresh connection can list the tools: the daemon is serving.
+fn assert_serving(d: &mut Daemon) {
+    assert!(d.is_running(), "the daemon died");
+    let mut c = d.connect();
+    c.send(99, "tools/list", json!({}));
+    let r = c.response();
+    assert!(r["result"]["tools"].is_array(), "{r}");
+}
+
+/// Waits for the audit log to hold `n` records.
+fn audit_after(d: &Daemon, n: usize, secs: u64) -> Vec<Value> {
+    let t0 = Instant::now();
+    loop {
+        let recs = d.audit_records();
+        if recs.len() >= n || t0.elapsed() > Duration::from_secs(secs) {
+            return recs;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn clients_that_leave_before_their_reply_do_not_kill_the_daemon() {
+    let mut d = chatty_daemon(1, "");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string()
+        + "\n";
+    for i in 0..40u64 {
+        let mut s = UnixStream::connect(&d.socket).unwrap_or_else(|e| panic!("{e}"));
+        let line = if i % 2 == 0 {
+            init.clone()
+        } else {
+            request(i, "tools/list", json!({}))
+        };
+        let _ = s.write_all(line.as_bytes());
+        // Gone without reading: the reply is written to a closed socket.
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_serving(&mut d);
+}
+
+#[test]
+fn a_client_gone_mid_call_while_console_lines_stream_is_cancelled_and_audited() {
+    let mut d = chatty_daemon(1, "");
+    {
+        let mut s = UnixStream::connect(&d.socket).unwrap_or_else(|e| panic!("{e}"));
+        s.write_all(call_line(1, "chatty", json!({"ms": 5000})).as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Read a notification so the stream is flowing, then vanish.
+        let mut r = BufReader::new(s.try_clone().unwrap_or_else(|e| panic!("{e}")));
+        let mut first = String::new();
+        let _ = r.read_line(&mut first);
+        assert!(first.contains("notifications/message"), "{first}");
+    }
+    let recs = audit_after(&d, 1, 3);
+    assert_eq!(recs.len(), 1, "no audit record within 3 s");
+    assert_eq!(recs[0]["error"]["code"], "CANCELLED", "{}", recs[0]);
+    assert_serving(&mut d);
+}
+
+#[test]
+fn a_killed_bridge_leaves_the_daemon_serving() {
+    let mut d = chatty_daemon(1, "");
+    let mut bridge = Command::new(stsd_bin())
+        .args(["mcp", "--socket"])
+        .arg(&d.socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut stdin = bridge.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    let stdout = bridge.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    stdin
+        .write_all(call_line(1, "chatty", json!({"ms": 5000})).as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut first = String::new();
+    let _ = BufReader::new(stdout).read_line(&mut first);
+    assert!(first.contains("notifications/message"), "{first}");
+    let _ = bridge.kill();
+    let _ = bridge.wait();
+    let recs = audit_after(&d, 1, 3);
+    assert_eq!(recs.len(), 1, "no audit record within 3 s");
+    assert_eq!(recs[0]["error"]["code"], "CANCELLED", "{}", recs[0]);
+    assert_serving(&mut d);
+}
+
+#[test]
+fn a_client_that_pipelines_and_never_reads_is_bounded_then_closed() {
+    // The bundled catalog: tools/list is large (every spec's schema and _meta).
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut d = Daemon::launch(dir, 1, "stall_timeout_ms = 2000\n", None, &[], None);
+    let base = d.rss_kib();
+    let s = UnixStream::connect(&d.socket).unwrap_or_else(|e| panic!("{e}"));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(20)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (mut s, stop) = (
+            s.try_clone().unwrap_or_else(|e| panic!("{e}")),
+            stop.clone(),
+        );
+        std::thread::spawn(move || {
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if s.write_all(request(sent, "tools/list", json!({})).as_bytes())
+                    .is_err()
+                {
+                    return (sent, true);
+                }
+                sent += 1;
+            }
+            (sent, false)
+        })
+    };
+    let t0 = Instant::now();
+    let mut peak = 0;
+    while !writer.is_finished() && t0.elapsed() < Duration::from_secs(15) {
+        peak = peak.max(d.rss_kib());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (sent, closed) = writer.join().unwrap_or_else(|_| panic!("writer panicked"));
+    eprintln!(
+        "pipelined {sent} tools/list; daemon RSS {base} KiB at start, peak {peak} KiB; closed after {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        closed,
+        "the daemon never closed a session that stopped reading"
+    );
+    assert!(peak < 200 * 1024, "daemon RSS peaked at {peak} KiB");
+    assert_serving(&mut d);
+    drop(s);
+}
+
+/// Sends one raw line on a fresh connection and returns the one reply line.
+fn raw_exchange(c: &mut stsd_tests::harness::Conn, line: &[u8]) -> Value {
+    c.writer.write_all(line).unwrap_or_else(|e| panic!("{e}"));
+    c.response_or_error()
+}
+
+#[test]
+fn protocol_errors_are_answered_with_their_codes_and_the_session_goes_on() {
+    let mut d = chatty_daemon(1, "max_request_bytes = 65536\n");
+    let mut c = d.connect();
+    let r = raw_exchange(&mut c, b"this is not json\n");
+    assert_eq!(r["error"]["code"], -32700, "{r}");
+    let deep = format!("{}{}\n", "[".repeat(1000), "]".repeat(1000));
+    let r = raw_exchange(&mut c, deep.as_bytes());
+    assert_eq!(r["error"]["code"], -32700, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("deeper"),
+        "{r}"
+    );
+    let bad = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                     "params": {"name": 5, "_meta": meta()}});
+    let r = raw_exchange(&mut c, format!("{bad}\n").as_bytes());
+    assert_eq!(
+        (r["error"]["code"].clone(), r["id"].clone()),
+        (json!(-32602), json!(5)),
+        "{r}"
+    );
+    let big = call_line(6, "slow", json!({"ms": "x".repeat(100_000)}));
+    let r = raw_exchange(&mut c, big.as_bytes());
+    assert_eq!(
+        (r["error"]["code"].clone(), r["id"].clone()),
+        (json!(-32600), json!(6)),
+        "{r}"
+    );
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("max_request_bytes"),
+        "{r}"
+    );
+    // The same session still works.
+    c.send(7, "tools/list", json!({}));
+    assert!(c.response()["result"]["tools"].is_array());
+    assert_serving(&mut d);
+}
+
+#[test]
+fn one_clients_burst_neither_starves_another_nor_exceeds_its_own_bound() {
+    let d = chatty_daemon(1, "max_calls_per_session = 4\n");
+    let mut a = d.connect();
+    for i in 0..6u64 {
+        a.call(i, "slow", json!({"ms": 300}));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let mut b = d.connect();
+    let tb = Instant::now();
+    b.call(100, "slow", json!({"ms": 300}));
+    let rb = b.response();
+    let b_done = tb.elapsed();
+    assert_eq!(text(&rb), "slept 300", "{rb}");
+    let mut a_texts = Vec::new();
+    let ta = Instant::now();
+    let mut a_ok_after_b = 0;
+    for _ in 0..6 {
+        let r = a.response();
+        let t = text(&r);
+        if t.starts_with("slept") && ta.elapsed() > Duration::from_millis(50) {
+            a_ok_after_b += 1;
+        }
+        a_texts.push(t);
+    }
+    let overloaded: Vec<&String> = a_texts
+        .iter()
+        .filter(|t| t.starts_with("OVERLOADED"))
+        .collect();
+    assert_eq!(overloaded.len(), 2, "{a_texts:?}");
+    assert!(
+        overloaded[0].contains("max_calls_per_session"),
+        "{overloaded:?}"
+    );
+    // Round robin: B waited for the one running call of A, not for all four of A's.
+    assert!(
+        b_done < Duration::from_millis(900),
+        "B's call took {b_done:?}"
+    );
+    assert!(a_ok_after_b >= 2, "{a_texts:?}");
+}
+
+/// Opens `n` connections that never say anything.
+fn idle_connections(d: &Daemon, n: usize) -> Vec<UnixStream> {
+    (0..n)
+        .filter_map(|_| UnixStream::connect(&d.socket).ok())
+        .collect()
+}
+
+fn raise_own_nofile() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain getrlimit/setrlimit on this process with a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// A new client is served within 2 s while the idle crowd is there, and the daemon's CPU
+/// use over a quiet second stays under 10%.
+fn assert_new_client_served_without_spinning(d: &mut Daemon) {
+    let t0 = Instant::now();
+    assert_serving(d);
+    let served = t0.elapsed();
+    assert!(
+        served < Duration::from_secs(2),
+        "new client waited {served:?}"
+    );
+    let before = d.cpu_ticks();
+    std::thread::sleep(Duration::from_secs(1));
+    let used = d.cpu_ticks() - before;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    eprintln!("new client served in {served:?}; daemon CPU over 1 s: {used} ticks of {hz}");
+    assert!(
+        used * 10 < hz,
+        "the daemon used {used}/{hz} ticks in a quiet second"
+    );
+}
+
+#[test]
+fn two_thousand_idle_connections_neither_block_a_new_client_nor_spin() {
+    raise_own_nofile();
+    let mut d = chatty_daemon(1, "");
+    let idle = idle_connections(&d, 2000);
+    assert_eq!(idle.len(), 2000);
+    assert_new_client_served_without_spinning(&mut d);
+    drop(idle);
+}
+
+#[test]
+fn out_of_descriptors_the_daemon_backs_off_and_makes_room() {
+    raise_own_nofile();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let catalog = chatty_catalog(dir.path());
+    let mut d = Daemon::launch(dir, 1, "", Some(&catalog), &[], Some(128));
+    let idle = idle_connections(&d, 2000);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_new_client_served_without_spinning(&mut d);
+    drop(idle);
+}
+
+#[test]
+fn idle_sessions_are_closed_unless_kept_alive() {
+    let mut d = chatty_daemon(
+        1,
+        "idle_timeout_seconds = 1\nfirst_message_timeout_ms = 500\n",
+    );
+    // Silent from the start: closed after the first-message timeout.
+    let mut silent = UnixStream::connect(&d.socket).unwrap_or_else(|e| panic!("{e}"));
+    let _ = silent.set_read_timeout(Some(Duration::from_secs(5)));
+    let t0 = Instant::now();
+    let mut buf = [0u8; 16];
+    assert_eq!(silent.read(&mut buf).unwrap_or(usize::MAX), 0);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    // Spoke once, then went quiet: closed after the idle timeout.
+    let mut quiet = d.connect();
+    quiet.send(1, "tools/list", json!({}));
+    let _ = quiet.response();
+    let t0 = Instant::now();
+    let mut line = String::new();
+    assert_eq!(quiet.reader.read_line(&mut line).unwrap_or(usize::MAX), 0);
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    // Keepalives hold a session open past the timeout.
+    let mut kept = d.connect();
+    for _ in 0..8 {
+        kept.writer
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"stsd/keepalive\"}\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    kept.send(2, "tools/list", json!({}));
+    assert!(kept.response()["result"]["tools"].is_array());
+    assert_serving(&mut d);
+}
+
+#[test]
+fn the_bridge_keeps_a_quiet_client_connected() {
+    let d = chatty_daemon(1, "idle_timeout_seconds = 1\n");
+    let mut bridge = Command::new(stsd_bin())
+        .args(["mcp", "--keepalive-ms", "200", "--socket"])
+        .arg(&d.socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut stdin = bridge.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    let mut out = BufReader::new(bridge.stdout.take().unwrap_or_else(|| panic!("no stdout")));
+    let mut exchange = |id: u64| {
+        stdin
+            .write_all(request(id, "tools/list", json!({})).as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut line = String::new();
+        let _ = out.read_line(&mut line);
+        line
+    };
+    assert!(exchange(1).contains("\"tools\""));
+    std::thread::sleep(Duration::from_millis(2500));
+    let second = exchange(2);
+    assert!(second.contains("\"tools\""), "session closed: {second:?}");
+    let _ = bridge.kill();
+    let _ = bridge.wait();
+}
