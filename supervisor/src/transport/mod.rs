@@ -10,7 +10,7 @@ mod outbox;
 mod registry;
 mod session;
 
-pub use framing::KEEPALIVE_METHOD;
+pub use framing::{classify, Inbound, KEEPALIVE_METHOD};
 pub use outbox::{Outbox, Writer};
 pub use registry::{Activity, Registry, Ticket};
 pub use session::SessionTransport;
