@@ -15,6 +15,7 @@ pub struct Config {
     pub worker: WorkerConfig,
     pub daemon: DaemonConfig,
     pub egress: EgressConfig,
+    pub approval: crate::approval::ApprovalConfig,
 }
 
 /// The supervisor's fetch broker (network egress). Host overrides, extra CAs and trusted
@@ -282,6 +283,7 @@ impl Config {
     }
 
     fn check(&self) -> Result<(), String> {
+        self.approval.check()?;
         let b = &self.baseline;
         if let Some(p) = &b.fs_base_path {
             if !p.is_absolute() {

@@ -1,6 +1,7 @@
 //! stsd-profiles: the posture resolver (baseline + sandboxOverrides -> toolSafety), the Risk
 //! Level, and (with the execution work) the OS profile derived from a toolSafety.
 
+pub mod approval;
 pub mod baseline;
 pub mod resolve;
 pub mod risk;

@@ -45,6 +45,16 @@ impl fmt::Display for RiskLevel {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for RiskLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        RiskLevel::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| serde::de::Error::custom(format!("a risk level L0..L5, got {s:?}")))
+    }
+}
+
 impl Serialize for RiskLevel {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())

@@ -2,6 +2,7 @@
 //! binary is a thin CLI over it; integration tests in `tests/` use it directly.
 
 pub mod admission;
+pub mod approval;
 pub mod audit;
 pub mod bundled;
 pub mod check;
