@@ -94,6 +94,8 @@ pub struct DaemonConfig {
     pub max_pending_requests: usize,
     /// Tool calls of one session admitted at once (running or waiting); more are OVERLOADED.
     pub max_calls_per_session: usize,
+    /// CJSON toolsets documents (seed 003): per-tool `enabled` and `requiresApproval`.
+    pub toolsets: Vec<PathBuf>,
 }
 
 impl Default for DaemonConfig {
@@ -113,6 +115,7 @@ impl Default for DaemonConfig {
             stall_timeout_ms: 30_000,
             max_pending_requests: 256,
             max_calls_per_session: 64,
+            toolsets: Vec::new(),
         }
     }
 }

@@ -33,6 +33,14 @@ pub enum Code {
     MissingRequirements,
     /// The caller went away (disconnected or cancelled) and the call was stopped.
     Cancelled,
+    /// The call needs approval and the caller has no way to give it (an MCP client without
+    /// elicitation, `stsd run` without a terminal or a flag).
+    ApprovalRequired,
+    /// Nobody decided within `[approval] timeout_seconds`.
+    ApprovalTimeout,
+    /// The approver itself failed (a command crashed or answered nonsense, the queue is
+    /// full): the call does not run.
+    ApprovalError,
 }
 
 impl Code {
@@ -57,10 +65,13 @@ impl Code {
             Code::ApprovalRejected => "APPROVAL_REJECTED",
             Code::MissingRequirements => "MISSING_REQUIREMENTS",
             Code::Cancelled => "CANCELLED",
+            Code::ApprovalRequired => "APPROVAL_REQUIRED",
+            Code::ApprovalTimeout => "APPROVAL_TIMEOUT",
+            Code::ApprovalError => "APPROVAL_ERROR",
         }
     }
 
-    pub const ALL: [Code; 19] = [
+    pub const ALL: [Code; 22] = [
         Code::SpecParse,
         Code::SpecInvariant,
         Code::ResolverReject,
@@ -80,6 +91,9 @@ impl Code {
         Code::ApprovalRejected,
         Code::MissingRequirements,
         Code::Cancelled,
+        Code::ApprovalRequired,
+        Code::ApprovalTimeout,
+        Code::ApprovalError,
     ];
 
     /// The code for its stable spelling.

@@ -39,6 +39,10 @@ pub struct AuditRecord {
     /// URLs are masked like everything else.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub egress: Vec<crate::egress::HopRecord>,
+    /// For a call that needed approval (or whose spec's REQUIRED was lifted): the strategy,
+    /// the approver, the decision, the reason and the wait.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<crate::approval::ApprovalRecord>,
 }
 
 #[derive(Debug, Clone, Serialize)]

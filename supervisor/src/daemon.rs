@@ -24,6 +24,8 @@ pub struct DaemonOptions {
     pub worker_exe: PathBuf,
     /// `--worker-reuse K`: a worker serves up to K calls of one tool (1 = one call per worker).
     pub reuse: u32,
+    /// `--toolsets FILE` documents (besides `[daemon] toolsets`).
+    pub toolsets: Vec<PathBuf>,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -44,14 +46,17 @@ fn build_service(o: &DaemonOptions) -> Result<Arc<Service>, String> {
     let audit = AuditLog::open(&audit_path)
         .map_err(|e| format!("cannot open the audit log {}: {e}", audit_path.display()))?;
     let opts = ExecOptions::new(o.worker_exe.clone(), &o.config)?;
-    Ok(Service::new(
+    let mut toolsets = o.config.daemon.toolsets.clone();
+    toolsets.extend(o.toolsets.iter().cloned());
+    Service::new(
         o.config.clone(),
         opts,
         o.pool,
         o.reuse,
         o.sources.clone(),
+        toolsets,
         Some(audit),
-    ))
+    )
 }
 
 fn banner(service: &Service, what: &str) -> String {
@@ -176,8 +181,15 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
                 }
                 Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
                 _ = hup.recv() => {
-                    if service.reload() {
-                        let _ = changed.send(());
+                    match service.reload() {
+                        Ok(true) => {
+                            let _ = changed.send(());
+                        }
+                        Ok(false) => {}
+                        Err(errors) => {
+                            tracing::error!(errors = %errors.join("; "), "SIGHUP: toolsets do not load; the catalog is unchanged");
+                            say_err(&format!("catalog NOT reloaded: toolsets:\n  {}\n", errors.join("\n  ")));
+                        }
                     }
                     say_err(&banner(&service, "catalog reloaded (SIGHUP)"));
                 }

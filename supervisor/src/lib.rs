@@ -13,6 +13,7 @@ pub mod lifecycle;
 pub mod listener;
 pub mod local_pass;
 pub mod mcp;
+pub mod mcp_approval;
 pub mod paths;
 pub mod pool;
 pub mod service;

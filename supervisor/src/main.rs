@@ -44,6 +44,9 @@ struct DaemonArgs {
     /// (default 1: a fresh process per call).
     #[arg(long, global = true, default_value_t = 1)]
     worker_reuse: u32,
+    /// A CJSON toolsets document (per-tool enabled / requiresApproval); repeatable.
+    #[arg(long = "toolsets", global = true, value_name = "FILE")]
+    toolsets: Vec<PathBuf>,
 }
 
 impl DaemonArgs {
@@ -83,6 +86,7 @@ impl DaemonArgs {
             sources,
             worker_exe,
             reuse: self.worker_reuse,
+            toolsets: self.toolsets.clone(),
         })
     }
 }

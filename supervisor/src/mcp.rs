@@ -5,6 +5,8 @@
 //! call (its worker is killed) when the caller goes away.
 #![allow(deprecated)] // MCP logging notifications are deprecated (SEP-2577) but still the way
 
+use crate::approval::{mitigated, Elicited, Elicitor};
+use crate::mcp_approval::{McpElicitor, StateBook};
 use crate::service::{CallFailure, Caller, PublishedTool, Service};
 use crate::transport::{Activity, Limits, Outbox, SessionTransport};
 use rmcp::model::{
@@ -19,6 +21,7 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use stsd_profiles::approval::StrategyKind;
 use stsd_protocol::frames::ConsoleLevel;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::broadcast;
@@ -72,6 +75,16 @@ fn to_tool(t: &PublishedTool) -> Tool {
     meta.0
         .insert("stsd/riskLevel".into(), json!(t.resolved.risk.as_str()));
     meta.0.insert("stsd/toolId".into(), json!(t.tool_id));
+    let a = &t.approval;
+    meta.0.insert(
+        "stsd/approval".into(),
+        json!({
+            "required": a.required,
+            "source": a.source.as_str(),
+            "strategy": a.required.then(|| a.strategy.as_str()),
+            "riskLevelWithApproval": a.required.then(|| mitigated(t.resolved.risk).as_str()),
+        }),
+    );
     let mut ann = ToolAnnotations::new()
         .read_only(t.read_only)
         .open_world(t.open_world);
@@ -149,6 +162,82 @@ impl Handler {
     }
 }
 
+impl Handler {
+    /// The elicitor for a call whose tool asks the caller for approval, or the first round of
+    /// a 2026-07-28 call (Err: `input_required` goes back at once, nothing runs).
+    fn elicitor_for(
+        &self,
+        name: &str,
+        args: &JsonObject,
+        request: &CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Option<McpElicitor>, Box<CallToolResponse>> {
+        let published = self.service.published();
+        let Some(tool) = published.get(name) else {
+            return Ok(None);
+        };
+        if !tool.approval.required || tool.approval.strategy != StrategyKind::Elicit {
+            return Ok(None);
+        }
+        let client = ctx
+            .client_info()
+            .map(|i| format!("{} {}", i.name, i.version))
+            .unwrap_or_else(|| "(unnamed)".into());
+        let can_elicit = ctx
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some());
+        if !can_elicit {
+            return Ok(Some(McpElicitor::Unsupported { client }));
+        }
+        let modern = ctx
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        if !modern {
+            return Ok(Some(McpElicitor::Session {
+                peer: ctx.peer.clone(),
+                client,
+            }));
+        }
+        let book = states(&self.service);
+        let uid = self.conn.caller.peer_uid;
+        match &request.request_state {
+            Some(state) => {
+                let responses: Option<std::collections::HashMap<String, Value>> = request
+                    .input_responses
+                    .as_ref()
+                    .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+                let answer = match book {
+                    Ok(b) => b.redeem(uid, name, args, state, responses.as_ref()),
+                    Err(e) => Elicited::Failed(e.clone()),
+                };
+                Ok(Some(McpElicitor::Answered { client, answer }))
+            }
+            None => {
+                let message = self.service.approval_prompt(tool, args);
+                let made = book
+                    .map_err(|e| e.clone())
+                    .and_then(|b| b.input_required(uid, name, args, message));
+                match made {
+                    Ok(r) => Err(Box::new(CallToolResponse::InputRequired(r))),
+                    Err(e) => Ok(Some(McpElicitor::Answered {
+                        client,
+                        answer: Elicited::Failed(e),
+                    })),
+                }
+            }
+        }
+    }
+}
+
+/// The process's approval-state book (its key is made once, at first use).
+fn states(service: &Service) -> Result<&'static StateBook, &'static String> {
+    static BOOK: std::sync::OnceLock<Result<StateBook, String>> = std::sync::OnceLock::new();
+    BOOK.get_or_init(|| {
+        StateBook::new(Duration::from_secs(service.config.approval.timeout_seconds))
+    })
+    .as_ref()
+}
+
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -183,7 +272,11 @@ impl ServerHandler for Handler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
-        let args = request.arguments.unwrap_or_default();
+        let args = request.arguments.clone().unwrap_or_default();
+        let elicitor = match self.elicitor_for(&name, &args, &request, &ctx) {
+            Ok(e) => e,
+            Err(first_round) => return Ok(*first_round),
+        };
         let cancel = Arc::new(AtomicBool::new(false));
         // The caller going away (notifications/cancelled, or the connection closing) kills
         // the call's worker.
@@ -217,7 +310,14 @@ impl ServerHandler for Handler {
         };
         let result = self
             .service
-            .call(&name, args, &self.conn.caller, cancel, sink)
+            .call(
+                &name,
+                args,
+                &self.conn.caller,
+                elicitor.as_ref().map(|e| e as &dyn Elicitor),
+                cancel,
+                sink,
+            )
             .await;
         watcher.abort();
         // The sink is gone with the call, so the forwarder ends once the lines that raced the

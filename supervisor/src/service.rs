@@ -4,6 +4,8 @@
 //! everything that leaves, and one audit record per call written before the reply.
 
 use crate::admission::Admission;
+use crate::approval::toolsets::Toolsets;
+use crate::approval::{requirement, ApprovalRecord, Ask, Elicitor, Gate, Requirement, ToolFacts};
 use crate::audit::{AuditError, AuditLog, AuditRecord};
 use crate::exec::{self, job, CallValue, ExecOptions};
 use crate::lifecycle::{state_of, State};
@@ -36,6 +38,8 @@ pub struct PublishedTool {
     pub read_only: bool,
     pub destructive: bool,
     pub open_world: bool,
+    /// Whether a call needs approval first, why, and which strategy decides.
+    pub approval: Requirement,
 }
 
 /// The catalog as served: ACTIVE specs, sorted by name (a stable order).
@@ -80,7 +84,28 @@ pub fn input_schema(spec: &ToolSpec) -> Value {
     schema
 }
 
+/// Reads the catalog and the toolsets documents, then publishes. Toolsets errors (schema, a
+/// name that matches no tool) are returned and nothing is published.
+pub fn publish_with_toolsets(
+    sources: &[Source],
+    config: &Config,
+    toolset_paths: &[PathBuf],
+) -> Result<Published, Vec<String>> {
+    let cat = load_catalog(sources);
+    let toolsets = crate::approval::toolsets::load(toolset_paths, &|name: &str| {
+        cat.entries
+            .iter()
+            .any(|e| e.validated.spec.as_ref().is_some_and(|s| s.name == name))
+    })?;
+    Ok(publish_catalog(&cat, config, &toolsets))
+}
+
+/// The published catalog without toolsets documents.
 pub fn publish(sources: &[Source], config: &Config) -> Published {
+    publish_catalog(&load_catalog(sources), config, &Toolsets::default())
+}
+
+fn load_catalog(sources: &[Source]) -> Catalog {
     let paths: Vec<PathBuf> = sources
         .iter()
         .filter_map(|s| match s {
@@ -93,7 +118,12 @@ pub fn publish(sources: &[Source], config: &Config) -> Published {
     } else {
         Vec::new()
     };
-    let cat = Catalog::load_with(&paths, extra);
+    Catalog::load_with(&paths, extra)
+}
+
+/// The published catalog: ACTIVE specs not disabled by a toolsets document, each with its
+/// effective approval requirement.
+fn publish_catalog(cat: &Catalog, config: &Config, toolsets: &Toolsets) -> Published {
     let mut out = Published::default();
     for e in &cat.entries {
         let Some(spec) = &e.validated.spec else {
@@ -125,9 +155,38 @@ pub fn publish(sources: &[Source], config: &Config) -> Published {
                 continue;
             }
         }
+        let switch = toolsets.get(&name);
+        if switch.is_some_and(|s| !s.enabled) {
+            out.withheld
+                .push((name, "disabled by a toolsets document".to_string()));
+            continue;
+        }
         let caps = &resolved.tool_safety.capabilities;
         let network = caps.network.mode != NetworkMode::Blocked;
+        let facts = ToolFacts {
+            name: &spec.name,
+            category: spec.category.as_deref(),
+            risk: resolved.risk,
+            destructive: caps.destructive,
+            spec_required: spec
+                .human_in_the_loop
+                .as_ref()
+                .is_some_and(|h| h.mode.eq_ignore_ascii_case("REQUIRED")),
+        };
+        let approval = requirement(
+            &facts,
+            switch.and_then(|s| s.requires_approval),
+            &config.approval,
+        );
+        if approval.refused_override {
+            tracing::warn!(
+                tool = %name,
+                "an operator switch says no approval, but the spec requires it and \
+                 [approval] allow_override_required is false: approval stays required"
+            );
+        }
         out.tools.push(PublishedTool {
+            approval,
             input_schema: input_schema(spec),
             read_only: !caps.file_write && !network,
             destructive: caps.destructive,
@@ -183,6 +242,8 @@ pub struct Service {
     opts: ExecOptions,
     pub pool: Arc<Pool>,
     sources: Vec<Source>,
+    toolsets: Vec<PathBuf>,
+    pub gate: Gate,
     published: RwLock<Arc<Published>>,
     audit: Option<AuditLog>,
     reuse: u32,
@@ -204,20 +265,25 @@ impl Drop for InFlight<'_> {
 pub type ConsoleSink = Box<dyn FnMut(ConsoleLevel, String) + Send>;
 
 impl Service {
+    /// Fails when a toolsets document does not load (schema errors, unknown names).
     pub fn new(
         config: Config,
         opts: ExecOptions,
         pool_size: usize,
         reuse: u32,
         sources: Vec<Source>,
+        toolsets: Vec<PathBuf>,
         audit: Option<AuditLog>,
-    ) -> Arc<Service> {
-        let published = publish(&sources, &config);
+    ) -> Result<Arc<Service>, String> {
+        let published = publish_with_toolsets(&sources, &config, &toolsets)
+            .map_err(|errors| format!("toolsets:\n  {}", errors.join("\n  ")))?;
         let pool = Pool::start(opts.clone(), pool_size);
-        Arc::new(Service {
+        Ok(Arc::new(Service {
+            gate: Gate::new(config.approval.clone()),
             opts,
             pool,
             sources,
+            toolsets,
             published: RwLock::new(Arc::new(published)),
             audit,
             reuse: reuse.max(1),
@@ -229,7 +295,7 @@ impl Service {
             inflight: AtomicUsize::new(0),
             seq: AtomicU64::new(1),
             config,
-        })
+        }))
     }
 
     pub fn published(&self) -> Arc<Published> {
@@ -239,18 +305,40 @@ impl Service {
             .clone()
     }
 
-    /// Re-reads the catalog (SIGHUP). Returns true when the served list changed.
-    pub fn reload(&self) -> bool {
-        let fresh = Arc::new(publish(&self.sources, &self.config));
+    /// Re-reads the catalog and the toolsets documents (SIGHUP). Ok(true) when the served
+    /// list changed; Err (and nothing changed) when a toolsets document does not load.
+    pub fn reload(&self) -> Result<bool, Vec<String>> {
+        let fresh = Arc::new(publish_with_toolsets(
+            &self.sources,
+            &self.config,
+            &self.toolsets,
+        )?);
         let mut slot = self.published.write().unwrap_or_else(|e| e.into_inner());
         let changed = slot.names() != fresh.names()
             || slot
                 .tools
                 .iter()
                 .zip(&fresh.tools)
-                .any(|(a, b)| a.spec != b.spec);
+                .any(|(a, b)| a.spec != b.spec || a.approval != b.approval);
         *slot = fresh;
-        changed
+        Ok(changed)
+    }
+
+    /// The approval prompt a caller sees for `args` (secrets masked), for transports that ask
+    /// ahead of the call (MCP 2026-07-28's input_required round trip).
+    pub fn approval_prompt(&self, tool: &PublishedTool, args: &Map<String, Value>) -> String {
+        let secrets = SecretSet::collect(
+            tool.spec.static_variables.iter().map(|s| s.value.as_str()),
+            &ProcessEnv,
+        );
+        crate::approval::render_prompt(
+            tool.spec
+                .human_in_the_loop
+                .as_ref()
+                .and_then(|h| h.prompt_template.as_deref()),
+            &tool.spec.name,
+            &mask_value(&Value::Object(args.clone()), &secrets),
+        )
     }
 
     pub fn audit_path(&self) -> Option<PathBuf> {
@@ -263,6 +351,7 @@ impl Service {
         name: &str,
         args: Map<String, Value>,
         caller: &Caller,
+        elicitor: Option<&dyn Elicitor>,
         cancel: Arc<AtomicBool>,
         mut console: ConsoleSink,
     ) -> Result<ToolReply, CallFailure> {
@@ -293,6 +382,7 @@ impl Service {
             limits_hit: Vec::new(),
             transport: caller.transport,
             egress: Vec::new(),
+            approval: None,
         };
 
         // Arguments are checked against the params before any worker is touched.
@@ -330,6 +420,45 @@ impl Service {
         };
         let secrets = prepared.secrets.clone();
         record.params = mask_value(&record.params, &secrets);
+
+        // The approval gate: before any worker is taken or any slot is held.
+        if tool.approval.required {
+            let ask = Ask {
+                call_id,
+                tool: &tool.spec.name,
+                arguments: &record.params,
+                prompt_template: tool
+                    .spec
+                    .human_in_the_loop
+                    .as_ref()
+                    .and_then(|h| h.prompt_template.as_deref()),
+                peer_uid: caller.peer_uid,
+                requirement: &tool.approval,
+            };
+            let decision = tokio::select! {
+                d = self.gate.decide(ask, elicitor) => d,
+                _ = cancelled(&cancel) => {
+                    return Ok(self.finish(record, &secrets, t0, ToolReply::error(
+                        Code::Cancelled,
+                        "the caller went away while the call waited for approval",
+                    )));
+                }
+            };
+            record.approval = Some(decision.record);
+            if let Some((code, message)) = decision.refusal {
+                return Ok(self.finish(record, &secrets, t0, ToolReply::error(code, &message)));
+            }
+        } else if tool.approval.overrode_spec {
+            record.approval = Some(ApprovalRecord {
+                strategy: "none",
+                source: tool.approval.source.as_str(),
+                approver: "operator switch (allow_override_required)".into(),
+                decision: "not-required",
+                reason: Some("the spec's humanInTheLoop REQUIRED was lifted".into()),
+                wait_ms: 0,
+                overrode_required: true,
+            });
+        }
         if let Err(e) = crate::workspace::prepare_base_path(&mut prepared.job.sandbox, &self.config)
         {
             return Ok(self.finish(
@@ -467,6 +596,13 @@ impl Service {
     pub fn shutdown(&self) {
         self.admission.close();
         self.pool.stop();
+    }
+}
+
+/// Resolves once `flag` is set (the caller went away).
+async fn cancelled(flag: &AtomicBool) {
+    while !flag.load(Ordering::Relaxed) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
 

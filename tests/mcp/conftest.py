@@ -23,8 +23,11 @@ def stsd_bin() -> str:
 
 
 class Daemon:
-    def __init__(self, tmp: Path, pool: int = 2, extra_config: str = ""):
+    def __init__(self, tmp: Path, pool: int = 2, extra_config: str = "", catalog: Path = CATALOG,
+                 args: list[str] | None = None):
         self.tmp = tmp
+        self.catalog = catalog
+        self.args = args or []
         self.socket = tmp / "stsd.sock"
         self.audit = tmp / "audit.jsonl"
         self.config = tmp / "stsd.toml"
@@ -41,7 +44,7 @@ class Daemon:
     def start(self) -> "Daemon":
         self.proc = subprocess.Popen(
             [stsd_bin(), "--config", str(self.config), "--socket", str(self.socket),
-             "--catalog", str(CATALOG), "--pool", str(self.pool)],
+             "--catalog", str(self.catalog), "--pool", str(self.pool), *self.args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env(), text=True,
         )
         deadline = time.time() + 20

@@ -1,8 +1,282 @@
 //! The approval gate: whether a call needs a decision before it runs, and who decides.
 //! `policy` computes each tool's effective requirement when the catalog is published;
-//! `toolsets` reads the operator's CJSON toolsets documents (seed 003).
+//! `toolsets` reads the operator's CJSON toolsets documents (seed 003); [`Gate::decide`] is
+//! the one entry point on the call path, consulted before any worker is taken, and it runs
+//! the strategy the requirement names (seed 002): approve, reject, elicit (through an
+//! [`Elicitor`] the transport hands in: no strategy knows a transport), operator (the queue in
+//! `operator`, answered over the admin channel) or command.
 
+pub mod command;
+pub mod operator;
 pub mod policy;
 pub mod toolsets;
 
 pub use policy::{mitigated, requirement, Requirement, Source, ToolFacts};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+use stsd_profiles::approval::{ApprovalConfig, StrategyKind};
+use stsd_protocol::Code;
+
+/// What a caller's side answered when asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Elicited {
+    Accepted,
+    Declined(String),
+    /// The caller cannot be asked (no elicitation capability, no terminal): how to get
+    /// approval instead.
+    Unsupported(String),
+    Failed(String),
+}
+
+/// How the caller's side can be asked, given by the transport (MCP elicitation, a terminal).
+pub trait Elicitor: Send + Sync {
+    /// Who answers, for the audit record (an MCP client's name, "terminal").
+    fn who(&self) -> String;
+    fn ask(&self, message: String) -> Pin<Box<dyn Future<Output = Elicited> + Send + '_>>;
+}
+
+/// One call asking for approval. Arguments are masked before they get here.
+pub struct Ask<'a> {
+    pub call_id: u64,
+    pub tool: &'a str,
+    pub arguments: &'a Value,
+    pub prompt_template: Option<&'a str>,
+    pub peer_uid: Option<u32>,
+    pub requirement: &'a Requirement,
+}
+
+/// The audit record's `approval` member.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRecord {
+    pub strategy: &'static str,
+    /// What made approval required (spec, toolset, rule), or what lifted a spec's REQUIRED.
+    pub source: &'static str,
+    pub approver: String,
+    /// approved, rejected, timeout, error, required
+    pub decision: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub wait_ms: u64,
+    /// A spec's humanInTheLoop REQUIRED was lifted by an operator switch for this call.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub overrode_required: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// None: approved. Some: the code and message the caller gets instead of a run.
+    pub refusal: Option<(Code, String)>,
+    pub record: ApprovalRecord,
+}
+
+/// `{toolName}` and `{args}` rendered into the spec's promptTemplate (or a default).
+pub fn render_prompt(template: Option<&str>, tool: &str, arguments: &Value) -> String {
+    let args = serde_json::to_string(arguments).unwrap_or_default();
+    let args: String = if args.chars().count() > 2000 {
+        args.chars().take(2000).chain("…".chars()).collect()
+    } else {
+        args
+    };
+    template
+        .unwrap_or("Allow '{toolName}' with {args}?")
+        .replace("{toolName}", tool)
+        .replace("{args}", &args)
+}
+
+pub struct Gate {
+    cfg: ApprovalConfig,
+    queue: operator::Queue,
+}
+
+impl Gate {
+    pub fn new(cfg: ApprovalConfig) -> Gate {
+        Gate {
+            queue: operator::Queue::new(cfg.max_pending),
+            cfg,
+        }
+    }
+
+    pub fn config(&self) -> &ApprovalConfig {
+        &self.cfg
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.cfg.timeout_seconds)
+    }
+
+    /// Calls waiting for an operator.
+    pub fn pending(&self) -> Vec<operator::PendingView> {
+        self.queue.list()
+    }
+
+    /// An operator's answer; only uids in `[approval] operator_uids` may give one.
+    pub fn answer(
+        &self,
+        id: u64,
+        approved: bool,
+        reason: String,
+        by_uid: u32,
+    ) -> Result<(), String> {
+        if !self.cfg.operator_uids.contains(&by_uid) {
+            return Err(format!(
+                "uid {by_uid} may not answer approvals (it is not in [approval] operator_uids)"
+            ));
+        }
+        self.queue.answer(
+            id,
+            operator::Answer {
+                approved,
+                reason,
+                by_uid,
+            },
+        )
+    }
+
+    /// The decision for one call that needs approval. Never runs the tool; the caller does
+    /// that only when `refusal` is None.
+    pub async fn decide(&self, ask: Ask<'_>, elicitor: Option<&dyn Elicitor>) -> Decision {
+        let req = ask.requirement;
+        let t0 = Instant::now();
+        let mut record = ApprovalRecord {
+            strategy: req.strategy.as_str(),
+            source: req.source.as_str(),
+            approver: String::new(),
+            decision: "approved",
+            reason: None,
+            wait_ms: 0,
+            overrode_required: req.overrode_spec,
+        };
+        let prompt = render_prompt(ask.prompt_template, ask.tool, ask.arguments);
+        let verdict: Result<(bool, String), (Code, String)> = match req.strategy {
+            StrategyKind::Approve => {
+                record.approver = "policy".into();
+                Ok((true, String::new()))
+            }
+            StrategyKind::Reject => {
+                record.approver = "policy".into();
+                Ok((
+                    false,
+                    req.reason
+                        .clone()
+                        .unwrap_or_else(|| "the operator's policy refuses this tool".into()),
+                ))
+            }
+            StrategyKind::Command => {
+                record.approver = req.command.first().cloned().unwrap_or_default();
+                let request = json!({
+                    "callId": ask.call_id,
+                    "tool": ask.tool,
+                    "arguments": ask.arguments,
+                    "prompt": prompt,
+                    "peerUid": ask.peer_uid,
+                    "source": req.source.as_str(),
+                });
+                let limit = Duration::from_millis(self.cfg.command_timeout_ms);
+                command::ask(&req.command, &request, limit)
+                    .await
+                    .map_err(|e| {
+                        (
+                            Code::ApprovalError,
+                            format!("the approval command failed: {e}"),
+                        )
+                    })
+            }
+            StrategyKind::Operator => self.ask_operator(&ask, prompt, &mut record).await,
+            StrategyKind::Elicit => match elicitor {
+                None => Err((
+                    Code::ApprovalRequired,
+                    "this call needs approval and this caller cannot be asked".into(),
+                )),
+                Some(e) => {
+                    record.approver = e.who();
+                    match tokio::time::timeout(self.timeout(), e.ask(prompt)).await {
+                        Err(_) => Err((Code::ApprovalTimeout, self.timeout_message())),
+                        Ok(Elicited::Accepted) => Ok((true, String::new())),
+                        Ok(Elicited::Declined(r)) => Ok((false, r)),
+                        Ok(Elicited::Unsupported(how)) => Err((Code::ApprovalRequired, how)),
+                        Ok(Elicited::Failed(why)) => Err((
+                            Code::ApprovalError,
+                            format!("asking the caller for approval failed: {why}"),
+                        )),
+                    }
+                }
+            },
+        };
+        record.wait_ms = t0.elapsed().as_millis() as u64;
+        let refusal = match verdict {
+            Ok((true, reason)) => {
+                record.reason = (!reason.is_empty()).then_some(reason);
+                None
+            }
+            Ok((false, reason)) => {
+                let reason = if reason.is_empty() {
+                    "declined".to_string()
+                } else {
+                    reason
+                };
+                record.decision = "rejected";
+                record.reason = Some(reason.clone());
+                Some((Code::ApprovalRejected, reason))
+            }
+            Err((code, message)) => {
+                record.decision = match code {
+                    Code::ApprovalTimeout => "timeout",
+                    Code::ApprovalRequired => "required",
+                    _ => "error",
+                };
+                record.reason = Some(message.clone());
+                Some((code, message))
+            }
+        };
+        Decision { refusal, record }
+    }
+
+    fn timeout_message(&self) -> String {
+        format!(
+            "no approval decision within {} s ([approval] timeout_seconds)",
+            self.cfg.timeout_seconds
+        )
+    }
+
+    async fn ask_operator(
+        &self,
+        ask: &Ask<'_>,
+        prompt: String,
+        record: &mut ApprovalRecord,
+    ) -> Result<(bool, String), (Code, String)> {
+        let view = operator::PendingView {
+            id: ask.call_id,
+            tool: ask.tool.to_string(),
+            arguments: ask.arguments.clone(),
+            prompt,
+            peer_uid: ask.peer_uid,
+            age_ms: 0,
+        };
+        let waiting = self
+            .queue
+            .enter(view)
+            .map_err(|e| (Code::ApprovalError, e))?;
+        tracing::info!(
+            id = ask.call_id,
+            tool = ask.tool,
+            "a call waits for an operator's approval (stsd approvals)"
+        );
+        let mut waiting = waiting;
+        match tokio::time::timeout(self.timeout(), &mut waiting.rx).await {
+            Err(_) => {
+                record.approver = "operator".into();
+                Err((Code::ApprovalTimeout, self.timeout_message()))
+            }
+            Ok(Err(_)) => Err((Code::ApprovalError, "the approval queue was closed".into())),
+            Ok(Ok(a)) => {
+                record.approver = format!("operator uid {}", a.by_uid);
+                Ok((a.approved, a.reason))
+            }
+        }
+    }
+}
