@@ -408,3 +408,46 @@ fn the_bridge_keeps_a_quiet_client_connected() {
     let _ = bridge.kill();
     let _ = bridge.wait();
 }
+
+#[test]
+fn the_audit_log_bounds_arguments_and_escapes_unicode_line_breaks() {
+    let d = chatty_daemon(1, "");
+    let mut c = d.connect();
+    // 15 MB, refused at argument checking (ms is an INTEGER).
+    c.call(1, "slow", json!({"ms": "9".repeat(15_000_000)}));
+    let r = c.response();
+    assert!(text(&r).starts_with("INVALID_INPUT"), "{r}");
+    // A forged record boundary inside an argument.
+    c.call(
+        2,
+        "slow",
+        json!({"ms": "1\u{2028}{\"forged\":true}\u{85}\u{9b}"}),
+    );
+    let _ = c.response();
+    let bytes = std::fs::read(&d.audit).unwrap_or_default();
+    let lines: Vec<&[u8]> = bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", String::from_utf8_lossy(&bytes));
+    assert!(
+        lines[0].len() < 8 * 1024,
+        "a {} byte record",
+        lines[0].len()
+    );
+    let first: Value = serde_json::from_slice(lines[0]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(first["params"]["ms"]["bytes"], 15_000_000, "{first}");
+    let text2 = String::from_utf8_lossy(lines[1]);
+    for raw in ['\u{2028}', '\u{85}', '\u{9b}'] {
+        assert!(!text2.contains(raw), "raw {raw:?} in {text2}");
+    }
+    assert!(
+        text2.contains("\\u2028") && text2.contains("\\u0085"),
+        "{text2}"
+    );
+    let second: Value = serde_json::from_slice(lines[1]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        second["params"]["ms"],
+        "1\u{2028}{\"forged\":true}\u{85}\u{9b}"
+    );
+}

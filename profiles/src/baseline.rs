@@ -96,6 +96,11 @@ pub struct DaemonConfig {
     pub max_calls_per_session: usize,
     /// CJSON toolsets documents (seed 003): per-tool `enabled` and `requiresApproval`.
     pub toolsets: Vec<PathBuf>,
+    /// An argument string longer than this is audited as its length and SHA-256; error
+    /// messages in the audit log are cut to this length too.
+    pub audit_max_arg_bytes: usize,
+    /// A call's arguments as audited, in all; beyond it they are one length and digest.
+    pub audit_max_params_bytes: usize,
 }
 
 impl Default for DaemonConfig {
@@ -116,6 +121,8 @@ impl Default for DaemonConfig {
             max_pending_requests: 256,
             max_calls_per_session: 64,
             toolsets: Vec::new(),
+            audit_max_arg_bytes: 4096,
+            audit_max_params_bytes: 65536,
         }
     }
 }

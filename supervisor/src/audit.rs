@@ -81,12 +81,88 @@ impl AuditLog {
     /// Appends one record. Errors are returned so the caller can decide; the daemon logs them
     /// and still answers (a full disk must not take tool calls down with it).
     pub fn append(&self, rec: &AuditRecord) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
+        let mut line = escape_line_breaks(serde_json::to_vec(rec).map_err(std::io::Error::other)?);
         line.push(b'\n');
         let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
         f.write_all(&line)?;
         f.flush()
     }
+}
+
+/// JSON allows U+2028, U+2029, U+0085 and the other C1 controls raw inside strings, but
+/// readers that split on Unicode line breaks would see a forged record boundary: they are
+/// written as `\uXXXX`. (serde_json already escapes C0 controls; these can only occur inside
+/// strings, so replacing their UTF-8 bytes is exact.)
+pub fn escape_line_breaks(json: Vec<u8>) -> Vec<u8> {
+    let needs = json
+        .windows(2)
+        .any(|w| w[0] == 0xC2 && (0x80..=0x9F).contains(&w[1]))
+        || json
+            .windows(3)
+            .any(|w| w[0] == 0xE2 && w[1] == 0x80 && (w[2] == 0xA8 || w[2] == 0xA9));
+    if !needs {
+        return json;
+    }
+    let mut out = Vec::with_capacity(json.len() + 16);
+    let mut i = 0;
+    while i < json.len() {
+        let b = json[i];
+        if b == 0xC2 && json.get(i + 1).is_some_and(|c| (0x80..=0x9F).contains(c)) {
+            out.extend_from_slice(format!("\\u{:04x}", json[i + 1]).as_bytes());
+            i += 2;
+        } else if b == 0xE2
+            && json.get(i + 1) == Some(&0x80)
+            && matches!(json.get(i + 2), Some(0xA8) | Some(0xA9))
+        {
+            let cp = if json[i + 2] == 0xA8 { "2028" } else { "2029" };
+            out.extend_from_slice(format!("\\u{cp}").as_bytes());
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Arguments as the audit log records them: a string longer than `max_value` bytes becomes
+/// its length and SHA-256, and when the whole is still over `max_total` bytes it is replaced
+/// the same way, so one call cannot write megabytes to the log.
+pub fn bounded_params(params: &Value, max_value: usize, max_total: usize) -> Value {
+    fn digest_of(bytes: &[u8]) -> Value {
+        let d = ring::digest::digest(&ring::digest::SHA256, bytes);
+        let hex: String = d.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        serde_json::json!({"truncated": true, "bytes": bytes.len(), "sha256": hex})
+    }
+    fn walk(v: &Value, max: usize) -> Value {
+        match v {
+            Value::String(s) if s.len() > max => digest_of(s.as_bytes()),
+            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, max)).collect()),
+            Value::Object(o) => {
+                Value::Object(o.iter().map(|(k, x)| (k.clone(), walk(x, max))).collect())
+            }
+            other => other.clone(),
+        }
+    }
+    let v = walk(params, max_value);
+    let text = serde_json::to_vec(&v).unwrap_or_default();
+    if text.len() > max_total {
+        digest_of(&serde_json::to_vec(params).unwrap_or_default())
+    } else {
+        v
+    }
+}
+
+/// Cuts a message to at most `max` bytes on a character boundary, saying so.
+pub fn bounded_message(m: &str, max: usize) -> String {
+    if m.len() <= max {
+        return m.to_string();
+    }
+    let mut cut = max;
+    while !m.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… ({} bytes in all)", &m[..cut], m.len())
 }
 
 /// Truncates a trailing partial line (left by a kill -9 mid-write) so every line parses.
@@ -120,6 +196,31 @@ fn repair_torn_tail(file: &mut File) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unicode_line_breaks_and_c1_controls_are_escaped() {
+        let v = serde_json::json!({"a": "x\u{2028}y\u{2029}z\u{85}w\u{9f}é€"});
+        let out = escape_line_breaks(serde_json::to_vec(&v).unwrap_or_default());
+        let text = String::from_utf8(out).unwrap_or_default();
+        assert_eq!(text, r#"{"a":"x\u2028y\u2029z\u0085w\u009fé€"}"#);
+        let back: Value = serde_json::from_str(&text).unwrap_or_default();
+        assert_eq!(back, v);
+    }
+
+    #[test]
+    fn long_arguments_are_recorded_as_length_and_digest() {
+        let big = "x".repeat(10_000);
+        let v = bounded_params(&serde_json::json!({"a": big, "b": "short"}), 4096, 65536);
+        assert_eq!(v["a"]["bytes"], 10_000);
+        assert_eq!(v["a"]["sha256"].as_str().map(str::len), Some(64));
+        assert_eq!(v["b"], "short");
+        let many: serde_json::Map<String, Value> = (0..5000)
+            .map(|i| (format!("k{i}"), Value::from("v".repeat(100))))
+            .collect();
+        let v = bounded_params(&Value::Object(many), 4096, 65536);
+        assert_eq!(v["truncated"], true);
+        assert_eq!(bounded_message("ab€cd", 3), "ab… (7 bytes in all)");
+    }
 
     #[test]
     fn a_torn_tail_is_trimmed_to_the_last_complete_line() {

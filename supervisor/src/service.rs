@@ -6,7 +6,7 @@
 use crate::admission::Admission;
 use crate::approval::toolsets::Toolsets;
 use crate::approval::{requirement, ApprovalRecord, Ask, Elicitor, Gate, Requirement, ToolFacts};
-use crate::audit::{AuditError, AuditLog, AuditRecord};
+use crate::audit::{bounded_message, bounded_params, AuditError, AuditLog, AuditRecord};
 use crate::exec::{self, job, CallValue, ExecOptions};
 use crate::lifecycle::{state_of, State};
 use crate::pool::Pool;
@@ -559,11 +559,17 @@ impl Service {
                 hop.host_override = Some(secrets.mask(o));
             }
         }
+        let d = &self.config.daemon;
+        record.params = bounded_params(
+            &record.params,
+            d.audit_max_arg_bytes,
+            d.audit_max_params_bytes,
+        );
         if reply.is_error {
             record.outcome = "ERROR";
             record.error = Some(AuditError {
                 code: reply.code.map(|c| c.to_string()).unwrap_or_default(),
-                message: reply.text.clone(),
+                message: bounded_message(&reply.text, d.audit_max_arg_bytes),
             });
         } else {
             record.outcome = "OK";
