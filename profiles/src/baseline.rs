@@ -23,9 +23,10 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EgressConfig {
-    /// Static host overrides, like curl's `--resolve`: host -> "ip:port" (or a bare "ip",
-    /// keeping the URL's port). The address is connected to without DNS and without the
-    /// private-range rules; the tool's own host rules still apply.
+    /// Static host overrides, like curl's `--resolve`: host -> "ip:port" (always that port),
+    /// or a bare "ip" (the URL's port, which must then be 80 or 443). The address is
+    /// connected to without DNS and without the private-range rules; the tool's own host
+    /// rules still apply.
     pub host_overrides: std::collections::BTreeMap<String, String>,
     /// PEM files of CA certificates trusted besides the bundled Mozilla roots.
     pub extra_ca_files: Vec<PathBuf>,

@@ -551,6 +551,18 @@ impl Broker {
     ) -> Result<Vec<SocketAddr>, Failure> {
         if let Some(o) = self.overrides.get(&t.host) {
             rec.via = Some("override");
+            // An override without a port stands for the web ports only: it must not open
+            // every port of a private address to the tool.
+            if o.port.is_none() && !matches!(t.port, 80 | 443) {
+                return Err(Failure::denied(guard::refuse(
+                    "override-port",
+                    format!(
+                        "{}:{} is pinned by a host override without a port, which allows only \
+                         ports 80 and 443 (write \"ip:port\" to allow another)",
+                        t.host, t.port
+                    ),
+                )));
+            }
             let sa = SocketAddr::new(o.ip, o.port.unwrap_or(t.port));
             rec.host_override = Some(format!("{} = {sa}", t.host));
             return Ok(vec![sa]);
@@ -822,6 +834,57 @@ mod tests {
         );
         assert!(clean_headers(&[h("X", "a\r\nInjected: 1")]).is_err());
         assert!(clean_headers(&[h("Bad Name", "a")]).is_err());
+    }
+
+    #[test]
+    fn a_host_override_without_a_port_allows_only_80_and_443() {
+        let mut cfg = EgressConfig::default();
+        cfg.host_overrides
+            .insert("pinned.test".into(), "127.0.0.1".into());
+        cfg.host_overrides
+            .insert("ported.test".into(), "127.0.0.1:1".into());
+        cfg.connect_timeout_ms = 300;
+        let b = Broker::new(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        let open = Policy {
+            mode: NetworkMode::Open,
+            hosts: vec![],
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let req = |url: &str| Request {
+            method: "GET".into(),
+            url: url.into(),
+            headers: vec![],
+            body: vec![],
+            start_index: 0,
+            max_length: None,
+        };
+        let mut recs = Vec::new();
+        for port in [22, 6379, 8080] {
+            let e = b
+                .fetch(
+                    &open,
+                    req(&format!("http://pinned.test:{port}/")),
+                    deadline,
+                    &mut recs,
+                )
+                .err();
+            assert_eq!(
+                e.map(|e| (e.code, e.rule)),
+                Some((Code::Security, "override-port")),
+                "port {port}"
+            );
+        }
+        // The web ports pass the rule (and then fail to connect, nothing listens there).
+        for url in ["http://pinned.test/", "https://pinned.test/"] {
+            let e = b.fetch(&open, req(url), deadline, &mut recs).err();
+            assert_ne!(e.map(|e| e.rule), Some("override-port"), "{url}");
+        }
+        // With an explicit port, the URL's port does not choose where to connect.
+        let _ = b.fetch(&open, req("http://ported.test:6379/"), deadline, &mut recs);
+        assert_eq!(
+            recs.last().and_then(|r| r.host_override.clone()).as_deref(),
+            Some("ported.test = 127.0.0.1:1")
+        );
     }
 
     #[test]
