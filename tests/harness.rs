@@ -53,6 +53,19 @@ impl Daemon {
         args: &[&str],
         nofile: Option<u64>,
     ) -> Daemon {
+        Daemon::launch_env(dir, pool, extra_config, catalog, args, nofile, &[])
+    }
+
+    /// [`Daemon::launch`] with extra environment variables for the daemon.
+    pub fn launch_env(
+        dir: tempfile::TempDir,
+        pool: usize,
+        extra_config: &str,
+        catalog: Option<&str>,
+        args: &[&str],
+        nofile: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let socket = dir.path().join("stsd.sock");
         let audit = dir.path().join("audit.jsonl");
         let config = dir.path().join("stsd.toml");
@@ -69,6 +82,7 @@ impl Daemon {
             .args(["--pool", &pool.to_string()])
             .args(args)
             .env("STSD_TEST_TOKEN", "supersecret-token-123")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if let Some(c) = catalog {

@@ -147,8 +147,114 @@ pub const MIN_SECRET_CHARS: usize = 4;
 /// The per-call secret set of §7.4: resolved placeholder values, by value identity.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SecretSet {
-    /// Longest first, so a secret that contains another is masked whole.
     values: Vec<String>,
+    /// Every form of every secret that output may carry (see [`encoded_forms`]), longest
+    /// first, so a form that contains another is masked whole.
+    forms: Vec<String>,
+}
+
+const BASE64_STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+fn base64(bytes: &[u8], url: bool) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..=chunk.len() {
+            let mut c = BASE64_STD[((n >> (18 - 6 * i)) & 63) as usize];
+            if url {
+                c = match c {
+                    b'+' => b'-',
+                    b'/' => b'_',
+                    c => c,
+                };
+            }
+            out.push(c as char);
+        }
+    }
+    out
+}
+
+fn percent(s: &str, keep: &dyn Fn(u8) -> bool, space_plus: bool, lower: bool) -> String {
+    let mut out = String::new();
+    for &b in s.as_bytes() {
+        if keep(b) {
+            out.push(b as char);
+        } else if space_plus && b == b' ' {
+            out.push('+');
+        } else if lower {
+            out.push_str(&format!("%{b:02x}"));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The forms a secret takes in text that leaves: as is; JSON-escaped (as `JSON.stringify`
+/// and serde write it, and with `\uXXXX` for non-ASCII as Python's `json` does);
+/// percent-encoded (`encodeURIComponent`, lower-case hex, and form encoding with `+`); and
+/// base64 (standard and URL-safe) at each of the three byte alignments it can have inside a
+/// longer encoded text: only the characters that depend on the secret alone, and only when
+/// at least 8 of them remain, so short fragments never mask unrelated text.
+pub fn encoded_forms(secret: &str) -> Vec<String> {
+    let mut forms = vec![secret.to_string()];
+    let json = serde_json::to_string(secret).unwrap_or_default();
+    forms.push(json[1..json.len().saturating_sub(1).max(1)].to_string());
+    let ascii: String = json[1..json.len().saturating_sub(1).max(1)]
+        .chars()
+        .flat_map(|c| {
+            if c.is_ascii() {
+                vec![c.to_string()]
+            } else {
+                let mut buf = [0u16; 2];
+                c.encode_utf16(&mut buf)
+                    .iter()
+                    .map(|u| format!("\\u{u:04x}"))
+                    .collect()
+            }
+        })
+        .collect();
+    forms.push(ascii);
+    let component = |b: u8| b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b);
+    let form = |b: u8| b.is_ascii_alphanumeric() || b"*-._".contains(&b);
+    forms.push(percent(secret, &component, false, false));
+    forms.push(percent(secret, &component, false, true));
+    forms.push(percent(secret, &form, true, false));
+    let bytes = secret.as_bytes();
+    for url in [false, true] {
+        for lead in 0..3usize {
+            let mut padded = vec![0u8; lead];
+            padded.extend_from_slice(bytes);
+            let enc = base64(&padded, url);
+            // Characters touched by the lead bytes, and by whatever follows the secret.
+            let skip = [0, 2, 3][lead];
+            let full = padded.len() / 3 * 4;
+            let tail_ok = if padded.len() % 3 == 0 {
+                enc.len()
+            } else {
+                full
+            };
+            if tail_ok > skip + 7 {
+                forms.push(enc[skip..tail_ok].to_string());
+            }
+            if lead == 0 {
+                // The whole encoding, padded, when the secret is encoded on its own.
+                let mut whole = enc.clone();
+                while whole.len() % 4 != 0 {
+                    whole.push('=');
+                }
+                forms.push(whole);
+                forms.push(enc);
+            }
+        }
+    }
+    forms.retain(|f| f.chars().count() >= MIN_SECRET_CHARS);
+    forms
 }
 
 impl SecretSet {
@@ -164,9 +270,11 @@ impl SecretSet {
                 }
             }
         }
-        let mut values: Vec<String> = set.into_iter().collect();
-        values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        SecretSet { values }
+        let values: Vec<String> = set.into_iter().collect();
+        let mut forms: Vec<String> = values.iter().flat_map(|v| encoded_forms(v)).collect();
+        forms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        forms.dedup();
+        SecretSet { values, forms }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -177,16 +285,43 @@ impl SecretSet {
         self.values.len()
     }
 
-    /// Mask: plain substring replacement of every secret with `***`. No regex, no prefixes, no
-    /// knowledge of the text's structure (§7.4).
+    /// Mask: plain substring replacement of every form of every secret with `***` (§7.4,
+    /// extended to the encoded forms of [`encoded_forms`]). No regex, no knowledge of the
+    /// text's structure.
     pub fn mask(&self, text: &str) -> String {
         let mut out = text.to_string();
-        for secret in &self.values {
-            if out.contains(secret.as_str()) {
-                out = out.replace(secret.as_str(), "***");
+        for form in &self.forms {
+            if out.contains(form.as_str()) {
+                out = out.replace(form.as_str(), "***");
             }
         }
         out
+    }
+
+    /// Masks a line that may have been cut short (it then ends with `marker`): besides
+    /// [`SecretSet::mask`], a start of a secret left just before the cut is masked too, so a
+    /// cut never leaves part of a secret in clear.
+    pub fn mask_cut(&self, text: &str, marker: &str) -> String {
+        let masked = self.mask(text);
+        let Some(body) = masked.strip_suffix(marker) else {
+            return masked;
+        };
+        let mut keep = body.len();
+        for secret in &self.values {
+            // The longest start of this secret that the body ends with.
+            let mut k = secret.len().min(body.len());
+            while k > 0 {
+                if secret.is_char_boundary(k) && body.ends_with(&secret[..k]) {
+                    keep = keep.min(body.len() - k);
+                    break;
+                }
+                k -= 1;
+            }
+        }
+        if keep == body.len() {
+            return masked;
+        }
+        format!("{}***{marker}", &body[..keep])
     }
 }
 
@@ -262,6 +397,50 @@ mod tests {
     }
 
     // §7.4 properties, one test each.
+
+    #[test]
+    fn every_encoded_form_of_a_secret_is_masked() {
+        let secret = "p\"a\\s%s+w é/ö=tok";
+        let e = env(&[("T", secret)]);
+        let set = SecretSet::collect(["${T}"], &e);
+        let json = serde_json::to_string(&serde_json::json!({"t": secret})).unwrap_or_default();
+        assert_eq!(set.mask(&json), r#"{"t":"***"}"#);
+        let ascii = r#"{"t": "p\"a\\s%s+w \u00e9/\u00f6=tok"}"#;
+        assert!(!set.mask(ascii).contains("tok"), "{}", set.mask(ascii));
+        let pct: String = percent(secret, &|b| b.is_ascii_alphanumeric(), false, false);
+        assert_eq!(set.mask(&format!("u?k={pct}&x=1")), "u?k=***&x=1");
+        let form: String = percent(secret, &|b| b.is_ascii_alphanumeric(), true, false);
+        assert_eq!(set.mask(&format!("k={form}")), "k=***");
+        for lead in ["", "a", "ab", "abc"] {
+            for url in [false, true] {
+                let enc = base64(format!("{lead}{secret}tail").as_bytes(), url);
+                let masked = set.mask(&enc);
+                assert!(masked.contains("***"), "lead {lead:?} url {url}: {enc}");
+                // What is left cannot be decoded back into the secret.
+                assert!(masked.len() < enc.len());
+            }
+        }
+        // Short incidental fragments are never masked.
+        assert_eq!(set.mask("tok"), "tok");
+    }
+
+    #[test]
+    fn a_cut_line_never_leaves_the_start_of_a_secret() {
+        let secret = "Sup3r-secret-value";
+        let e = env(&[("T", secret)]);
+        let set = SecretSet::collect(["${T}"], &e);
+        let mark = " …[line truncated]";
+        for k in 1..secret.len() {
+            let line = format!("token: {}{mark}", &secret[..k]);
+            let masked = set.mask_cut(&line, mark);
+            assert_eq!(masked, format!("token: ***{mark}"), "cut after {k}");
+        }
+        assert_eq!(set.mask_cut("no secret here", mark), "no secret here");
+        assert_eq!(
+            set.mask_cut(&format!("plain{mark}"), mark),
+            format!("plain{mark}")
+        );
+    }
 
     #[test]
     fn masking_is_egress_only_resolution_keeps_the_value() {

@@ -12,6 +12,10 @@ pub const MAX_FRAME_BYTES: usize = 128 * 1024;
 /// Result and console payloads are cut into chunks of at most this size.
 pub const CHUNK_BYTES: usize = 60 * 1024;
 
+/// What the worker appends to a console line it cut at its length limit; the supervisor
+/// masks any start of a secret left just before it.
+pub const LINE_TRUNCATED_MARK: &str = " …[line truncated]";
+
 /// What the OS profile grants on the base path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FsAccess {

@@ -142,7 +142,12 @@ pub fn run(
     let mut stderr = std::io::stderr();
     let out = exec::run_job(&prepared.job, &opts, &mut |ev| {
         if let Event::Console(level, line) = ev {
-            let _ = writeln!(stderr, "[{}] {}", level.as_str(), secrets.mask(line));
+            let _ = writeln!(
+                stderr,
+                "[{}] {}",
+                level.as_str(),
+                secrets.mask_cut(line, stsd_protocol::frames::LINE_TRUNCATED_MARK)
+            );
         }
     });
     if out.console_truncated {

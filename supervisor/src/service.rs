@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use stsd_profiles::{resolve, Config, Resolved};
 use stsd_protocol::envvar::{ProcessEnv, SecretSet};
-use stsd_protocol::frames::ConsoleLevel;
+use stsd_protocol::frames::{ConsoleLevel, LINE_TRUNCATED_MARK};
 use stsd_protocol::{Code, NetworkMode, ToolSpec};
 
 /// Where specs come from.
@@ -505,7 +505,7 @@ impl Service {
             job.keep_alive = worker.served + 1 < me.reuse;
             let (out, kept) = exec::run_keeping(worker, &job, &me.opts, Some(&cancel), &mut |ev| {
                 if let exec::Event::Console(level, line) = ev {
-                    console(level, mask.mask(line));
+                    console(level, mask.mask_cut(line, LINE_TRUNCATED_MARK));
                 }
             });
             if let Some(w) = kept {

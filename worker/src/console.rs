@@ -6,7 +6,7 @@ use rquickjs::function::Rest;
 use rquickjs::{Coerced, Ctx, FromJs, Function, Object, Value};
 use std::cell::Cell;
 use std::rc::Rc;
-use stsd_protocol::frames::{ConsoleLevel, FromWorker};
+use stsd_protocol::frames::{ConsoleLevel, FromWorker, LINE_TRUNCATED_MARK};
 
 /// Longest single line; longer ones are cut (the byte cap still counts what was sent).
 const MAX_LINE_BYTES: usize = 16 * 1024;
@@ -47,7 +47,7 @@ impl ConsoleState {
                 cut -= 1;
             }
             line.truncate(cut);
-            line.push_str(" …[line truncated]");
+            line.push_str(LINE_TRUNCATED_MARK);
         }
         let cost = line.len() as u64;
         if self.lines_left.get() == 0 || self.bytes_left.get() < cost {
