@@ -72,7 +72,7 @@ impl Daemon {
         // `slow` spins on Date.now(), which the default step budget would stop in ~100 ms.
         let _ = std::fs::write(
             &config,
-            format!("[baseline]\nmax_steps = 1000000000000\n\n[daemon]\naudit_log = \"{}\"\n{extra_config}", audit.display()),
+            format!("[baseline]\nmax_steps = 1000000000000\nenv_allow = [\"STSD_TEST_*\", \"STSD_HOSTILE_SECRET\"]\n\n[daemon]\naudit_log = \"{}\"\n{extra_config}", audit.display()),
         );
         let mut cmd = Command::new(stsd_bin());
         cmd.arg("--config")

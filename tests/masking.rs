@@ -161,3 +161,50 @@ fn stsd_run_json_masks_every_form_too() {
         }
     }
 }
+
+/// A spec cannot read the daemon's own environment unless the operator lists the name.
+#[test]
+fn specs_see_only_the_environment_the_operator_allows() {
+    let catalog = json!([
+        {"name": "readsHome", "description": "env test", "codeType": "Javascript", "draft": false,
+         "staticVariables": [{"h": "${HOME}"}], "code": "return h;"},
+        {"name": "readsPath", "description": "env test", "codeType": "Javascript", "draft": false,
+         "staticVariables": [{"p": "${PATH}"}], "code": "return p;"},
+    ]);
+    let names = |extra: &str| {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("env.json");
+        std::fs::write(&path, catalog.to_string()).unwrap_or_else(|e| panic!("{e}"));
+        let p = path.display().to_string();
+        let d = Daemon::launch(dir, 1, extra, Some(&p), &[], None);
+        let mut c = d.connect();
+        c.send(1, "tools/list", json!({}));
+        let r = c.response();
+        let mut n: Vec<String> = r["result"]["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["name"].as_str().map(String::from))
+            .collect();
+        n.sort();
+        n
+    };
+    // The harness allows only STSD_TEST_* and STSD_HOSTILE_SECRET.
+    assert!(names("").is_empty());
+    let out = Command::new(stsd_bin())
+        .args(["run", "--json", "--tool", "readsHome"])
+        .arg({
+            let p = std::env::temp_dir().join(format!("stsd-env-{}.json", std::process::id()));
+            std::fs::write(&p, catalog.to_string()).unwrap_or_else(|e| panic!("{e}"));
+            p
+        })
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("MISSING_REQUIREMENTS") && text.contains("HOME"),
+        "{text}"
+    );
+    let home = std::env::var("HOME").unwrap_or_default();
+    assert!(home.is_empty() || !text.contains(&home), "{text}");
+}

@@ -167,6 +167,9 @@ pub struct Baseline {
     pub timeout_seconds: u64,
     pub max_steps: u64,
     pub memory_limit_mib: u64,
+    /// Environment variables a spec's `${NAME}` may resolve: exact names, or prefixes written
+    /// `PREFIX*` (`*` alone: all). Default: none, so no spec reads HOME, PATH or STSD_*.
+    pub env_allow: Vec<String>,
 }
 
 impl Default for Baseline {
@@ -203,11 +206,19 @@ impl Default for Baseline {
             timeout_seconds: 30,
             max_steps: 500_000,
             memory_limit_mib: 128,
+            env_allow: Vec::new(),
         }
     }
 }
 
 impl Baseline {
+    /// The process environment as specs may see it.
+    pub fn env(&self) -> stsd_protocol::envvar::AllowedEnv<'_> {
+        stsd_protocol::envvar::AllowedEnv {
+            allow: &self.env_allow,
+        }
+    }
+
     /// The base path in force: the configured one, else the per-user default.
     pub fn fs_base_path(&self) -> PathBuf {
         self.fs_base_path.clone().unwrap_or_else(default_workspace)

@@ -94,6 +94,34 @@ impl EnvSource for ProcessEnv {
     }
 }
 
+/// The process environment as the operator lets specs see it: a name resolves only when it
+/// matches `[baseline] env_allow` (exact names, or prefixes written `PREFIX*`; `*` alone
+/// allows every name). Anything else reads as unset, so a spec that names `${HOME}` or
+/// `${STSD_SOCKET}` is MISSING_REQUIREMENTS rather than handed the daemon's own values.
+#[derive(Debug, Clone, Copy)]
+pub struct AllowedEnv<'a> {
+    pub allow: &'a [String],
+}
+
+impl AllowedEnv<'_> {
+    pub fn allows(&self, name: &str) -> bool {
+        self.allow.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => p == name,
+        })
+    }
+}
+
+impl EnvSource for AllowedEnv<'_> {
+    fn lookup(&self, name: &str) -> Option<String> {
+        if self.allows(name) {
+            std::env::var(name).ok()
+        } else {
+            None
+        }
+    }
+}
+
 impl<F: Fn(&str) -> Option<String>> EnvSource for F {
     fn lookup(&self, name: &str) -> Option<String> {
         self(name)
@@ -422,6 +450,21 @@ mod tests {
         }
         // Short incidental fragments are never masked.
         assert_eq!(set.mask("tok"), "tok");
+    }
+
+    #[test]
+    fn only_allowed_names_resolve() {
+        // SAFETY-free: reads only; PATH is set in any test environment.
+        assert!(std::env::var("PATH").is_ok());
+        let none: Vec<String> = vec![];
+        assert_eq!(AllowedEnv { allow: &none }.get("PATH"), None);
+        let some = vec!["PA*".to_string(), "EXACT".to_string()];
+        let env = AllowedEnv { allow: &some };
+        assert!(env.get("PATH").is_some());
+        assert!(env.allows("PAGER") && env.allows("EXACT") && !env.allows("EXACTLY"));
+        assert!(!env.allows("HOME"));
+        let all = vec!["*".to_string()];
+        assert!(AllowedEnv { allow: &all }.allows("ANYTHING"));
     }
 
     #[test]

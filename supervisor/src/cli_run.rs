@@ -9,7 +9,6 @@ use stsd::exec::{self, job, CallValue, Event, ExecOptions};
 use stsd::local_pass;
 use stsd::store::Catalog;
 use stsd_profiles::{resolve, Config};
-use stsd_protocol::envvar::ProcessEnv;
 use stsd_protocol::Diagnostic;
 
 fn exec_options(config: &Config) -> Result<ExecOptions, String> {
@@ -117,7 +116,8 @@ pub fn run(
         Ok(a) => a,
         Err(d) => return input_error(&d, json_out),
     };
-    let mut prepared = match job::prepare(1, spec, &resolved, config, args, &ProcessEnv) {
+    let mut prepared = match job::prepare(1, spec, &resolved, config, args, &config.baseline.env())
+    {
         Ok(p) => p,
         Err(d) => return input_error(&d, json_out),
     };
@@ -214,7 +214,7 @@ pub fn test(config: &Config, paths: &[PathBuf], write: bool) -> ExitCode {
     let mut passed = Vec::new();
     let mut failed = cat.problems.len();
     for (i, e) in cat.entries.iter().enumerate() {
-        let report = local_pass::run_entry(&cat, e, config, &ProcessEnv, &opts);
+        let report = local_pass::run_entry(&cat, e, config, &config.baseline.env(), &opts);
         let ms = report.elapsed.as_millis();
         match &report.outcome {
             Ok(_) => {

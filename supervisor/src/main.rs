@@ -213,7 +213,7 @@ fn main() -> ExitCode {
                 Vec::new()
             };
             let cat = store::Catalog::load_with(&paths, extra);
-            let report = check::build(&cat, &config, &stsd_protocol::envvar::ProcessEnv);
+            let report = check::build(&cat, &config, &config.baseline.env());
             let mut out = std::io::stdout().lock();
             let written = if json {
                 check::print_json(&report, &mut out)

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use stsd_profiles::{resolve, Config, Resolved};
-use stsd_protocol::envvar::{ProcessEnv, SecretSet};
+use stsd_protocol::envvar::SecretSet;
 use stsd_protocol::frames::{ConsoleLevel, LINE_TRUNCATED_MARK};
 use stsd_protocol::{Code, NetworkMode, ToolSpec};
 
@@ -141,13 +141,22 @@ fn publish_catalog(cat: &Catalog, config: &Config, toolsets: &Toolsets) -> Publi
                 continue;
             }
         };
-        match state_of(spec, &ProcessEnv) {
+        match state_of(spec, &config.baseline.env()) {
             (State::Active, _) => {}
             (State::MissingRequirements, missing) => {
-                out.withheld.push((
-                    name,
-                    format!("MISSING_REQUIREMENTS: {}", missing.join(", ")),
-                ));
+                let env = config.baseline.env();
+                let why: Vec<String> = missing
+                    .iter()
+                    .map(|m| {
+                        if std::env::var_os(m).is_some() && !env.allows(m) {
+                            format!("{m} (set, but not in [baseline] env_allow)")
+                        } else {
+                            m.clone()
+                        }
+                    })
+                    .collect();
+                out.withheld
+                    .push((name, format!("MISSING_REQUIREMENTS: {}", why.join(", "))));
                 continue;
             }
             (state, _) => {
@@ -329,7 +338,7 @@ impl Service {
     pub fn approval_prompt(&self, tool: &PublishedTool, args: &Map<String, Value>) -> String {
         let secrets = SecretSet::collect(
             tool.spec.static_variables.iter().map(|s| s.value.as_str()),
-            &ProcessEnv,
+            &self.config.baseline.env(),
         );
         crate::approval::render_prompt(
             tool.spec
@@ -406,7 +415,7 @@ impl Service {
             &tool.resolved,
             &self.config,
             args,
-            &ProcessEnv,
+            &self.config.baseline.env(),
         ) {
             Ok(p) => p,
             Err(d) => {

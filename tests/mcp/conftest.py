@@ -31,6 +31,11 @@ class Daemon:
         self.socket = tmp / "stsd.sock"
         self.audit = tmp / "audit.jsonl"
         self.config = tmp / "stsd.toml"
+        baseline = '[baseline]\nenv_allow = ["STSD_TEST_*"]\n'
+        if "[baseline]" in extra_config:
+            extra_config = extra_config.replace("[baseline]\n", baseline, 1)
+        else:
+            extra_config = extra_config + "\n" + baseline
         self.config.write_text(f'[daemon]\naudit_log = "{self.audit}"\n{extra_config}')
         self.pool = pool
         self.proc: subprocess.Popen | None = None
