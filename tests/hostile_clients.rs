@@ -23,6 +23,11 @@ fn chatty_catalog(dir: &std::path::Path) -> String {
          "code": "const end = Date.now() + ms; let i = 0; \
                   while (Date.now() < end) { console.log('line ' + (i++)); \
                   const t = Date.now() + 2; while (Date.now() < t) {} } return 'done ' + i;"},
+        {"name": "measure", "description": "test tool", "codeType": "Javascript", "draft": false,
+         "params": [{"name": "text", "type": "STRING", "required": true, "description": "", "testValue": "x"}],
+         "code": "return {length: text.length, last: text.slice(-3)};"},
+        {"name": "throwsHuge", "description": "test tool", "codeType": "Javascript", "draft": false,
+         "code": "throw new Error('x'.repeat(200000));"},
         {"name": "slow", "description": "test tool", "codeType": "Javascript", "draft": false,
          "params": [{"name": "ms", "type": "INTEGER", "required": true, "description": "", "testValue": "10"}],
          "code": "const end = Date.now() + ms; while (Date.now() < end) {} return 'slept ' + ms;"}
@@ -450,4 +455,46 @@ fn the_audit_log_bounds_arguments_and_escapes_unicode_line_breaks() {
         second["params"]["ms"],
         "1\u{2028}{\"forged\":true}\u{85}\u{9b}"
     );
+}
+
+#[test]
+fn a_one_mib_argument_works_and_a_huge_thrown_message_is_a_classified_error() {
+    let d = chatty_daemon(1, "");
+    let mut c = d.connect();
+    let big = format!("{}end", "é".repeat(512 * 1024));
+    c.call(1, "measure", json!({"text": big}));
+    let r = c.response();
+    assert_eq!(
+        r["result"]["structuredContent"],
+        json!({"length": 512 * 1024 + 3, "last": "end"}),
+        "{}",
+        text(&r).chars().take(300).collect::<String>()
+    );
+    c.call(2, "throwsHuge", json!({}));
+    let r = c.response();
+    let t = text(&r);
+    assert!(
+        t.starts_with("JS_ERROR: Error: xxx"),
+        "{}",
+        &t[..t.len().min(200)]
+    );
+    assert!(
+        t.len() < 20_000 && t.contains("bytes in all"),
+        "{} bytes",
+        t.len()
+    );
+    // The same through `stsd run`.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let catalog = chatty_catalog(dir.path());
+    let args = dir.path().join("args.json");
+    std::fs::write(&args, json!({"text": "z".repeat(1024 * 1024)}).to_string())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(stsd_bin())
+        .args(["run", "--json", "--tool", "measure", "--args-json"])
+        .arg(format!("@{}", args.display()))
+        .arg(&catalog)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["result"]["length"], 1024 * 1024, "{v}");
 }

@@ -12,6 +12,10 @@ pub const MAX_FRAME_BYTES: usize = 128 * 1024;
 /// Result and console payloads are cut into chunks of at most this size.
 pub const CHUNK_BYTES: usize = 60 * 1024;
 
+/// The largest job (code, arguments, static variables) the worker accepts, in pieces. Above
+/// the daemon's own request limit (16 MiB by default), so any request it accepts fits.
+pub const MAX_JOB_BYTES: usize = 64 * 1024 * 1024;
+
 /// What the worker appends to a console line it cut at its length limit; the supervisor
 /// masks any start of a secret left just before it.
 pub const LINE_TRUNCATED_MARK: &str = " …[line truncated]";
@@ -127,6 +131,12 @@ pub struct Job {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToWorker {
     Job(Box<Job>),
+    /// A job too large for one frame (large arguments), in pieces: the bincode of the `Job`,
+    /// cut into [`CHUNK_BYTES`] parts; `last` closes it. At most [`MAX_JOB_BYTES`] in all.
+    JobPart {
+        data: Vec<u8>,
+        last: bool,
+    },
     /// The broker's answer to [`FromWorker::Fetch`]: the head, then the (sliced) body in
     /// [`ToWorker::FetchBody`] chunks, the last one marked.
     FetchHead(Box<FetchHead>),
@@ -282,6 +292,58 @@ pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameEr
         return Err(FrameError::Trailing);
     }
     Ok(frame)
+}
+
+fn job_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_JOB_BYTES>()
+}
+
+/// A job as the frames that carry it: one `Job` frame when it fits, else `JobPart`s.
+pub fn encode_job(job: &Job) -> Result<Vec<Vec<u8>>, FrameError> {
+    let whole = ToWorker::Job(Box::new(job.clone()));
+    match encode(&whole) {
+        Ok(b) => return Ok(vec![b]),
+        Err(FrameError::TooLarge(_)) | Err(FrameError::Encode(_)) => {}
+        Err(e) => return Err(e),
+    }
+    let bytes = bincode::serde::encode_to_vec(job, job_config())?;
+    if bytes.len() > MAX_JOB_BYTES {
+        return Err(FrameError::TooLarge(bytes.len()));
+    }
+    let mut out = Vec::new();
+    let mut parts = bytes.chunks(CHUNK_BYTES).peekable();
+    while let Some(p) = parts.next() {
+        out.push(encode(&ToWorker::JobPart {
+            data: p.to_vec(),
+            last: parts.peek().is_none(),
+        })?);
+    }
+    Ok(out)
+}
+
+/// Reads a job from its reassembled `JobPart` bytes.
+pub fn decode_job(bytes: &[u8]) -> Result<Job, FrameError> {
+    if bytes.len() > MAX_JOB_BYTES {
+        return Err(FrameError::TooLarge(bytes.len()));
+    }
+    let (job, used) = bincode::serde::decode_from_slice(bytes, job_config())?;
+    if used != bytes.len() {
+        return Err(FrameError::Trailing);
+    }
+    Ok(job)
+}
+
+/// Cuts a message to at most `max` bytes on a character boundary, saying how long it was:
+/// what a worker sends must fit a frame, whatever a tool throws.
+pub fn clip_message(m: String, max: usize) -> String {
+    if m.len() <= max {
+        return m;
+    }
+    let mut cut = max;
+    while !m.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{} …[{} bytes in all]", &m[..cut], m.len())
 }
 
 /// Splits text into chunks of at most [`CHUNK_BYTES`] on UTF-8 boundaries.

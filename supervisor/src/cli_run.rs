@@ -98,6 +98,24 @@ pub fn run(
     // Arguments: the JSON object first, then each --arg on top.
     let mut args = Map::new();
     if let Some(text) = args_json {
+        // `@FILE` (or `@-` for stdin): arguments too large for a command line.
+        let owned;
+        let text = match text.strip_prefix('@') {
+            Some(src) => {
+                let read = if src == "-" {
+                    let mut s = String::new();
+                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
+                } else {
+                    std::fs::read_to_string(src)
+                };
+                owned = match read {
+                    Ok(s) => s,
+                    Err(e) => return usage(format!("--args-json {text}: {e}")),
+                };
+                owned.as_str()
+            }
+            None => text,
+        };
         match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(m)) => args = m,
             Ok(_) => return usage("--args-json must be a JSON object"),

@@ -117,7 +117,8 @@ enum Command {
         /// An argument as NAME=VALUE, parsed to the param's declared type.
         #[arg(long = "arg", value_name = "NAME=VALUE")]
         args: Vec<String>,
-        /// All arguments as one JSON object (--arg values override).
+        /// All arguments as one JSON object (--arg values override); `@FILE` reads it from a
+        /// file and `@-` from stdin (for arguments too large for a command line).
         #[arg(long)]
         args_json: Option<String>,
         /// Print the outcome as one JSON object.

@@ -2,7 +2,7 @@
 
 use nix::sys::socket::{recv, send, MsgFlags};
 use std::os::fd::{AsRawFd, OwnedFd};
-use stsd_protocol::frames::{self, FromWorker, ToWorker, MAX_FRAME_BYTES};
+use stsd_protocol::frames::{self, FromWorker, Job, ToWorker, MAX_FRAME_BYTES, MAX_JOB_BYTES};
 
 pub struct Channel {
     fd: OwnedFd,
@@ -20,6 +20,29 @@ impl Channel {
         send(self.fd.as_raw_fd(), &bytes, MsgFlags::MSG_NOSIGNAL)
             .map_err(|e| format!("send: {e}"))?;
         Ok(())
+    }
+
+    /// The next job, reassembled from `JobPart`s when it came in pieces. Any other frame
+    /// here is a confused supervisor: Err.
+    pub fn recv_job(&self) -> Result<Box<Job>, String> {
+        let mut parts: Vec<u8> = Vec::new();
+        loop {
+            match self.recv()? {
+                ToWorker::Job(job) if parts.is_empty() => return Ok(job),
+                ToWorker::JobPart { data, last } => {
+                    if parts.len() + data.len() > MAX_JOB_BYTES {
+                        return Err("a job over the size limit".into());
+                    }
+                    parts.extend_from_slice(&data);
+                    if last {
+                        return frames::decode_job(&parts)
+                            .map(Box::new)
+                            .map_err(|e| e.to_string());
+                    }
+                }
+                _ => return Err("expected a job".into()),
+            }
+        }
     }
 
     pub fn recv(&self) -> Result<ToWorker, String> {

@@ -17,7 +17,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use stsd_profiles::os::{self, WORKER_SOCKET_FD};
-use stsd_protocol::frames::{FromWorker, ToWorker, WorkerTimings};
+use stsd_protocol::frames::{clip_message, FromWorker, WorkerTimings};
 use stsd_protocol::Code;
 
 pub use engine::STEPS_PER_TICK;
@@ -33,12 +33,20 @@ extern "C" {
 /// Whether this build carries the attack probes (test builds only).
 pub const ATTACK_MODE: bool = cfg!(all(feature = "attack", debug_assertions));
 
-fn fail(channel: &Channel, code: Code, message: impl Into<String>) -> i32 {
-    let _ = channel.send(&FromWorker::Error {
+/// Longest error message or stack a worker sends; a longer one is cut (and says so), so a
+/// tool that throws a huge message gets its error, not a crashed worker.
+const MAX_ERROR_BYTES: usize = 16 * 1024;
+
+fn error_frame(code: Code, message: String, stack: Option<String>) -> FromWorker {
+    FromWorker::Error {
         code: code.as_str().into(),
-        message: message.into(),
-        stack: None,
-    });
+        message: clip_message(message, MAX_ERROR_BYTES),
+        stack: stack.map(|s| clip_message(s, MAX_ERROR_BYTES)),
+    }
+}
+
+fn fail(channel: &Channel, code: Code, message: impl Into<String>) -> i32 {
+    let _ = channel.send(&error_frame(code, message.into(), None));
     0
 }
 
@@ -98,11 +106,11 @@ pub fn run() -> i32 {
     };
     let mut confined: Option<stsd_protocol::frames::SandboxSpec> = None;
     loop {
-        let job = match channel.recv() {
-            Ok(ToWorker::Job(job)) => job,
-            // A fetch answer with no fetch outstanding: the supervisor is confused; stop.
-            Ok(_) => return 75,
-            Err(_) => return 0, // the supervisor closed the socket: done
+        let job = match channel.recv_job() {
+            Ok(job) => job,
+            // The supervisor closed the socket (done), or sent something other than a job
+            // (a fetch answer with no fetch outstanding): stop either way.
+            Err(_) => return 0,
         };
         let started = Instant::now();
         let deadline = started + Duration::from_millis(job.limits.timeout_ms);
@@ -168,11 +176,7 @@ pub fn run() -> i32 {
         let clean = outcome.is_ok() || matches!(&outcome, Err(f) if f.code == Code::JsError);
         let sent = match outcome {
             Ok(r) => engine::send_result(&channel, &r),
-            Err(f) => channel.send(&FromWorker::Error {
-                code: f.code.as_str().into(),
-                message: f.message,
-                stack: f.stack,
-            }),
+            Err(f) => channel.send(&error_frame(f.code, f.message, f.stack)),
         };
         let _ = channel.send(&FromWorker::Timings(WorkerTimings {
             profile_us,

@@ -302,16 +302,25 @@ pub fn run_keeping(
     on_event(Event::Started(w.pid()));
     let mut killed_at_deadline = false;
     let mut cancelled = false;
-    let mut settled: Option<Result<CallValue, CallError>> = None;
     let mut protocol_error: Option<String> = None;
     let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
-    let sent = frames::encode(&ToWorker::Job(Box::new(job.clone())))
-        .map_err(|e| e.to_string())
-        .and_then(|b| {
-            send(w.socket.as_raw_fd(), &b, MsgFlags::MSG_NOSIGNAL).map_err(|e| e.to_string())
-        });
-    if let Err(e) = sent {
-        protocol_error = Some(format!("cannot send the job: {e}"));
+    let mut settled: Option<Result<CallValue, CallError>> = None;
+    match frames::encode_job(job) {
+        Ok(parts) => {
+            for b in parts {
+                if let Err(e) = send(w.socket.as_raw_fd(), &b, MsgFlags::MSG_NOSIGNAL) {
+                    protocol_error = Some(format!("cannot send the job: {e}"));
+                    break;
+                }
+            }
+        }
+        // Larger than any request the daemon accepts: the caller's input, not the worker.
+        Err(e) => {
+            settled = Some(Err(CallError::new(
+                Code::InvalidInput,
+                format!("the call is too large to run: {e}"),
+            )))
+        }
     }
     let deadline = Instant::now() + Duration::from_millis(job.limits.timeout_ms) + opts.kill_grace;
     let mut result_text = String::new();
