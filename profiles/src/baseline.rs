@@ -102,6 +102,9 @@ pub struct DaemonConfig {
     pub audit_max_arg_bytes: usize,
     /// A call's arguments as audited, in all; beyond it they are one length and digest.
     pub audit_max_params_bytes: usize,
+    /// uids allowed on the admin channel (`stsd/...` methods). Empty: the daemon's own uid
+    /// and root.
+    pub admin_uids: Vec<u32>,
 }
 
 impl Default for DaemonConfig {
@@ -124,6 +127,7 @@ impl Default for DaemonConfig {
             toolsets: Vec::new(),
             audit_max_arg_bytes: 4096,
             audit_max_params_bytes: 65536,
+            admin_uids: Vec::new(),
         }
     }
 }

@@ -113,6 +113,7 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
             );
         }
         let registry = Registry::new(d.max_connections.min(fit), d.max_connections_per_uid);
+        let admin: Arc<dyn crate::transport::AdminHandler> = crate::admin::Admin::new(service.clone());
         let limits = Limits::from_config(d);
         tracing::info!(
             nofile,
@@ -168,12 +169,12 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
                         }
                     };
                     let handler = Handler::new(service.clone(), changed.clone(), Some(uid), "unix", ticket.closed.clone());
-                    let (stop, limits) = (stop_all.clone(), limits.clone());
+                    let (stop, limits, admin) = (stop_all.clone(), limits.clone(), admin.clone());
                     sessions.spawn(async move {
                         let (r, w) = stream.into_split();
                         let activity = ticket.activity.clone();
                         tokio::select! {
-                            _ = mcp::serve(handler, r, w, limits, activity) => {}
+                            _ = mcp::serve(handler, r, w, limits, activity, Some(admin)) => {}
                             _ = stop.cancelled() => {}
                         }
                         drop(ticket);
@@ -344,7 +345,7 @@ pub fn run_stdio(o: DaemonOptions, keepalive: Duration) -> Result<(), String> {
         limits.idle_timeout = None;
         limits.first_message_timeout = None;
         let (r, w) = rmcp::transport::stdio_pipes();
-        mcp::serve(handler, r, w, limits, ticket.activity.clone()).await;
+        mcp::serve(handler, r, w, limits, ticket.activity.clone(), None).await;
         service.shutdown();
         Ok(())
     })

@@ -50,6 +50,13 @@ struct DaemonArgs {
 }
 
 impl DaemonArgs {
+    /// The daemon's socket: --socket, STSD_SOCKET, or the default.
+    fn socket_path(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .unwrap_or_else(stsd::paths::default_socket)
+    }
+
     fn options(
         &self,
         config: stsd_profiles::Config,
@@ -134,6 +141,31 @@ enum Command {
         #[arg(long)]
         write: bool,
     },
+    /// Write the served catalog as a CJSON toolsets document (seed 003), each tool with its
+    /// argsSchema and approval requirement: a complete file to start --toolsets from.
+    Export {
+        /// Spec files or directories (default: the bundled catalog).
+        paths: Vec<PathBuf>,
+        #[arg(long, value_parser = ["cjson"], default_value = "cjson")]
+        format: String,
+    },
+    /// Calls waiting for an operator's approval on the running daemon.
+    Approvals {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a waiting call (needs a uid in [approval] operator_uids).
+    Approve {
+        id: u64,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Deny a waiting call; the model sees the reason.
+    Deny {
+        id: u64,
+        #[arg(long)]
+        reason: String,
+    },
     /// MCP on stdio: bridges to a running daemon, or serves the catalog itself.
     Mcp {
         /// While the client is quiet, tell the daemon every this many milliseconds that it is
@@ -144,6 +176,21 @@ enum Command {
     /// Internal: the sandboxed worker process (started by exec, never by hand).
     #[command(hide = true)]
     Worker,
+}
+
+/// `stsd approve` / `stsd deny`: one admin request to the running daemon.
+fn decide(socket: &std::path::Path, id: u64, approve: bool, reason: &str) -> ExitCode {
+    let params = serde_json::json!({"id": id, "approve": approve, "reason": reason});
+    match stsd::admin::client::call(socket, "stsd/approvals/decide", params) {
+        Ok(_) => {
+            println!("call {id} {}", if approve { "approved" } else { "denied" });
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("stsd: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -253,6 +300,60 @@ fn main() -> ExitCode {
             timings,
         ),
         Command::Test { paths, write } => cli_run::test(&config, &paths, write),
+        Command::Export { paths, format: _ } => {
+            let sources = if paths.is_empty() {
+                vec![stsd::service::Source::Bundled]
+            } else {
+                paths.into_iter().map(stsd::service::Source::Path).collect()
+            };
+            let published = stsd::service::publish(&sources, &config);
+            let tools: Vec<_> = published
+                .tools
+                .iter()
+                .map(|t| stsd::approval::toolsets::ExportTool {
+                    name: &t.spec.name,
+                    summary: &t.spec.description,
+                    args_schema: &t.input_schema,
+                    enabled: true,
+                    requires_approval: t.approval.required,
+                })
+                .collect();
+            let doc = stsd::approval::toolsets::export(&tools);
+            println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Command::Approvals { json } => {
+            let socket = cli.daemon.socket_path();
+            match stsd::admin::client::call(&socket, "stsd/approvals/list", serde_json::json!({})) {
+                Ok(v) => {
+                    let pending = v["pending"].as_array().cloned().unwrap_or_default();
+                    if json {
+                        println!("{v}");
+                    } else if pending.is_empty() {
+                        println!("no call is waiting for approval");
+                    } else {
+                        for p in pending {
+                            println!(
+                                "{}  {}  uid {}  waiting {} s\n    arguments: {}\n    {}",
+                                p["id"],
+                                p["tool"].as_str().unwrap_or_default(),
+                                p["peerUid"],
+                                p["ageMs"].as_u64().unwrap_or(0) / 1000,
+                                p["arguments"],
+                                p["prompt"].as_str().unwrap_or_default()
+                            );
+                        }
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("stsd: {e}");
+                    ExitCode::from(EXIT_INVALID)
+                }
+            }
+        }
+        Command::Approve { id, reason } => decide(&cli.daemon.socket_path(), id, true, &reason),
+        Command::Deny { id, reason } => decide(&cli.daemon.socket_path(), id, false, &reason),
         Command::Worker => ExitCode::from(EXIT_USAGE),
     }
 }

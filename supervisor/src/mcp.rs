@@ -8,7 +8,7 @@
 use crate::approval::{mitigated, Elicited, Elicitor};
 use crate::mcp_approval::{McpElicitor, StateBook};
 use crate::service::{CallFailure, Caller, PublishedTool, Service};
-use crate::transport::{Activity, Limits, Outbox, SessionTransport};
+use crate::transport::{Activity, AdminHandler, Limits, Outbox, SessionTransport};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, MetaObject,
@@ -424,13 +424,17 @@ pub async fn serve<R, W>(
     write: W,
     limits: Limits,
     activity: Arc<Activity>,
+    admin: Option<Arc<dyn AdminHandler>>,
 ) where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let closed = handler.conn.closed.clone();
     let (out, writer) = Outbox::start(write, closed.clone());
-    let transport = SessionTransport::new(read, out.clone(), closed.clone(), limits, activity);
+    let mut transport = SessionTransport::new(read, out.clone(), closed.clone(), limits, activity);
+    if let (Some(admin), Some(uid)) = (admin, handler.conn.caller.peer_uid) {
+        transport = transport.with_admin(admin, uid);
+    }
     match handler.serve(transport).await {
         Ok(running) => {
             let _ = running.waiting().await;

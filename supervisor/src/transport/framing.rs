@@ -17,12 +17,21 @@ pub const MAX_DEPTH: usize = 64;
 /// not taken for an idle one. It counts as activity and is not passed on.
 pub const KEEPALIVE_METHOD: &str = "stsd/keepalive";
 
+/// Requests whose method starts with this go to the admin channel, not to MCP.
+pub const ADMIN_PREFIX: &str = "stsd/";
+
 /// What one line turned out to be.
 #[derive(Debug)]
 pub enum Inbound {
     Message(Box<RxJsonRpcMessage<RoleServer>>),
     /// A keepalive from the bridge.
     KeepAlive,
+    /// A request for the admin channel (`stsd/...`), for the admin handler.
+    Admin {
+        id: Value,
+        method: String,
+        params: Value,
+    },
     /// Not dispatchable: this JSON-RPC error goes back to the client.
     Reject(Value),
     /// Blank line: ignored.
@@ -147,6 +156,15 @@ pub fn classify(line: &[u8]) -> Inbound {
     if method == Some(KEEPALIVE_METHOD) && id.is_none() {
         return Inbound::KeepAlive;
     }
+    if let (Some(id), Some(m)) = (id, method) {
+        if m.starts_with(ADMIN_PREFIX) {
+            return Inbound::Admin {
+                id: id.clone(),
+                method: m.to_string(),
+                params: obj.get("params").cloned().unwrap_or(Value::Null),
+            };
+        }
+    }
     let params = obj.get("params");
     match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value.clone()) {
         Ok(JsonRpcMessage::Request(r)) => match (&r.request, method) {
@@ -233,6 +251,8 @@ mod tests {
         assert!(matches!(classify(list.as_bytes()), Inbound::Message(_)));
         let unknown = r#"{"jsonrpc":"2.0","id":1,"method":"no/such","params":{}}"#;
         assert!(matches!(classify(unknown.as_bytes()), Inbound::Message(_)));
+        let admin = r#"{"jsonrpc":"2.0","id":3,"method":"stsd/approvals/list"}"#;
+        assert!(matches!(classify(admin.as_bytes()), Inbound::Admin { .. }));
         let ka = r#"{"jsonrpc":"2.0","method":"stsd/keepalive"}"#;
         assert!(matches!(classify(ka.as_bytes()), Inbound::KeepAlive));
         assert!(matches!(classify(b"  \r"), Inbound::Nothing));

@@ -10,7 +10,21 @@ mod outbox;
 mod registry;
 mod session;
 
-pub use framing::{classify, Inbound, KEEPALIVE_METHOD};
+pub use framing::{classify, error_reply, Inbound, ADMIN_PREFIX, KEEPALIVE_METHOD};
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// What an admin request comes to: its result, or a JSON-RPC error code and message.
+pub type AdminReply<'a> =
+    Pin<Box<dyn Future<Output = Result<serde_json::Value, (i32, String)>> + Send + 'a>>;
+
+/// The admin channel's handler (JSON-RPC methods `stsd/...` on the daemon's socket): the
+/// transport hands it the peer's uid, the method and the params, and writes back what it
+/// answers. Ok is the result; Err a JSON-RPC error code and message.
+pub trait AdminHandler: Send + Sync {
+    fn handle(&self, uid: u32, method: String, params: serde_json::Value) -> AdminReply<'_>;
+}
 pub use outbox::{Outbox, Writer};
 pub use registry::{Activity, Registry, Ticket};
 pub use session::SessionTransport;

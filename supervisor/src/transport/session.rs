@@ -5,7 +5,7 @@
 use super::framing::{self, Inbound};
 use super::outbox::Outbox;
 use super::registry::Activity;
-use super::Limits;
+use super::{AdminHandler, Limits};
 use rmcp::model::{ErrorCode, JsonRpcMessage, RequestId};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -30,7 +30,14 @@ pub struct SessionTransport<R> {
     spoke: bool,
     /// Since when the outgoing queue has been over its bound.
     stalled_since: Option<Instant>,
+    /// The admin channel and the peer's uid, when this session may reach it.
+    admin: Option<(Arc<dyn AdminHandler>, u32)>,
+    /// Admin requests in flight (bounded: a session cannot start unlimited tasks).
+    admin_slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// Admin requests of one session running at once.
+const ADMIN_IN_FLIGHT: usize = 8;
 
 /// The line being read. Kept on the struct: `receive` is polled in rmcp's `select!` and may
 /// be dropped mid-line; the next call resumes where it stopped.
@@ -126,7 +133,47 @@ impl<R: AsyncRead + Unpin + Send> SessionTransport<R> {
             last_active: Instant::now(),
             spoke: false,
             stalled_since: None,
+            admin: None,
+            admin_slots: Arc::new(tokio::sync::Semaphore::new(ADMIN_IN_FLIGHT)),
         }
+    }
+
+    /// Lets `stsd/...` requests of this session reach `admin`, as `uid`.
+    pub fn with_admin(mut self, admin: Arc<dyn AdminHandler>, uid: u32) -> Self {
+        self.admin = Some((admin, uid));
+        self
+    }
+
+    /// Runs one admin request on its own task; its answer goes out through the outbox.
+    /// Never awaits: `receive` may be dropped at any await, and the line is already read.
+    fn admin(&mut self, id: Value, method: String, params: Value) {
+        let Some((admin, uid)) = self.admin.clone() else {
+            self.reply(&framing::error_reply(
+                Some(&id),
+                ErrorCode::METHOD_NOT_FOUND,
+                &format!("{method}: the admin channel is not served on this transport"),
+            ));
+            return;
+        };
+        let Ok(permit) = self.admin_slots.clone().try_acquire_owned() else {
+            self.reply(&framing::error_reply(
+                Some(&id),
+                ErrorCode(-32000),
+                &format!("{ADMIN_IN_FLIGHT} admin requests of this session are in flight already"),
+            ));
+            return;
+        };
+        let out = self.out.clone();
+        tokio::spawn(async move {
+            let reply = match admin.handle(uid, method, params).await {
+                Ok(result) => serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                Err((code, message)) => framing::error_reply(Some(&id), ErrorCode(code), &message),
+            };
+            if let Ok(bytes) = serde_json::to_vec(&reply) {
+                let _ = out.push(bytes);
+            }
+            drop(permit);
+        });
     }
 
     fn touch(&mut self) {
@@ -265,6 +312,11 @@ impl<R: AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for SessionTra
                             return Some(*m);
                         }
                         Inbound::KeepAlive => self.touch(),
+                        Inbound::Admin { id, method, params } => {
+                            self.spoke = true;
+                            self.touch();
+                            self.admin(id, method, params);
+                        }
                         Inbound::Reject(v) => {
                             self.reply(&v);
                             self.touch();

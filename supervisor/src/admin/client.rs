@@ -1,0 +1,45 @@
+//! The admin channel's client: one JSON-RPC request on the daemon's socket, one answer. The
+//! CLI verbs are built on it; library callers can use it (or any JSON-RPC over a Unix socket).
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+/// Calls `method` with `params`; Ok(result) or Err(message), JSON-RPC errors included.
+pub fn call(socket: &Path, method: &str, params: Value) -> Result<Value, String> {
+    let stream = UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "cannot reach the daemon on {}: {e} (is it running? --socket / STSD_SOCKET)",
+            socket.display()
+        )
+    })?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let line = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    (&stream)
+        .write_all(format!("{line}\n").as_bytes())
+        .map_err(|e| format!("writing to the daemon: {e}"))?;
+    let mut reader = BufReader::new(&stream);
+    loop {
+        let mut text = String::new();
+        let n = reader
+            .read_line(&mut text)
+            .map_err(|e| format!("reading the daemon's answer: {e}"))?;
+        if n == 0 {
+            return Err("the daemon closed the connection without an answer".into());
+        }
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| format!("the daemon answered something that is not JSON: {e}"))?;
+        if let Some(err) = v.get("error") {
+            return Err(err
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("error")
+                .to_string());
+        }
+        if v.get("id") == Some(&json!(1)) {
+            return Ok(v.get("result").cloned().unwrap_or(Value::Null));
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! The approval gate on the real daemon: the operator strategy through `stsd approvals`,
+//! `stsd approve` and `stsd deny` (admin channel, uid-checked), the command strategy
+//! (approve, reject, a crashing and a slow approver, all failing closed), a rule that rejects,
+//! and a toolsets document that disables one tool and requires approval for another, with
+//! SIGHUP applying a changed document and `stsd export --format cjson` reading back.
+
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+use stsd_tests::harness::{text, Daemon};
+use stsd_tests::{is_root, stsd_bin};
+
+fn catalog(dir: &std::path::Path) -> String {
+    let tool = |name: &str| {
+        json!({"name": name, "description": "approval test", "codeType": "Javascript",
+               "draft": false, "staticVariables": [{"token": "${STSD_TEST_TOKEN}"}],
+               "params": [{"name": "note", "type": "STRING", "required": false,
+                           "description": "", "testValue": "x"}],
+               "code": "return 'ran ' + (note || '');"})
+    };
+    let specs = json!([
+        tool("opTool"),
+        tool("cmdYes"),
+        tool("cmdNo"),
+        tool("cmdCrash"),
+        tool("cmdSlow"),
+        tool("refused"),
+        tool("plain")
+    ]);
+    let p = dir.join("approval.json");
+    std::fs::write(&p, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    p.display().to_string()
+}
+
+fn script(dir: &std::path::Path, name: &str, body: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755));
+    p.display().to_string()
+}
+
+fn own_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+fn daemon(extra: &str) -> (Daemon, tempfile::TempDir) {
+    let scripts = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let s = scripts.path();
+    let yes = script(
+        s,
+        "yes.sh",
+        "cat > /dev/null; echo '{\"approved\": true, \"reason\": \"policy ok\"}'",
+    );
+    let no = script(
+        s,
+        "no.sh",
+        "cat > /dev/null; echo '{\"approved\": false, \"reason\": \"policy says no\"}'",
+    );
+    let crash = script(s, "crash.sh", "exit 3");
+    let slow = script(s, "slow.sh", "sleep 5; echo '{\"approved\": true}'");
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cat = catalog(dir.path());
+    let config = format!(
+        "{extra}\n[approval]\ntimeout_seconds = 2\ncommand_timeout_ms = 500\noperator_uids = [{uid}]\n\
+         [[approval.rule]]\ntools = [\"opTool\"]\nrequire = true\nstrategy = \"operator\"\n\
+         [[approval.rule]]\ntools = [\"cmdYes\"]\nrequire = true\nstrategy = \"command\"\ncommand = [\"{yes}\"]\n\
+         [[approval.rule]]\ntools = [\"cmdNo\"]\nrequire = true\nstrategy = \"command\"\ncommand = [\"{no}\"]\n\
+         [[approval.rule]]\ntools = [\"cmdCrash\"]\nrequire = true\nstrategy = \"command\"\ncommand = [\"{crash}\"]\n\
+         [[approval.rule]]\ntools = [\"cmdSlow\"]\nrequire = true\nstrategy = \"command\"\ncommand = [\"{slow}\"]\n\
+         [[approval.rule]]\ntools = [\"refused\"]\nrequire = true\nstrategy = \"reject\"\nreason = \"never on Sundays\"\n",
+        uid = own_uid()
+    );
+    (Daemon::start_with(dir, 1, &config, &cat, &[]), scripts)
+}
+
+fn cli(d: &Daemon, args: &[&str]) -> Output {
+    Command::new(stsd_bin())
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits until `stsd approvals --json` lists a call, and returns it.
+fn pending(d: &Daemon) -> Value {
+    let t0 = Instant::now();
+    loop {
+        let out = cli(d, &["approvals", "--json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if let Some(p) = v["pending"].as_array().and_then(|a| a.first()) {
+            return p.clone();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "nothing pending: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(30));
+    }
+}
+
+#[test]
+fn the_operator_strategy_waits_for_stsd_approve_or_deny_and_times_out() {
+    let (d, _s) = daemon("");
+    // Denied, with the reason the model sees; the secret in the arguments is masked.
+    let mut c = d.connect();
+    c.call(
+        1,
+        "opTool",
+        json!({"note": "with supersecret-token-123 inside"}),
+    );
+    let p = pending(&d);
+    assert_eq!(p["tool"], "opTool");
+    assert!(!p.to_string().contains("supersecret"), "{p}");
+    assert!(
+        p["arguments"]["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("***"),
+        "{p}"
+    );
+    let id = p["id"].as_u64().unwrap_or(0).to_string();
+    let out = cli(&d, &["deny", &id, "--reason", "not during the freeze"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = c.response();
+    assert_eq!(text(&r), "APPROVAL_REJECTED: not during the freeze");
+    // Approved: it runs.
+    c.call(2, "opTool", json!({"note": "b"}));
+    let id = pending(&d)["id"].as_u64().unwrap_or(0).to_string();
+    assert!(cli(&d, &["approve", &id]).status.success());
+    assert_eq!(text(&c.response()), "ran b");
+    // Nobody answers: APPROVAL_TIMEOUT after [approval] timeout_seconds.
+    c.call(3, "opTool", json!({}));
+    let t0 = Instant::now();
+    let r = c.response();
+    assert!(text(&r).starts_with("APPROVAL_TIMEOUT"), "{r}");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1900),
+        "{:?}",
+        t0.elapsed()
+    );
+    let recs = d.audit_records();
+    let decisions: Vec<&str> = recs
+        .iter()
+        .filter_map(|r| r["approval"]["decision"].as_str())
+        .collect();
+    assert_eq!(decisions, ["rejected", "approved", "timeout"], "{recs:?}");
+    assert_eq!(
+        recs[1]["approval"]["approver"],
+        format!("operator uid {}", own_uid())
+    );
+}
+
+#[test]
+fn a_uid_not_among_the_operators_cannot_answer() {
+    if !is_root() {
+        eprintln!("skipped: needs root to act as another uid");
+        return;
+    }
+    // The harness's config ends in its [daemon] section: this line lands there.
+    let (d, _s) = daemon("allowed_uids = [65534]\n");
+    let _ = std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o777));
+    let _ = std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755));
+    let mut c = d.connect();
+    c.call(1, "opTool", json!({}));
+    let id = pending(&d)["id"].as_u64().unwrap_or(0).to_string();
+    use std::os::unix::process::CommandExt;
+    let out = Command::new(stsd_bin())
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["approve", &id])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("operator_uids") || err.contains("may not"),
+        "{err}"
+    );
+    // Still waiting: the refused answer did not count.
+    assert_eq!(
+        pending(&d)["id"].as_u64().map(|i| i.to_string()),
+        Some(id.clone())
+    );
+    assert!(cli(&d, &["deny", &id, "--reason", "cleanup"])
+        .status
+        .success());
+    assert!(text(&c.response()).starts_with("APPROVAL_REJECTED"));
+}
+
+#[test]
+fn the_command_strategy_approves_rejects_and_fails_closed() {
+    let (d, _s) = daemon("");
+    let mut c = d.connect();
+    let mut call = |tool: &str| {
+        c.call(1, tool, json!({"note": "n"}));
+        text(&c.response())
+    };
+    assert_eq!(call("cmdYes"), "ran n");
+    assert_eq!(call("cmdNo"), "APPROVAL_REJECTED: policy says no");
+    let crash = call("cmdCrash");
+    assert!(
+        crash.starts_with("APPROVAL_ERROR") && crash.contains("failed"),
+        "{crash}"
+    );
+    let t0 = Instant::now();
+    let slow = call("cmdSlow");
+    assert!(
+        slow.starts_with("APPROVAL_ERROR") && slow.contains("500 ms"),
+        "{slow}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert_eq!(call("refused"), "APPROVAL_REJECTED: never on Sundays");
+    assert_eq!(call("plain"), "ran n");
+    let recs = d.audit_records();
+    assert!(recs[0]["approval"]["approver"]
+        .as_str()
+        .unwrap_or_default()
+        .ends_with("yes.sh"));
+    assert!(recs[5].get("approval").is_none(), "{}", recs[5]);
+}
+
+#[test]
+fn a_toolsets_document_disables_and_gates_tools_and_sighup_applies_a_change() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cat = catalog(dir.path());
+    let toolsets = dir.path().join("toolsets.json");
+    let doc = |disabled: &str| {
+        json!({"mediaType": "application/vnd.cjson-toolsets+json",
+               "schema": "https://schema.cjson.dev/0/toolsets/cjson-toolsets-0.1.0-SNAPSHOT.schema.json",
+               "toolsets": [{"id": "ops", "kind": "builtin", "tools": [
+                   {"name": disabled, "enabled": false},
+                   {"name": "cmdYes", "requiresApproval": true}]}]})
+        .to_string()
+    };
+    std::fs::write(&toolsets, doc("plain")).unwrap_or_else(|e| panic!("{e}"));
+    let ts = toolsets.display().to_string();
+    let d = Daemon::start_with(
+        dir,
+        1,
+        "[approval]\ndefault_strategy = \"reject\"\n",
+        &cat,
+        &["--toolsets", &ts],
+    );
+    let names = |d: &Daemon| {
+        let mut c = d.connect();
+        c.send(1, "tools/list", json!({}));
+        let r = c.response();
+        r["result"]["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                (
+                    t["name"].as_str().unwrap_or_default().to_string(),
+                    t["_meta"]["stsd/approval"]["required"] == true,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let n = names(&d);
+    assert!(!n.iter().any(|(t, _)| t == "plain"), "{n:?}");
+    assert!(n.contains(&("cmdYes".to_string(), true)), "{n:?}");
+    let mut c = d.connect();
+    c.call(1, "plain", json!({}));
+    let r = c.response();
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("unknown tool"),
+        "{r}"
+    );
+    c.call(2, "cmdYes", json!({}));
+    assert!(text(&c.response()).starts_with("APPROVAL_REJECTED"));
+    // A changed document applies on SIGHUP; a broken one is refused and changes nothing.
+    std::fs::write(&toolsets, doc("cmdNo")).unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: kill with the daemon's pid and a valid signal.
+    unsafe { libc::kill(d.pid(), libc::SIGHUP) };
+    let t0 = Instant::now();
+    while names(&d).iter().any(|(t, _)| t == "cmdNo") {
+        assert!(t0.elapsed() < Duration::from_secs(5), "SIGHUP not applied");
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    assert!(names(&d).iter().any(|(t, _)| t == "plain"));
+    std::fs::write(&toolsets, r#"{"schema": 5}"#).unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: as above.
+    unsafe { libc::kill(d.pid(), libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(names(&d).iter().any(|(t, _)| t == "plain"));
+    assert!(!names(&d).iter().any(|(t, _)| t == "cmdNo"));
+}
+
+#[test]
+fn a_toolsets_document_with_errors_stops_the_daemon_with_pointers() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cat = catalog(dir.path());
+    let toolsets = dir.path().join("bad.json");
+    std::fs::write(
+        &toolsets,
+        json!({"schema": "x", "toolsets": [{"id": "a", "kind": "builtin",
+               "tools": [{"name": "nope"}, {"name": "plain", "enabled": "yes"}]}]})
+        .to_string(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let sock = dir.path().join("s.sock");
+    let out = Command::new(stsd_bin())
+        .arg("--socket")
+        .arg(&sock)
+        .args(["--catalog", &cat, "--toolsets"])
+        .arg(&toolsets)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/toolsets/0/tools/1/enabled"), "{err}");
+}
+
+#[test]
+fn the_cjson_export_reads_back_through_the_loader() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cat = catalog(dir.path());
+    let config = dir.path().join("export.toml");
+    std::fs::write(&config, "[baseline]\nenv_allow = [\"STSD_TEST_*\"]\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(stsd_bin())
+        .arg("--config")
+        .arg(&config)
+        .args(["export", "--format", "cjson", &cat])
+        .env("STSD_TEST_TOKEN", "supersecret-token-123")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let tools = doc["toolsets"][0]["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(tools.len(), 7);
+    assert!(tools.iter().all(|t| t["argsSchema"]["type"] == "object"));
+    let file = dir.path().join("export.json");
+    std::fs::write(&file, &out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let f = file.display().to_string();
+    // The daemon loads it as is.
+    let d = Daemon::start_with(dir, 1, "", &cat, &["--toolsets", &f]);
+    let mut c = d.connect();
+    c.call(1, "plain", json!({}));
+    assert_eq!(text(&c.response()), "ran ");
+}
