@@ -359,3 +359,58 @@ fn the_cjson_export_reads_back_through_the_loader() {
     c.call(1, "plain", json!({}));
     assert_eq!(text(&c.response()), "ran ");
 }
+
+/// `stsd run` of the reference catalog's deleteFile (humanInTheLoop REQUIRED) in a scratch
+/// workspace: refused without a terminal or a flag, denied with --deny, run with --approve.
+#[test]
+fn stsd_run_needs_an_answer_for_a_gated_tool() {
+    let base = stsd_tests::scratch_base();
+    let file = base.path().join("doomed.txt");
+    std::fs::write(&file, "x").unwrap_or_else(|e| panic!("{e}"));
+    if is_root() {
+        let _ = std::os::unix::fs::chown(
+            &file,
+            Some(stsd_tests::WORKER_UID),
+            Some(stsd_tests::WORKER_UID),
+        );
+    }
+    let mut specs: Vec<Value> = serde_json::from_str(
+        &std::fs::read_to_string(
+            stsd_tests::catalog_dir().join("default-tool-specs-builtin-fs.json"),
+        )
+        .unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    specs.retain(|s| s["name"] == "deleteFile");
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let spec = dir.path().join("delete.json");
+    std::fs::write(&spec, Value::Array(specs).to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!("[baseline]\nfs_base_path = \"{}\"\n", base.path().display()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let run = |flag: Option<&str>| {
+        let mut cmd = Command::new(stsd_bin());
+        cmd.arg("--config")
+            .arg(&config)
+            .args(["run", "--json", "--arg", "path=doomed.txt"])
+            .arg(&spec)
+            .stdin(std::process::Stdio::null());
+        if let Some(f) = flag {
+            cmd.arg(f);
+        }
+        let out = cmd.output().unwrap_or_else(|e| panic!("{e}"));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null)
+    };
+    let v = run(None);
+    assert_eq!(v["error"]["code"], "APPROVAL_REQUIRED", "{v}");
+    assert!(file.exists());
+    let v = run(Some("--deny"));
+    assert_eq!(v["error"]["code"], "APPROVAL_REJECTED", "{v}");
+    assert!(file.exists());
+    let v = run(Some("--approve"));
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(!file.exists());
+}

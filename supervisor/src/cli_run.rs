@@ -2,12 +2,16 @@
 
 use crate::{EXIT_INVALID, EXIT_USAGE};
 use serde_json::{json, Map, Value};
+use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::ExitCode;
+use stsd::approval::{requirement, Ask, Elicited, Elicitor, Gate, ToolFacts};
 use stsd::exec::{self, job, CallValue, Event, ExecOptions};
 use stsd::local_pass;
 use stsd::store::Catalog;
+use stsd_profiles::approval::StrategyKind;
 use stsd_profiles::{resolve, Config};
 use stsd_protocol::Diagnostic;
 
@@ -41,15 +45,28 @@ fn render(v: &CallValue) -> String {
     }
 }
 
-pub fn run(
-    config: &Config,
-    spec_path: &Path,
-    tool: Option<&str>,
-    arg_pairs: &[String],
-    args_json: Option<&str>,
-    json_out: bool,
-    timings: bool,
-) -> ExitCode {
+/// What `stsd run` was asked.
+pub struct RunArgs<'a> {
+    pub spec_path: &'a Path,
+    pub tool: Option<&'a str>,
+    pub arg_pairs: &'a [String],
+    pub args_json: Option<&'a str>,
+    pub json_out: bool,
+    pub timings: bool,
+    /// --approve (true) or --deny (false), for a tool that needs approval.
+    pub answer: Option<bool>,
+}
+
+pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
+    let RunArgs {
+        spec_path,
+        tool,
+        arg_pairs,
+        args_json,
+        json_out,
+        timings,
+        answer,
+    } = a;
     let cat = Catalog::load(&[spec_path.to_path_buf()]);
     if let Some(p) = cat.problems.first() {
         return usage(format!("{}: {}", p.path.display(), p.diagnostic));
@@ -152,6 +169,18 @@ pub fn run(
         }
         return ExitCode::from(EXIT_INVALID);
     }
+    if let Some((code, message)) = approve(spec, &resolved, config, &prepared, answer) {
+        let message = prepared.secrets.mask(&message);
+        if json_out {
+            println!(
+                "{}",
+                json!({"ok": false, "error": {"code": code, "message": message}})
+            );
+        } else {
+            eprintln!("stsd: {code}: {message}");
+        }
+        return ExitCode::from(EXIT_INVALID);
+    }
     let opts = match exec_options(config) {
         Ok(o) => o,
         Err(e) => return usage(e),
@@ -210,6 +239,96 @@ pub fn run(
             ExitCode::from(EXIT_INVALID)
         }
     }
+}
+
+/// `stsd run`'s side of the elicit strategy: the terminal, or the answer given ahead.
+struct Terminal {
+    answer: Option<bool>,
+}
+
+impl Elicitor for Terminal {
+    fn who(&self) -> String {
+        match self.answer {
+            Some(_) => "the command line (--approve/--deny)".into(),
+            None => "the terminal".into(),
+        }
+    }
+
+    fn ask(&self, message: String) -> Pin<Box<dyn Future<Output = Elicited> + Send + '_>> {
+        let answer = self.answer;
+        Box::pin(async move {
+            match answer {
+                Some(true) => return Elicited::Accepted,
+                Some(false) => return Elicited::Declined("denied on the command line".into()),
+                None => {}
+            }
+            // SAFETY: isatty has no preconditions.
+            if unsafe { libc::isatty(0) } != 1 {
+                return Elicited::Unsupported(
+                    "this tool needs approval: run stsd run at a terminal, or pass --approve or --deny"
+                        .into(),
+                );
+            }
+            eprint!("{message} [y/N] ");
+            let mut line = String::new();
+            match std::io::stdin().read_line(&mut line) {
+                Ok(_) if matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes") => {
+                    Elicited::Accepted
+                }
+                Ok(_) => Elicited::Declined("declined at the terminal".into()),
+                Err(e) => Elicited::Failed(e.to_string()),
+            }
+        })
+    }
+}
+
+/// The approval gate for one `stsd run`: None to go ahead, else the refusal. The operator
+/// strategy has no daemon queue here, so it asks the terminal as elicit does.
+fn approve(
+    spec: &stsd_protocol::ToolSpec,
+    resolved: &stsd_profiles::Resolved,
+    config: &Config,
+    prepared: &job::Prepared,
+    answer: Option<bool>,
+) -> Option<(stsd_protocol::Code, String)> {
+    let facts = ToolFacts {
+        name: &spec.name,
+        category: spec.category.as_deref(),
+        risk: resolved.risk,
+        destructive: resolved.tool_safety.capabilities.destructive,
+        spec_required: spec
+            .human_in_the_loop
+            .as_ref()
+            .is_some_and(|h| h.mode.eq_ignore_ascii_case("REQUIRED")),
+    };
+    let mut req = requirement(&facts, None, &config.approval);
+    if !req.required {
+        return None;
+    }
+    if req.strategy == StrategyKind::Operator {
+        req.strategy = StrategyKind::Elicit;
+    }
+    let args: Value = serde_json::from_str(&prepared.job.args_json).unwrap_or(Value::Null);
+    let shown = stsd::service::mask_value(&args, &prepared.secrets);
+    let gate = Gate::new(config.approval.clone());
+    let terminal = Terminal { answer };
+    let ask = Ask {
+        call_id: 1,
+        tool: &spec.name,
+        arguments: &shown,
+        prompt_template: spec
+            .human_in_the_loop
+            .as_ref()
+            .and_then(|h| h.prompt_template.as_deref()),
+        peer_uid: None,
+        requirement: &req,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    let decision = rt.block_on(gate.decide(ask, Some(&terminal)));
+    decision.refusal
 }
 
 pub fn test(config: &Config, paths: &[PathBuf], write: bool) -> ExitCode {

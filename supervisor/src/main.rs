@@ -134,6 +134,12 @@ enum Command {
         /// Print where the time went (spawn, profile, context, body) to stderr.
         #[arg(long)]
         timings: bool,
+        /// Approve ahead a tool that needs approval (instead of asking at the terminal).
+        #[arg(long, conflicts_with = "deny")]
+        approve: bool,
+        /// Deny ahead a tool that needs approval.
+        #[arg(long)]
+        deny: bool,
     },
     /// Run the Local Pass of specs; --write persists draft:false for those that pass.
     Test {
@@ -290,14 +296,19 @@ fn main() -> ExitCode {
             args_json,
             json,
             timings,
+            approve,
+            deny,
         } => cli_run::run(
             &config,
-            &spec,
-            tool.as_deref(),
-            &args,
-            args_json.as_deref(),
-            json,
-            timings,
+            cli_run::RunArgs {
+                spec_path: &spec,
+                tool: tool.as_deref(),
+                arg_pairs: &args,
+                args_json: args_json.as_deref(),
+                json_out: json,
+                timings,
+                answer: (approve || deny).then_some(approve),
+            },
         ),
         Command::Test { paths, write } => cli_run::test(&config, &paths, write),
         Command::Export { paths, format: _ } => {
