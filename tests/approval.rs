@@ -414,3 +414,71 @@ fn stsd_run_needs_an_answer_for_a_gated_tool() {
     assert_eq!(v["ok"], true, "{v}");
     assert!(!file.exists());
 }
+
+/// The ten catalog tools that declare humanInTheLoop REQUIRED are shown gated by `stsd check`,
+/// with the mitigated risk level beside the sandbox level; a rule adds an eleventh.
+#[test]
+fn stsd_check_shows_every_gated_catalog_tool() {
+    let run = |config: Option<&std::path::Path>| {
+        let mut cmd = Command::new(stsd_bin());
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        let out = cmd
+            .args(["check", "--json"])
+            .arg(stsd_tests::catalog_dir())
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+        let mut gated: Vec<(String, String, String)> = v["specs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["approval"]["required"] == true)
+            .map(|s| {
+                (
+                    s["name"].as_str().unwrap_or_default().to_string(),
+                    s["riskLevel"].as_str().unwrap_or_default().to_string(),
+                    s["approval"]["riskLevelWithApproval"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+            .collect();
+        gated.sort();
+        gated
+    };
+    let gated = run(None);
+    let names: Vec<&str> = gated.iter().map(|g| g.0.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "appendTextFile",
+            "copyFile",
+            "deleteDir",
+            "deleteFile",
+            "editTextFile",
+            "extractPageContent",
+            "moveFile",
+            "openaiResponseGenerator",
+            "sendSlackMessage",
+            "writeTextFile"
+        ]
+    );
+    let delete = gated
+        .iter()
+        .find(|g| g.0 == "deleteFile")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!((delete.1.as_str(), delete.2.as_str()), ("L5", "L4"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        "[[approval.rule]]\ntools = [\"readTextFile\"]\nrequire = true\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let more = run(Some(&config));
+    assert_eq!(more.len(), 11, "{more:?}");
+}

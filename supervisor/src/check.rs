@@ -1,6 +1,7 @@
 //! `stsd check PATH...`: state, risk, resolved toolSafety and every finding for each spec, then a
 //! summary. Human text by default, one JSON document with `--json`.
 
+use crate::approval::{mitigated, requirement, ToolFacts};
 use crate::lifecycle::{state_of, State};
 use crate::store::Catalog;
 use serde::Serialize;
@@ -24,7 +25,22 @@ pub struct SpecReport {
     pub tool_safety: Option<ToolSafety>,
     pub fs_base_path: Option<String>,
     pub missing_env: Vec<String>,
+    /// Whether a call needs approval, why, by which strategy, and the risk level shown with
+    /// the HITL mitigation (seed 001: one band lower, floored at L1). Without toolsets: a
+    /// running daemon's `tools/list` `_meta` includes them.
+    pub approval: Option<ApprovalView>,
     pub diagnostics: Vec<Diagnostic>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalView {
+    pub required: bool,
+    pub source: &'static str,
+    pub strategy: Option<&'static str>,
+    pub risk_level_with_approval: Option<RiskLevel>,
+    /// An operator rule tried to lift the spec's REQUIRED without allow_override_required.
+    pub override_refused: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -92,11 +108,30 @@ pub fn build(cat: &Catalog, config: &Config, env: &dyn EnvSource) -> Report {
             tool_safety: None,
             fs_base_path: None,
             missing_env: Vec::new(),
+            approval: None,
             diagnostics: Vec::new(),
         };
         if let Some(spec) = &e.validated.spec {
             match resolve(spec, config) {
                 Ok(r) => {
+                    let facts = ToolFacts {
+                        name: &spec.name,
+                        category: spec.category.as_deref(),
+                        risk: r.risk,
+                        destructive: r.tool_safety.capabilities.destructive,
+                        spec_required: spec
+                            .human_in_the_loop
+                            .as_ref()
+                            .is_some_and(|h| h.mode.eq_ignore_ascii_case("REQUIRED")),
+                    };
+                    let a = requirement(&facts, None, &config.approval);
+                    report.approval = Some(ApprovalView {
+                        required: a.required,
+                        source: a.source.as_str(),
+                        strategy: a.required.then(|| a.strategy.as_str()),
+                        risk_level_with_approval: a.required.then(|| mitigated(r.risk)),
+                        override_refused: a.refused_override,
+                    });
                     report.risk_level = Some(r.risk);
                     report.tool_safety = Some(r.tool_safety);
                     report.fs_base_path = Some(r.fs_base_path.display().to_string());
@@ -167,6 +202,17 @@ pub fn print_text(report: &Report, show_warnings: bool, out: &mut dyn Write) -> 
             &s.name
         };
         writeln!(out, "{name:<28} {state:<20} {risk:<3} {at}")?;
+        if let Some(a) = s.approval.as_ref().filter(|a| a.required) {
+            writeln!(
+                out,
+                "    approval required ({}, strategy {}); risk with approval {}",
+                a.source,
+                a.strategy.unwrap_or("-"),
+                a.risk_level_with_approval
+                    .map(|r| r.as_str())
+                    .unwrap_or("-")
+            )?;
+        }
         if let Some(ts) = &s.tool_safety {
             writeln!(
                 out,

@@ -77,6 +77,26 @@ fn banner(service: &Service, what: &str) -> String {
         p.tools.len(),
         p.names().join(", ")
     );
+    let gated: Vec<String> = p
+        .tools
+        .iter()
+        .filter(|t| t.approval.required)
+        .map(|t| {
+            format!(
+                "{} ({}, {})",
+                t.spec.name,
+                t.approval.source.as_str(),
+                t.approval.strategy.as_str()
+            )
+        })
+        .collect();
+    if !gated.is_empty() {
+        s.push_str(&format!(
+            "approval required for {}: {}\n",
+            gated.len(),
+            gated.join(", ")
+        ));
+    }
     for (name, why) in &p.withheld {
         s.push_str(&format!("withheld {name}: {why}\n"));
     }
