@@ -251,3 +251,22 @@ fn proc_status_shows_the_confined_worker() {
         assert_eq!(field("Groups:"), "");
     }
 }
+
+/// The disk budget's OS backstop: code that bypasses safety.fs (as an exploited engine
+/// would) cannot write a file past max_write_bytes; the kernel answers EFBIG (RLIMIT_FSIZE).
+#[test]
+fn rlimit_fsize_holds_a_file_to_the_write_budget_without_the_helper() {
+    let base = fixture();
+    let mut j = job("", FsAccess::ReadWrite, base.path());
+    j.attack = Some("write_past_fsize".into());
+    j.limits.max_write_bytes = 4 << 20;
+    let out = run_job(&j, &exec_options(), &mut |_| {});
+    match &out.probe {
+        Some(ProbeOutcome::Denied { errno }) => assert_eq!(*errno, libc::EFBIG),
+        other => panic!("not stopped by RLIMIT_FSIZE: {other:?} {:?}", out.result),
+    }
+    let size = std::fs::metadata(base.path().join("fsize-probe.bin"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert_eq!(size, 4 << 20);
+}

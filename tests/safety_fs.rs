@@ -218,3 +218,56 @@ fn a_huge_file_is_a_clean_error_not_a_crash() {
         }
     }
 }
+
+/// The disk budget: a tool filling the workspace is stopped with OUTPUT_LIMIT at
+/// max_write_bytes, one creating files at max_files. (The kernel's RLIMIT_FSIZE behind it is
+/// tested without the helper in tests/escape.rs.)
+#[test]
+fn the_write_budget_stops_a_filling_tool() {
+    let ws = scratch_base();
+    let mut j = job(
+        "const chunk = 'x'.repeat(1 << 20); let i = 0; \
+         for (;;) { safety.fs.appendText('fill.bin', chunk); i++; }",
+        FsAccess::ReadWrite,
+        ws.path(),
+    );
+    j.limits.max_write_bytes = 8 << 20;
+    let r = run_job(&j, &exec_options(), &mut |_| {}).result;
+    let e = r
+        .err()
+        .unwrap_or_else(|| panic!("the filling tool finished"));
+    assert_eq!(e.code, Code::OutputLimit, "{}", e.message);
+    assert!(e.message.contains("max_write_bytes"), "{}", e.message);
+    let size = std::fs::metadata(ws.path().join("fill.bin"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert_eq!(size, 8 << 20, "only what fit the budget was written");
+
+    let ws = scratch_base();
+    let mut j = job(
+        "for (let i = 0; ; i++) safety.fs.writeText('d' + (i % 7) + '/f' + i + '.txt', 'x', false);",
+        FsAccess::ReadWrite,
+        ws.path(),
+    );
+    j.limits.max_files = 50;
+    let e = run_job(&j, &exec_options(), &mut |_| {})
+        .result
+        .err()
+        .unwrap_or_else(|| panic!("the file-creating tool finished"));
+    assert_eq!(e.code, Code::OutputLimit, "{}", e.message);
+    assert!(e.message.contains("max_files"), "{}", e.message);
+    let count = walk_count(ws.path());
+    assert_eq!(count, 50, "entries created");
+}
+
+fn walk_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            1 + if p.is_dir() { walk_count(&p) } else { 0 }
+        })
+        .sum()
+}

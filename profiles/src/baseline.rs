@@ -174,6 +174,10 @@ pub struct Baseline {
     /// Environment variables a spec's `${NAME}` may resolve: exact names, or prefixes written
     /// `PREFIX*` (`*` alone: all). Default: none, so no spec reads HOME, PATH or STSD_*.
     pub env_allow: Vec<String>,
+    /// Bytes a write posture may write in one call (also the largest file: RLIMIT_FSIZE).
+    pub max_write_bytes: u64,
+    /// Files and directories a write posture may create in one call.
+    pub max_files: u64,
 }
 
 impl Default for Baseline {
@@ -211,6 +215,8 @@ impl Default for Baseline {
             max_steps: 500_000,
             memory_limit_mib: 128,
             env_allow: Vec::new(),
+            max_write_bytes: 64 * 1024 * 1024,
+            max_files: 1000,
         }
     }
 }

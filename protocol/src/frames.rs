@@ -77,6 +77,10 @@ pub struct JobLimits {
     pub max_result_bytes: u64,
     pub max_console_lines: u64,
     pub max_console_bytes: u64,
+    /// Bytes a write posture may write in one call (safety.fs writes and copies).
+    pub max_write_bytes: u64,
+    /// Files and directories a write posture may create in one call.
+    pub max_files: u64,
 }
 
 impl Default for JobLimits {
@@ -89,6 +93,8 @@ impl Default for JobLimits {
             max_result_bytes: 1024 * 1024,
             max_console_lines: 1000,
             max_console_bytes: 256 * 1024,
+            max_write_bytes: 64 * 1024 * 1024,
+            max_files: 1000,
         }
     }
 }

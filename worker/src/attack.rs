@@ -299,6 +299,26 @@ pub fn run(name: &str, base: &str, parent: u32) -> ProbeOutcome {
                     },
                 }
             }
+            // Past the write budget without the fs helper: RLIMIT_FSIZE must stop it (EFBIG).
+            "write_past_fsize" => {
+                let chunk = vec![b'x'; 1 << 20];
+                let r =
+                    std::fs::File::create(format!("{base}/fsize-probe.bin")).and_then(|mut f| {
+                        use std::io::Write;
+                        for _ in 0..256 {
+                            f.write_all(&chunk)?;
+                        }
+                        Ok(())
+                    });
+                match r {
+                    Ok(()) => ProbeOutcome::Allowed {
+                        detail: "wrote 256 MiB in one file".into(),
+                    },
+                    Err(e) => ProbeOutcome::Denied {
+                        errno: e.raw_os_error().unwrap_or(-1),
+                    },
+                }
+            }
             other => ProbeOutcome::Skipped {
                 why: format!("unknown probe {other}"),
             },

@@ -156,6 +156,7 @@ impl Engine {
                         &job.sandbox.base_path,
                         fs.can_read(),
                         fs.can_write(),
+                        crate::globals::fs::WriteBudget::new(l.max_write_bytes, l.max_files),
                     )?;
                 }
                 if job.sandbox.network == stsd_protocol::frames::NetworkGrant::Brokered {
@@ -323,6 +324,7 @@ fn classify(e: CaughtError<'_>) -> Failure {
             let helper = match name.as_str() {
                 "SecurityError" => Some(Code::Security),
                 "InvalidInputError" => Some(Code::InvalidInput),
+                "OutputLimitError" => Some(Code::OutputLimit),
                 "HelperRuntimeError" => Some(Code::HelperRuntime),
                 _ => None,
             };

@@ -35,7 +35,7 @@ pub fn rlimits_for(spec: &SandboxSpec, limits: &JobLimits) -> RLimits {
             .saturating_add(1 << 30),
         cpu_seconds: limits.timeout_ms.div_ceil(1000) + 2,
         file_size: if spec.fs.can_write() {
-            MAX_WRITE_FILE_BYTES
+            MAX_WRITE_FILE_BYTES.min(limits.max_write_bytes.max(1))
         } else {
             0
         },

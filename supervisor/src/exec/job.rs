@@ -179,6 +179,8 @@ pub fn prepare(
             timeout_ms: resolved.limits.timeout_ms,
             max_steps: resolved.limits.max_steps,
             memory_bytes: resolved.limits.memory_limit_bytes,
+            max_write_bytes: config.baseline.max_write_bytes,
+            max_files: config.baseline.max_files,
             ..JobLimits::default()
         },
         attack: None,

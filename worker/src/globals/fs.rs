@@ -143,14 +143,70 @@ fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// A write posture's budget for one call: bytes written and entries created. Checked before
+/// each write, so a write that would go over does not happen at all.
+pub struct WriteBudget {
+    max_bytes: u64,
+    max_files: u64,
+    bytes: std::cell::Cell<u64>,
+    files: std::cell::Cell<u64>,
+}
+
+impl WriteBudget {
+    pub fn new(max_bytes: u64, max_files: u64) -> WriteBudget {
+        WriteBudget {
+            max_bytes,
+            max_files,
+            bytes: std::cell::Cell::new(0),
+            files: std::cell::Cell::new(0),
+        }
+    }
+
+    fn over(ctx: &Ctx<'_>, what: String) -> rquickjs::Error {
+        fail(ctx, "OUTPUT_LIMIT", what)
+    }
+
+    fn bytes(&self, ctx: &Ctx<'_>, n: usize) -> rquickjs::Result<()> {
+        let total = self.bytes.get().saturating_add(n as u64);
+        if total > self.max_bytes {
+            return Err(Self::over(
+                ctx,
+                format!(
+                    "this call may write {} bytes in all ([baseline] max_write_bytes); {} more would make {total}",
+                    self.max_bytes, n
+                ),
+            ));
+        }
+        self.bytes.set(total);
+        Ok(())
+    }
+
+    fn file(&self, ctx: &Ctx<'_>) -> rquickjs::Result<()> {
+        let total = self.files.get() + 1;
+        if total > self.max_files {
+            return Err(Self::over(
+                ctx,
+                format!(
+                    "this call may create {} files and directories ([baseline] max_files)",
+                    self.max_files
+                ),
+            ));
+        }
+        self.files.set(total);
+        Ok(())
+    }
+}
+
 pub struct Fs {
     base: PathBuf,
+    budget: WriteBudget,
 }
 
 impl Fs {
-    pub fn new(base: &str) -> Fs {
+    pub fn new(base: &str, budget: WriteBudget) -> Fs {
         Fs {
             base: PathBuf::from(base),
+            budget,
         }
     }
 
@@ -238,7 +294,13 @@ impl Fs {
                 continue;
             }
             match fs::create_dir(&cur) {
-                Ok(()) => {}
+                // A new directory costs one entry of the budget.
+                Ok(()) => {
+                    if let Err(e) = self.budget.file(ctx) {
+                        let _ = fs::remove_dir(&cur);
+                        return Err(e);
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io_err(ctx, p, e)),
             }
@@ -274,6 +336,30 @@ impl Fs {
     ) -> rquickjs::Result<File> {
         if let Some(parent) = path.parent() {
             self.mkdir_p(ctx, p, parent)?;
+        }
+        // A new file costs one entry of the budget: try an exclusive create first.
+        let fresh = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path);
+        match fresh {
+            Ok(f) => {
+                if let Err(e) = self.budget.file(ctx) {
+                    drop(f);
+                    let _ = fs::remove_file(path);
+                    return Err(e);
+                }
+                return Ok(f);
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(security(
+                    ctx,
+                    format!("writes may not target a symbolic link: {p}"),
+                ))
+            }
+            Err(e) => return Err(io_err(ctx, p, e)),
         }
         OpenOptions::new()
             .write(true)
@@ -313,9 +399,13 @@ fn regex(ctx: &Ctx<'_>, pattern: &str, insensitive: bool) -> rquickjs::Result<re
 }
 
 /// The host object for the prelude's fs installer. Options arrive already normalised.
-pub fn host_object<'js>(ctx: &Ctx<'js>, base: &str) -> rquickjs::Result<Object<'js>> {
+pub fn host_object<'js>(
+    ctx: &Ctx<'js>,
+    base: &str,
+    budget: WriteBudget,
+) -> rquickjs::Result<Object<'js>> {
     let o = Object::new(ctx.clone())?;
-    let fs = std::rc::Rc::new(Fs::new(base));
+    let fs = std::rc::Rc::new(Fs::new(base, budget));
     macro_rules! f {
         ($name:expr, $closure:expr) => {{
             let fs = fs.clone();
@@ -471,6 +561,7 @@ pub fn host_object<'js>(ctx: &Ctx<'js>, base: &str) -> rquickjs::Result<Object<'
     f!("writeText", |fs: std::rc::Rc<Fs>| {
         move |ctx: Ctx<'js>, p: String, content: String, append: bool| -> rquickjs::Result<String> {
             let path = fs.resolve(&ctx, &p)?;
+            fs.budget.bytes(&ctx, content.len())?;
             let mut f = fs.open_for_write(&ctx, &p, &path, append)?;
             f.write_all(content.as_bytes())
                 .map_err(|e| io_err(&ctx, &p, e))?;
@@ -486,6 +577,7 @@ pub fn host_object<'js>(ctx: &Ctx<'js>, base: &str) -> rquickjs::Result<Object<'
         let src = fs.resolve(&ctx, &from)?;
         let dst = fs.resolve(&ctx, &to)?;
         let bytes = read_capped(&src).map_err(|e| io_err(&ctx, &from, e))?;
+        fs.budget.bytes(&ctx, bytes.len())?;
         let mut f = fs.open_for_write(&ctx, &to, &dst, false)?;
         f.write_all(&bytes).map_err(|e| io_err(&ctx, &to, e))?;
         Ok(dst.display().to_string())

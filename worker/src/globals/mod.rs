@@ -3,7 +3,7 @@
 //! capability-gated helpers (safety.fs, fetch) come with the posture that grants them.
 
 mod fetch;
-mod fs;
+pub(crate) mod fs;
 mod host;
 mod html;
 mod parser;
@@ -17,6 +17,7 @@ pub(crate) fn helper_error(ctx: &Ctx<'_>, kind: &str, msg: impl AsRef<str>) -> r
     let name = match kind {
         "SECURITY" => "SecurityError",
         "INVALID_INPUT" => "InvalidInputError",
+        "OUTPUT_LIMIT" => "OutputLimitError",
         _ => "HelperRuntimeError",
     };
     let thrown = rquickjs::Exception::from_message(ctx.clone(), msg.as_ref()).and_then(|e| {
@@ -59,13 +60,14 @@ pub fn install_fs(
     base: &str,
     can_read: bool,
     can_write: bool,
+    budget: fs::WriteBudget,
 ) -> rquickjs::Result<()> {
     let mut opts = EvalOptions::default();
     opts.global = true;
     opts.strict = true;
     opts.filename = Some("stsd-fs.js".into());
     let f: Function = ctx.eval_with_options(FS, opts)?;
-    f.call::<_, ()>((fs::host_object(ctx, base)?, can_read, can_write))
+    f.call::<_, ()>((fs::host_object(ctx, base, budget)?, can_read, can_write))
 }
 
 pub fn install(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
