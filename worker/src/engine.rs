@@ -118,6 +118,7 @@ impl Engine {
             runtime: rt,
         } = warm;
         rt.set_memory_limit(l.memory_bytes as usize);
+        crate::globals::set_memory_budget(l.memory_bytes as usize);
         rt.set_max_stack_size(l.stack_bytes as usize);
         let stop: Rc<Cell<Option<Stop>>> = Rc::new(Cell::new(None));
         let console_over = Rc::new(Cell::new(false));
@@ -325,6 +326,7 @@ fn classify(e: CaughtError<'_>) -> Failure {
                 "SecurityError" => Some(Code::Security),
                 "InvalidInputError" => Some(Code::InvalidInput),
                 "OutputLimitError" => Some(Code::OutputLimit),
+                "MemoryLimitError" => Some(Code::MemoryLimit),
                 "HelperRuntimeError" => Some(Code::HelperRuntime),
                 _ => None,
             };

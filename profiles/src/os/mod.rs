@@ -12,6 +12,8 @@ use stsd_protocol::frames::{FsAccess, JobLimits, SandboxSpec};
 
 /// The fd the worker's socket sits on; every other fd above stderr is closed.
 pub const WORKER_SOCKET_FD: i32 = 3;
+/// RLIMIT_AS above the call's memory budget (see `rlimits_for`).
+pub const ADDRESS_SPACE_MARGIN: u64 = 320 << 20;
 /// Largest file a write posture may create.
 pub const MAX_WRITE_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
@@ -27,12 +29,11 @@ pub fn rlimits_for(spec: &SandboxSpec, limits: &JobLimits) -> RLimits {
         } else {
             32
         },
-        // The QuickJS heap limit is the real memory wall; this backstop covers what the engine
-        // does not account (binary, stack, allocator slack), with room to spare.
-        address_space: limits
-            .memory_bytes
-            .saturating_mul(2)
-            .saturating_add(1 << 30),
+        // The QuickJS heap limit is the real memory wall, and host helpers charge what they
+        // build to it; this backstop sits just above: the budget plus room for the mapped
+        // binary and libraries (about 40 MiB), the stack, one transient host copy and
+        // allocator slack.
+        address_space: limits.memory_bytes.saturating_add(ADDRESS_SPACE_MARGIN),
         cpu_seconds: limits.timeout_ms.div_ceil(1000) + 2,
         file_size: if spec.fs.can_write() {
             MAX_WRITE_FILE_BYTES.min(limits.max_write_bytes.max(1))

@@ -90,6 +90,19 @@ pub struct CallOutcome {
     pub probe: Option<ProbeOutcome>,
     /// Every fetch hop the broker made or refused for this call (for the audit record).
     pub egress: Vec<HopRecord>,
+    /// The worker's peak resident set (VmHWM, KiB), read while it still lived after its
+    /// outcome; None when it was already gone.
+    pub peak_rss_kib: Option<u64>,
+}
+
+/// A live process's VmHWM in KiB (readable for any process the supervisor started).
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
 }
 
 /// Events streamed while a call runs.
@@ -258,6 +271,7 @@ pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>
             timings: CallTimings::default(),
             probe: None,
             egress: Vec::new(),
+            peak_rss_kib: None,
         },
     }
 }
@@ -298,6 +312,7 @@ pub fn run_keeping(
         },
         probe: None,
         egress: Vec::new(),
+        peak_rss_kib: None,
     };
     on_event(Event::Started(w.pid()));
     let mut killed_at_deadline = false;
@@ -474,6 +489,9 @@ pub fn run_keeping(
         ) {
             out.timings.worker = t;
         }
+    }
+    if settled.is_some() {
+        out.peak_rss_kib = peak_rss_kib(w.pid());
     }
     let clean = matches!(&settled, Some(Ok(_)))
         || matches!(&settled, Some(Err(e)) if e.code == Code::JsError);

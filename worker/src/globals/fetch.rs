@@ -133,7 +133,7 @@ fn fetch_function<'js>(ctx: &Ctx<'js>, channel: Rc<Channel>) -> rquickjs::Result
             o.set("headers", hs)?;
             o.set("truncated", a.head.truncated)?;
             o.set("nextStartIndex", a.head.next_start_index.map(|n| n as f64))?;
-            o.set("body", ArrayBuffer::new(ctx.clone(), a.body)?)?;
+            o.set("body", ArrayBuffer::new_copy(ctx.clone(), &a.body)?)?;
             Ok(o)
         },
     )

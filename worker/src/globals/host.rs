@@ -100,7 +100,7 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
     host.set(
         "utf8Encode",
         Function::new(ctx.clone(), |ctx: Ctx<'js>, s: String| {
-            TypedArray::<u8>::new(ctx, s.into_bytes())
+            TypedArray::<u8>::new_copy(ctx, s.as_bytes())
         })?,
     )?;
     host.set(
@@ -147,7 +147,7 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
             ctx.clone(),
             |ctx: Ctx<'js>, s: String| -> rquickjs::Result<Option<TypedArray<'js, u8>>> {
                 match base64::engine::general_purpose::STANDARD.decode(s.as_bytes()) {
-                    Ok(b) => Ok(Some(TypedArray::<u8>::new(ctx, b)?)),
+                    Ok(b) => Ok(Some(TypedArray::<u8>::new_copy(ctx, &b)?)),
                     Err(_) => Ok(None),
                 }
             },
@@ -158,10 +158,19 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
         Function::new(
             ctx.clone(),
             |ctx: Ctx<'js>, n: usize| -> rquickjs::Result<TypedArray<'js, u8>> {
+                // The prelude checks 65536 too; the size is checked here, once, before any
+                // allocation, whatever the caller read.
+                if n > 65536 {
+                    return Err(super::helper_error(
+                        &ctx,
+                        "INVALID_INPUT",
+                        format!("getRandomValues: {n} bytes requested, the limit is 65536"),
+                    ));
+                }
                 let mut buf = vec![0u8; n];
                 getrandom::fill(&mut buf)
                     .map_err(|e| Exception::throw_internal(&ctx, &format!("getrandom: {e}")))?;
-                TypedArray::<u8>::new(ctx, buf)
+                TypedArray::<u8>::new_copy(ctx, &buf)
             },
         )?,
     )?;
@@ -187,7 +196,7 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
                 let out = hash(&alg, &data).ok_or_else(|| {
                     Exception::throw_type(&ctx, &format!("unsupported digest algorithm {alg}"))
                 })?;
-                TypedArray::<u8>::new(ctx, out)
+                TypedArray::<u8>::new_copy(ctx, &out)
             },
         )?,
     )?;
@@ -204,7 +213,7 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
                 let out = hmac(&alg, &k, &d).ok_or_else(|| {
                     Exception::throw_type(&ctx, &format!("unsupported HMAC hash {alg}"))
                 })?;
-                TypedArray::<u8>::new(ctx, out)
+                TypedArray::<u8>::new_copy(ctx, &out)
             },
         )?,
     )?;
@@ -223,11 +232,16 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
                         1 => ("xml", super::parser::xml(&text)),
                         _ => ("yaml", super::parser::yaml(&text)),
                     };
-                    r.map_err(|e| {
-                        Exception::throw_message(
+                    r.map_err(|e| match e {
+                        super::parser::Fail::Memory(m) => super::helper_error(
                             &ctx,
-                            &format!("INVALID_INPUT: safety.parser.{which}: {e}"),
-                        )
+                            "MEMORY_LIMIT",
+                            format!("safety.parser.{which}: {m}"),
+                        ),
+                        super::parser::Fail::Input(m) => Exception::throw_message(
+                            &ctx,
+                            &format!("INVALID_INPUT: safety.parser.{which}: {m}"),
+                        ),
                     })
                 },
             )?,

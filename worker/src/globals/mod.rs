@@ -11,13 +11,28 @@ mod parser;
 use rquickjs::context::EvalOptions;
 use rquickjs::{Ctx, Function};
 
+thread_local! {
+    /// The call's memory budget in bytes (its QuickJS heap limit). Host helpers that build
+    /// something whose size the tool controls check against it before allocating.
+    static MEMORY_BUDGET: std::cell::Cell<usize> = const { std::cell::Cell::new(128 << 20) };
+}
+
+pub(crate) fn set_memory_budget(bytes: usize) {
+    MEMORY_BUDGET.with(|b| b.set(bytes));
+}
+
+pub(crate) fn memory_budget() -> usize {
+    MEMORY_BUDGET.with(|b| b.get())
+}
+
 /// A classified helper failure, thrown as an `Error` whose name the engine maps to the error
-/// code: `kind` is SECURITY, INVALID_INPUT or HELPER_RUNTIME.
+/// code: `kind` is SECURITY, INVALID_INPUT, OUTPUT_LIMIT, MEMORY_LIMIT or HELPER_RUNTIME.
 pub(crate) fn helper_error(ctx: &Ctx<'_>, kind: &str, msg: impl AsRef<str>) -> rquickjs::Error {
     let name = match kind {
         "SECURITY" => "SecurityError",
         "INVALID_INPUT" => "InvalidInputError",
         "OUTPUT_LIMIT" => "OutputLimitError",
+        "MEMORY_LIMIT" => "MemoryLimitError",
         _ => "HelperRuntimeError",
     };
     let thrown = rquickjs::Exception::from_message(ctx.clone(), msg.as_ref()).and_then(|e| {

@@ -9,12 +9,49 @@ use serde_json::{json, Map, Value};
 const MAX_NODES: usize = 1_000_000;
 /// Deepest nesting of xml elements (yaml-rust2 has its own recursion limit).
 const MAX_DEPTH: usize = 256;
+/// What one node costs beyond its text, for the memory budget (a serde_json value and its
+/// JSON text, roughly).
+const NODE_BYTES: usize = 48;
 
-pub fn csv(text: &str, header: bool, delimiter: &str) -> Result<String, String> {
+/// Why a parse failed: the input is bad, or what it expands to would not fit the call's
+/// memory budget (MEMORY_LIMIT, like the engine's own limit).
+#[derive(Debug, PartialEq)]
+pub enum Fail {
+    Input(String),
+    Memory(String),
+}
+
+impl From<String> for Fail {
+    fn from(s: String) -> Fail {
+        Fail::Input(s)
+    }
+}
+
+fn over_budget(budget: usize) -> Fail {
+    Fail::Memory(format!(
+        "the result would take more than the call's memory limit of {} MiB",
+        budget >> 20
+    ))
+}
+
+pub fn csv(text: &str, header: bool, delimiter: &str) -> Result<String, Fail> {
+    csv_within(text, header, delimiter, super::memory_budget())
+}
+
+pub fn csv_within(
+    text: &str,
+    header: bool,
+    delimiter: &str,
+    budget: usize,
+) -> Result<String, Fail> {
     let delim = match delimiter.as_bytes() {
         [] => b',',
         [b, ..] if b.is_ascii() => *b,
-        _ => return Err("the delimiter must be a single ASCII character".into()),
+        _ => {
+            return Err(Fail::Input(
+                "the delimiter must be a single ASCII character".into(),
+            ))
+        }
     };
     let mut rdr = csv::ReaderBuilder::new()
         .delimiter(delim)
@@ -24,11 +61,13 @@ pub fn csv(text: &str, header: bool, delimiter: &str) -> Result<String, String> 
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut cells = 0usize;
     for r in rdr.records() {
-        let r = r.map_err(|e| e.to_string())?;
+        let r = r.map_err(|e| Fail::Input(e.to_string()))?;
         // Cells are Rust allocations outside the engine's heap limit: budget them.
         cells += r.len().max(1);
         if cells > MAX_NODES {
-            return Err(format!("the document has more than {MAX_NODES} cells"));
+            return Err(Fail::Input(format!(
+                "the document has more than {MAX_NODES} cells"
+            )));
         }
         // Commons CSV's DEFAULT format skips empty lines.
         if r.len() == 1 && r.get(0).is_some_and(str::is_empty) {
@@ -41,7 +80,15 @@ pub fn csv(text: &str, header: bool, delimiter: &str) -> Result<String, String> 
         let head = it.next().unwrap_or_default();
         // Each row becomes an object with every header key, whatever its own length.
         if head.len().saturating_mul(it.len()) > MAX_NODES {
-            return Err(format!("the document has more than {MAX_NODES} cells"));
+            return Err(Fail::Input(format!(
+                "the document has more than {MAX_NODES} cells"
+            )));
+        }
+        // Every row repeats every key: a wide header times many rows is the real size.
+        let keys: usize = head.iter().map(|h| h.len() + NODE_BYTES).sum();
+        let body = text.len().saturating_mul(2);
+        if keys.saturating_mul(it.len()).saturating_add(body) > budget {
+            return Err(over_budget(budget));
         }
         Value::Array(
             it.map(|row| {
@@ -62,14 +109,15 @@ pub fn csv(text: &str, header: bool, delimiter: &str) -> Result<String, String> 
     Ok(out.to_string())
 }
 
-pub fn xml(text: &str) -> Result<String, String> {
+pub fn xml(text: &str) -> Result<String, Fail> {
     let opts = roxmltree::ParsingOptions {
         allow_dtd: false,
         nodes_limit: MAX_NODES as u32,
         // No resolver: with DTDs refused there are no external entities to resolve anyway.
         entity_resolver: None,
     };
-    let doc = roxmltree::Document::parse_with_options(text, opts).map_err(|e| e.to_string())?;
+    let doc = roxmltree::Document::parse_with_options(text, opts)
+        .map_err(|e| Fail::Input(e.to_string()))?;
     // The name as written (`prefix:local`): the reference parser is not namespace-aware.
     fn qname(node: roxmltree::Node<'_, '_>, name: roxmltree::ExpandedName<'_, '_>) -> String {
         match name.namespace().and_then(|ns| node.lookup_prefix(ns)) {
@@ -117,7 +165,20 @@ struct YamlBuilder {
     anchors: std::collections::HashMap<usize, Value>,
     docs: Vec<Value>,
     nodes: usize,
-    error: Option<String>,
+    /// Bytes the result holds so far (text of every string and key, plus a per-node cost),
+    /// aliases counted at every copy.
+    bytes: usize,
+    budget: usize,
+    error: Option<Fail>,
+}
+
+fn weight(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len() + NODE_BYTES,
+        Value::Array(a) => NODE_BYTES + a.iter().map(weight).sum::<usize>(),
+        Value::Object(o) => NODE_BYTES + o.iter().map(|(k, x)| k.len() + weight(x)).sum::<usize>(),
+        _ => NODE_BYTES,
+    }
 }
 
 fn count(v: &Value) -> usize {
@@ -155,21 +216,36 @@ fn scalar(s: String, style: yaml_rust2::scanner::TScalarStyle) -> Value {
 }
 
 impl YamlBuilder {
-    fn push_value(&mut self, v: Value, anchor: usize) {
+    fn push_value(&mut self, v: Value, anchor: usize, copied: bool) {
         self.nodes += count(&v);
         if self.nodes > MAX_NODES {
-            self.error = Some(format!(
+            self.error = Some(Fail::Input(format!(
                 "the document expands to more than {MAX_NODES} nodes (aliases included)"
-            ));
+            )));
+            return;
+        }
+        // A scalar or a copied alias adds its whole weight; a closed container only itself
+        // (its children were added as they came).
+        self.bytes = self.bytes.saturating_add(match (&v, copied) {
+            (_, true) | (Value::String(_), _) => weight(&v),
+            _ => NODE_BYTES,
+        });
+        if self.bytes > self.budget {
+            self.error = Some(over_budget(self.budget));
             return;
         }
         if anchor > 0 {
             // The anchor keeps a copy: it counts against the budget too.
             self.nodes += count(&v);
             if self.nodes > MAX_NODES {
-                self.error = Some(format!(
+                self.error = Some(Fail::Input(format!(
                     "the document expands to more than {MAX_NODES} nodes (aliases included)"
-                ));
+                )));
+                return;
+            }
+            self.bytes = self.bytes.saturating_add(weight(&v));
+            if self.bytes > self.budget {
+                self.error = Some(over_budget(self.budget));
                 return;
             }
             self.anchors.insert(anchor, v.clone());
@@ -182,7 +258,10 @@ impl YamlBuilder {
                     *key = Some(match v {
                         Value::String(s) => s,
                         other => other.to_string(),
-                    })
+                    });
+                    if let Some(k) = key {
+                        self.bytes = self.bytes.saturating_add(k.len());
+                    }
                 }
                 Some(k) => {
                     o.insert(k, v);
@@ -200,7 +279,9 @@ impl yaml_rust2::parser::EventReceiver for YamlBuilder {
             return;
         }
         match ev {
-            Event::Scalar(s, style, anchor, _tag) => self.push_value(scalar(s, style), anchor),
+            Event::Scalar(s, style, anchor, _tag) => {
+                self.push_value(scalar(s, style), anchor, false)
+            }
             Event::SequenceStart(anchor, _) => {
                 self.stack.push((Value::Array(Vec::new()), None, anchor))
             }
@@ -211,28 +292,36 @@ impl yaml_rust2::parser::EventReceiver for YamlBuilder {
                 if let Some((v, _, anchor)) = self.stack.pop() {
                     // Its children were counted already; count the container itself.
                     self.nodes = self.nodes.saturating_sub(count(&v) - 1);
-                    self.push_value(v, anchor);
+                    self.push_value(v, anchor, false);
                 }
             }
             Event::Alias(id) => match self.anchors.get(&id).cloned() {
-                Some(v) => self.push_value(v, 0),
-                None => self.error = Some(format!("unknown alias {id}")),
+                Some(v) => self.push_value(v, 0, true),
+                None => self.error = Some(Fail::Input(format!("unknown alias {id}"))),
             },
             _ => {}
         }
     }
 }
 
-pub fn yaml(text: &str) -> Result<String, String> {
+pub fn yaml(text: &str) -> Result<String, Fail> {
+    yaml_within(text, super::memory_budget())
+}
+
+pub fn yaml_within(text: &str, budget: usize) -> Result<String, Fail> {
     let mut b = YamlBuilder {
         stack: Vec::new(),
         anchors: Default::default(),
         docs: Vec::new(),
         nodes: 0,
+        bytes: 0,
+        budget,
         error: None,
     };
     let mut parser = yaml_rust2::parser::Parser::new_from_str(text);
-    parser.load(&mut b, true).map_err(|e| e.to_string())?;
+    parser
+        .load(&mut b, true)
+        .map_err(|e| Fail::Input(e.to_string()))?;
     if let Some(e) = b.error {
         return Err(e);
     }
@@ -296,14 +385,45 @@ mod tests {
             prev = c;
         }
         let e = yaml(&laughs);
-        assert!(e.as_ref().is_err_and(|m| m.contains("more than")), "{e:?}");
+        assert!(
+            matches!(&e, Err(Fail::Input(m)) if m.contains("more than")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn aliases_of_a_large_anchor_and_wide_headers_hit_the_memory_budget() {
+        // 250 aliases of a 4 MB string: few nodes, 1 GB of text.
+        let big = "x".repeat(4 << 20);
+        let doc = format!("a: &a \"{big}\"\nb: [{}]\n", vec!["*a"; 250].join(","));
+        let e = yaml_within(&doc, 128 << 20);
+        assert!(
+            matches!(&e, Err(Fail::Memory(_))),
+            "{:?}",
+            e.as_ref().map(|s| s.len())
+        );
+        // Under the budget the same shape works.
+        let small = format!("a: &a \"xyz\"\nb: [{}]\n", vec!["*a"; 250].join(","));
+        assert!(yaml_within(&small, 128 << 20).is_ok());
+        // 200 header keys of 10 KB each over 100 rows: every row repeats every key.
+        let head: Vec<String> = (0..200)
+            .map(|i| format!("{i}{}", "k".repeat(10_000)))
+            .collect();
+        let csv_text = format!("{}\n{}", head.join(","), "1\n".repeat(100));
+        let e = csv_within(&csv_text, true, ",", 128 << 20);
+        assert!(
+            matches!(&e, Err(Fail::Memory(_))),
+            "{:?}",
+            e.as_ref().map(|s| s.len())
+        );
+        assert!(csv_within(&csv_text, false, ",", 128 << 20).is_ok());
     }
 
     #[test]
     fn deep_xml_and_wide_csv_are_refused_not_crashes() {
         let deep = format!("{}{}", "<a>".repeat(5000), "</a>".repeat(5000));
-        assert!(xml(&deep).is_err_and(|e| e.contains("deeper")));
+        assert!(matches!(xml(&deep), Err(Fail::Input(e)) if e.contains("deeper")));
         let wide = format!("{}\n{}", vec!["h"; 100_000].join(","), "x\n".repeat(50));
-        assert!(csv(&wide, true, ",").is_err_and(|e| e.contains("cells")));
+        assert!(matches!(csv(&wide, true, ","), Err(Fail::Input(e)) if e.contains("cells")));
     }
 }

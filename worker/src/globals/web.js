@@ -130,11 +130,13 @@
         array instanceof Int16Array || array instanceof Uint16Array || array instanceof Int32Array ||
         array instanceof Uint32Array || array instanceof BigInt64Array || array instanceof BigUint64Array;
       if (!ok) throw new DOMException("getRandomValues: an integer TypedArray is required", "TypeMismatchError");
-      if (array.byteLength > 65536) {
-        throw new DOMException(`getRandomValues: ${array.byteLength} bytes requested, the limit is 65536`, "QuotaExceededError");
+      // Read once: a Proxy may answer differently each time it is asked.
+      const n = array.byteLength;
+      if (!(n >= 0 && n <= 65536)) {
+        throw new DOMException(`getRandomValues: ${n} bytes requested, the limit is 65536`, "QuotaExceededError");
       }
       // A real fill of every byte of every element, whatever its width.
-      new Uint8Array(array.buffer, array.byteOffset, array.byteLength).set(host.randomBytes(array.byteLength));
+      new Uint8Array(array.buffer, array.byteOffset, n).set(host.randomBytes(n));
       return array;
     },
     randomUUID() { return host.randomUUID(); },
