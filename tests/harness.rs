@@ -279,22 +279,16 @@ impl Conn {
 
     /// The next response or error, including an error with no id (a parse error).
     pub fn response_or_error(&mut self) -> Value {
-        loop {
-            let mut line = String::new();
-            let n = self
-                .reader
-                .read_line(&mut line)
-                .unwrap_or_else(|e| panic!("{e}"));
-            assert!(n > 0, "connection closed");
-            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
-            if v.get("id").is_some() || v.get("error").is_some() {
-                return v;
-            }
-        }
+        self.next_where(|v| v.get("id").is_some() || v.get("error").is_some())
     }
 
     /// The next response (notifications skipped).
     pub fn response(&mut self) -> Value {
+        self.next_where(|v| v.get("id").is_some())
+    }
+
+    /// The next message `keep` accepts; the others are skipped.
+    pub fn next_where(&mut self, keep: impl Fn(&Value) -> bool) -> Value {
         loop {
             let mut line = String::new();
             let n = self
@@ -303,7 +297,7 @@ impl Conn {
                 .unwrap_or_else(|e| panic!("{e}"));
             assert!(n > 0, "connection closed");
             let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
-            if v.get("id").is_some() {
+            if keep(&v) {
                 return v;
             }
         }

@@ -62,6 +62,14 @@ fn assert_serving(d: &mut Daemon) {
     assert!(r["result"]["tools"].is_array(), "{r}");
 }
 
+/// The one call so far was recorded CANCELLED within 3 s, and the daemon still serves.
+fn assert_one_cancelled_call_and_serving(d: &mut Daemon) {
+    let recs = audit_after(d, 1, 3);
+    assert_eq!(recs.len(), 1, "no audit record within 3 s");
+    assert_eq!(recs[0]["error"]["code"], "CANCELLED", "{}", recs[0]);
+    assert_serving(d);
+}
+
 /// Waits for the audit log to hold `n` records.
 fn audit_after(d: &Daemon, n: usize, secs: u64) -> Vec<Value> {
     let t0 = Instant::now();
@@ -109,10 +117,7 @@ fn a_client_gone_mid_call_while_console_lines_stream_is_cancelled_and_audited() 
         let _ = r.read_line(&mut first);
         assert!(first.contains("notifications/message"), "{first}");
     }
-    let recs = audit_after(&d, 1, 3);
-    assert_eq!(recs.len(), 1, "no audit record within 3 s");
-    assert_eq!(recs[0]["error"]["code"], "CANCELLED", "{}", recs[0]);
-    assert_serving(&mut d);
+    assert_one_cancelled_call_and_serving(&mut d);
 }
 
 #[test]
@@ -136,10 +141,7 @@ fn a_killed_bridge_leaves_the_daemon_serving() {
     assert!(first.contains("notifications/message"), "{first}");
     let _ = bridge.kill();
     let _ = bridge.wait();
-    let recs = audit_after(&d, 1, 3);
-    assert_eq!(recs.len(), 1, "no audit record within 3 s");
-    assert_eq!(recs[0]["error"]["code"], "CANCELLED", "{}", recs[0]);
-    assert_serving(&mut d);
+    assert_one_cancelled_call_and_serving(&mut d);
 }
 
 #[test]

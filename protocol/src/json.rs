@@ -55,11 +55,22 @@ pub fn parse_bounded(bytes: &[u8]) -> Result<Value, Diagnostic> {
 
 /// Scans bracket depth outside strings, so nesting is refused before serde recurses.
 fn check_nesting(text: &str) -> Result<(), Diagnostic> {
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut line = 1usize;
-    for b in text.bytes() {
+    match nesting_over(text.as_bytes(), MAX_NESTING) {
+        None => Ok(()),
+        Some(line) => Err(Diagnostic::error(
+            Code::SpecParse,
+            "",
+            format!("document nests arrays/objects deeper than {MAX_NESTING} levels (line {line})"),
+        )),
+    }
+}
+
+/// The line (1-based) where arrays and objects, counted outside strings, first nest deeper
+/// than `limit`; None when they never do. Any JSON reader that takes text from someone else
+/// runs this before parsing.
+pub fn nesting_over(bytes: &[u8], limit: usize) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped, mut line) = (0usize, false, false, 1usize);
+    for &b in bytes {
         if in_string {
             match (escaped, b) {
                 (true, _) => escaped = false,
@@ -73,14 +84,8 @@ fn check_nesting(text: &str) -> Result<(), Diagnostic> {
             b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
-                if depth > MAX_NESTING {
-                    return Err(Diagnostic::error(
-                        Code::SpecParse,
-                        "",
-                        format!(
-                            "document nests arrays/objects deeper than {MAX_NESTING} levels (line {line})"
-                        ),
-                    ));
+                if depth > limit {
+                    return Some(line);
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
@@ -88,7 +93,7 @@ fn check_nesting(text: &str) -> Result<(), Diagnostic> {
             _ => {}
         }
     }
-    Ok(())
+    None
 }
 
 /// Human-readable JSON type name for messages.

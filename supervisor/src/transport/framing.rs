@@ -51,32 +51,8 @@ pub fn error_reply(id: Option<&Value>, code: ErrorCode, message: &str) -> Value 
     v
 }
 
-/// The deepest nesting of `[` and `{` outside strings, stopping early past `limit`.
 fn depth_exceeds(line: &[u8], limit: usize) -> bool {
-    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
-    for &b in line {
-        if in_str {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_str = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_str = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > limit {
-                    return true;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    false
+    stsd_protocol::json::nesting_over(line, limit).is_some()
 }
 
 /// Methods of MCP whose params rmcp types; a request for one that rmcp could only read as a
