@@ -674,3 +674,136 @@ fn redirect_hops_count_against_the_request_budget() {
         out.egress
     );
 }
+
+/// The threads of process `pid`, by name (`/proc/<pid>/task/*/comm`).
+fn thread_names(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .collect()
+}
+
+/// TCP connections process `pid` holds open to `port` (its socket fds matched against its
+/// /proc/net/tcp and tcp6).
+fn tcp_connections_to(pid: i32, port: u16) -> usize {
+    let mut inodes = std::collections::HashSet::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let target = std::fs::read_link(fd.path()).unwrap_or_default();
+        let t = target.to_string_lossy();
+        if let Some(i) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+            inodes.insert(i.to_string());
+        }
+    }
+    let mut n = 0;
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = f
+                .get(2)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if remote_port == Some(port) && f.get(9).is_some_and(|i| inodes.contains(*i)) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Polls `f` every 20 ms until it holds; panics with `what()` after `limit`.
+fn wait_for(limit: Duration, mut f: impl FnMut() -> bool, what: impl Fn() -> String) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "{}", what());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Callers that go away while their tool waits on a trickling response: each fetch is aborted
+/// on the wire at once. The daemon's fetch threads and its connections to the server are gone
+/// within a second, not left to run out the 30 s request timeout.
+#[test]
+fn cancelled_fetches_leave_no_thread_or_connection_behind() {
+    use stsd_tests::harness::Daemon;
+    let srv = FixtureServer::start();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let catalog = dir.path().join("net.json");
+    let specs = json!([{"name": "trickle", "description": "fetch test", "codeType": "Javascript",
+        "sandboxOverrides": {"networkMode": "allowlist", "hostsAllow": ["fixture.test"]},
+        "draft": false,
+        "code": "return (await fetch('http://fixture.test/stsd/trickle')).text();"}]);
+    std::fs::write(&catalog, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let config = format!(
+        "[egress.host_overrides]\n\"fixture.test\" = \"127.0.0.1:{}\"\n",
+        srv.port
+    );
+    let pool = 4;
+    let d = Daemon::start_with(dir, pool, &config, &catalog.display().to_string(), &[]);
+    let pid = d.pid();
+    let fetch_threads = || {
+        thread_names(pid)
+            .iter()
+            .filter(|t| *t == "stsd-fetch")
+            .count()
+    };
+    let trickles = || {
+        srv.seen()
+            .iter()
+            .filter(|s| s.path == "/stsd/trickle")
+            .count()
+    };
+    let baseline = thread_names(pid).len();
+    let rounds = 5;
+    for round in 0..rounds {
+        let mut conns: Vec<_> = (0..pool).map(|_| d.connect()).collect();
+        for (i, c) in conns.iter_mut().enumerate() {
+            c.call(i as u64, "trickle", json!({}));
+        }
+        wait_for(
+            Duration::from_secs(20),
+            || trickles() >= (round + 1) * pool,
+            || format!("round {round}: {} fetches started", trickles()),
+        );
+        drop(conns); // every caller goes away mid-fetch
+    }
+    let t0 = Instant::now();
+    wait_for(
+        Duration::from_secs(1),
+        || fetch_threads() == 0 && tcp_connections_to(pid, srv.port) == 0,
+        || {
+            format!(
+                "after 1 s: {} fetch threads, {} connections to the server",
+                fetch_threads(),
+                tcp_connections_to(pid, srv.port)
+            )
+        },
+    );
+    eprintln!(
+        "{} cancelled fetches: threads and connections gone {} ms after the last caller left",
+        rounds * pool,
+        t0.elapsed().as_millis()
+    );
+    wait_for(
+        Duration::from_secs(5),
+        || d.audit_records().len() == rounds * pool,
+        || format!("{} audit records", d.audit_records().len()),
+    );
+    for r in d.audit_records() {
+        assert_eq!(r["error"]["code"], "CANCELLED", "{r}");
+    }
+    // Nothing else piled up either: at most the runtime's call threads (one per running
+    // call, idle for a while after) and the reaper are new.
+    let now = thread_names(pid).len();
+    assert!(
+        now <= baseline + pool + 1,
+        "threads: {baseline} before, {now} after"
+    );
+}

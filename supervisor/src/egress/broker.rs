@@ -6,6 +6,7 @@
 //! The HTTP client is then handed those checked addresses as its only resolver answer, so the
 //! connection goes to an address that was checked: there is no second lookup to rebind.
 
+use super::conn::Abort;
 use super::dns::{Dns, SystemDns};
 use super::guard::{self, ipnet_lite::Net, Refusal, Target};
 use serde::Serialize;
@@ -305,9 +306,22 @@ impl Broker {
         deadline: Instant,
         records: &mut Vec<HopRecord>,
     ) -> Result<Response, Failure> {
+        self.fetch_abortable(policy, req, deadline, &Abort::new(), records)
+    }
+
+    /// [`Broker::fetch`] that another thread can end through `abort` (the caller went away):
+    /// the connection is shut down at once and the fetch fails with the rule `cancelled`.
+    pub fn fetch_abortable(
+        &self,
+        policy: &Policy,
+        req: Request,
+        deadline: Instant,
+        abort: &Arc<Abort>,
+        records: &mut Vec<HopRecord>,
+    ) -> Result<Response, Failure> {
         let before = records.len();
         let mut current = (req.method.clone(), req.url.clone());
-        let out = self.run(policy, req, deadline, records, &mut current);
+        let out = self.run(policy, req, deadline, abort, records, &mut current);
         // A refusal before any hop ran (or of a redirect's target) gets a record of its own.
         if let Err(f) = &out {
             let recorded = records.len() > before
@@ -337,6 +351,7 @@ impl Broker {
         policy: &Policy,
         req: Request,
         deadline: Instant,
+        abort: &Arc<Abort>,
         records: &mut Vec<HopRecord>,
         current: &mut (String, String),
     ) -> Result<Response, Failure> {
@@ -373,6 +388,9 @@ impl Broker {
         let mut hops = 0u32;
         loop {
             *current = (method.clone(), url.clone());
+            if abort.is_aborted() {
+                return Err(cancelled());
+            }
             // Every hop counts against the call's request budget.
             if records.len() as u64 >= u64::from(self.cfg.max_requests_per_call) {
                 return Err(Failure::denied(guard::refuse(
@@ -390,7 +408,13 @@ impl Broker {
                 ..HopRecord::default()
             };
             let t_hop = Instant::now();
-            let outcome = self.hop(policy, &method, &url, &headers, &body, deadline, &mut rec);
+            let hop = Hop {
+                method: &method,
+                url: &url,
+                headers: &headers,
+                body: &body,
+            };
+            let outcome = self.hop(policy, &hop, deadline, abort, &mut rec);
             rec.elapsed_ms = t_hop.elapsed().as_millis() as u64;
             if let Err(f) = &outcome {
                 if f.code == Code::Security {
@@ -459,17 +483,20 @@ impl Broker {
     }
 
     /// Checks, resolves and sends one hop; returns the response head (body unread).
-    #[allow(clippy::too_many_arguments)]
     fn hop(
         &self,
         policy: &Policy,
-        method: &str,
-        url: &str,
-        headers: &[(String, String)],
-        body: &[u8],
+        hop: &Hop<'_>,
         deadline: Instant,
+        abort: &Arc<Abort>,
         rec: &mut HopRecord,
     ) -> Result<(Target, ureq::Response), Failure> {
+        let Hop {
+            method,
+            url,
+            headers,
+            body,
+        } = *hop;
         let target = guard::parse_target(url).map_err(Failure::denied)?;
         guard::check_target(&target, policy.mode, &policy.hosts, &self.trusted)
             .map_err(Failure::denied)?;
@@ -500,10 +527,18 @@ impl Broker {
         let connector = super::conn::Connector {
             tls: https.then(|| self.tls.clone()),
             deadline,
+            abort: abort.clone(),
         };
+        let before_connect = abort.clone();
         let agent = ureq::AgentBuilder::new()
-            // The only answer the client gets for this hop: the checked addresses.
-            .resolver(move |_netloc: &str| Ok(checked.clone()))
+            // The only answer the client gets for this hop: the checked addresses (none once
+            // the caller has gone away).
+            .resolver(move |_netloc: &str| {
+                if before_connect.is_aborted() {
+                    return Err(super::conn::aborted());
+                }
+                Ok(checked.clone())
+            })
             .redirects(0)
             .max_idle_connections(0)
             .timeout_connect(remaining.min(Duration::from_millis(self.cfg.connect_timeout_ms)))
@@ -525,6 +560,7 @@ impl Broker {
         };
         let resp = match sent {
             Ok(resp) | Err(ureq::Error::Status(_, resp)) => resp,
+            Err(ureq::Error::Transport(_)) if abort.is_aborted() => return Err(cancelled()),
             Err(ureq::Error::Transport(t)) => return Err(transport_failure(&t, deadline)),
         };
         rec.status = Some(resp.status());
@@ -681,6 +717,21 @@ impl Broker {
 struct Slice {
     start: u64,
     max_length: Option<u64>,
+}
+
+/// One hop's request.
+#[derive(Clone, Copy)]
+struct Hop<'a> {
+    method: &'a str,
+    url: &'a str,
+    headers: &'a [(String, String)],
+    body: &'a [u8],
+}
+
+/// The fetch was aborted because its caller went away (nobody sees this answer; the call
+/// is recorded CANCELLED).
+fn cancelled() -> Failure {
+    Failure::runtime("io", "cancelled", "the caller went away")
 }
 
 fn remaining(deadline: Instant) -> Result<Duration, Failure> {

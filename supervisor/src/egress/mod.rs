@@ -8,3 +8,4 @@ pub mod guard;
 mod tls;
 
 pub use broker::{Broker, Failure, HopRecord, Policy, Request, Response};
+pub use conn::Abort;

@@ -562,7 +562,8 @@ impl FetchState {
     }
 
     /// Runs one fetch on its own thread while this one watches for the caller going away;
-    /// None when it did (the fetch then ends on its own, by its deadline at the latest).
+    /// None when it did. The fetch is then aborted: its connection is shut down, so the
+    /// thread ends within milliseconds rather than at the request timeout.
     fn run(
         &mut self,
         req: FetchRequest,
@@ -599,10 +600,12 @@ impl FetchState {
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let (b, p, mut recs) = (broker.clone(), policy.clone(), records.clone());
+        let abort = egress::Abort::new();
+        let a = abort.clone();
         let spawned = std::thread::Builder::new()
             .name("stsd-fetch".into())
             .spawn(move || {
-                let r = b.fetch(&p, request, deadline, &mut recs);
+                let r = b.fetch_abortable(&p, request, deadline, &a, &mut recs);
                 let _ = tx.send((r, recs));
             });
         if let Err(e) = spawned {
@@ -620,6 +623,7 @@ impl FetchState {
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                        abort.abort();
                         return None;
                     }
                 }
