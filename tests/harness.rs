@@ -70,9 +70,17 @@ impl Daemon {
         let audit = dir.path().join("audit.jsonl");
         let config = dir.path().join("stsd.toml");
         // `slow` spins on Date.now(), which the default step budget would stop in ~100 ms.
+        // `extra_config` may open `[baseline]` (first): its keys join the harness's own.
+        let (baseline, extra_config) = match extra_config.strip_prefix("[baseline]\n") {
+            Some(rest) => match rest.find("\n[") {
+                Some(i) => (&rest[..=i], &rest[i + 1..]),
+                None => (rest, ""),
+            },
+            None => ("", extra_config),
+        };
         let _ = std::fs::write(
             &config,
-            format!("[baseline]\nmax_steps = 1000000000000\nenv_allow = [\"STSD_TEST_*\", \"STSD_HOSTILE_SECRET\"]\n\n[daemon]\naudit_log = \"{}\"\n{extra_config}", audit.display()),
+            format!("[baseline]\nmax_steps = 1000000000000\nenv_allow = [\"STSD_TEST_*\", \"STSD_HOSTILE_SECRET\"]\n{baseline}\n[daemon]\naudit_log = \"{}\"\n{extra_config}", audit.display()),
         );
         let mut cmd = Command::new(stsd_bin());
         cmd.arg("--config")

@@ -393,6 +393,7 @@ fn a_worker_binary_that_dies_at_once_is_worker_crashed() {
 fn a_kept_worker_runs_a_second_job_in_a_fresh_context() {
     let (mut j, _b) = base_job("globalThis.n = (globalThis.n || 0) + 1; return n;");
     j.keep_alive = true;
+    j.reuse_calls = 2;
     let opts = exec_options();
     let w = stsd::exec::spawn_ready(&opts).unwrap_or_else(|e| panic!("{e:?}"));
     let pid = w.pid();

@@ -119,5 +119,6 @@ pub fn job(
         limits: JobLimits::default(),
         attack: None,
         keep_alive: false,
+        reuse_calls: 1,
     }
 }

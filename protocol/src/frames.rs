@@ -132,6 +132,9 @@ pub struct Job {
     /// After this job, wait for another of the same posture (worker reuse) instead of exiting.
     /// Each job still gets a fresh QuickJS runtime and context.
     pub keep_alive: bool,
+    /// Calls the worker may serve in all (reuse; 1 without). Read once, when the worker is
+    /// confined: its hard CPU limit covers that many calls' budgets.
+    pub reuse_calls: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -392,6 +395,7 @@ mod tests {
             limits: JobLimits::default(),
             attack: None,
             keep_alive: false,
+            reuse_calls: 1,
         }
     }
 

@@ -512,6 +512,7 @@ impl Service {
             };
             // Reuse: the worker waits for another call of this tool after this one.
             job.keep_alive = worker.served + 1 < me.reuse;
+            job.reuse_calls = me.reuse;
             let (out, kept) = exec::run_keeping(worker, &job, &me.opts, Some(&cancel), &mut |ev| {
                 if let exec::Event::Console(level, line) = ev {
                     console(level, mask.mask_cut(line, LINE_TRUNCATED_MARK));

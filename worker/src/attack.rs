@@ -288,6 +288,37 @@ pub fn run(name: &str, base: &str, parent: u32) -> ProbeOutcome {
                 )
             }
             "x32_syscall" => outcome(libc::syscall(0x4000_0000 | libc::SYS_getpid), "x32 getpid"),
+            // prlimit64 is allowed for the worker's own RLIMIT_CPU only (worker reuse).
+            "prlimit_parent_cpu" => {
+                let lim = libc::rlimit64 {
+                    rlim_cur: 1,
+                    rlim_max: 1,
+                };
+                outcome(
+                    libc::prlimit64(ppid, libc::RLIMIT_CPU, &lim, std::ptr::null_mut()) as i64,
+                    "prlimit64(parent, CPU)",
+                )
+            }
+            "raise_own_nofile" => {
+                let lim = libc::rlimit64 {
+                    rlim_cur: 4096,
+                    rlim_max: 4096,
+                };
+                outcome(
+                    libc::prlimit64(0, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) as i64,
+                    "prlimit64(self, NOFILE)",
+                )
+            }
+            "raise_own_cpu_hard" => {
+                let lim = libc::rlimit64 {
+                    rlim_cur: 1 << 20,
+                    rlim_max: 1 << 20,
+                };
+                outcome(
+                    libc::prlimit64(0, libc::RLIMIT_CPU, &lim, std::ptr::null_mut()) as i64,
+                    "prlimit64(self, CPU hard up)",
+                )
+            }
             "read_inside_base" => read_file(&format!("{base}/inside.txt")),
             "write_inside_base" => {
                 match std::fs::write(format!("{base}/written-by-probe.txt"), b"ok") {
@@ -358,6 +389,9 @@ pub const HOSTILE: &[&str] = &[
     "mprotect_exec",
     "fcntl_setown_parent",
     "sendmsg_scm_rights",
+    "prlimit_parent_cpu",
+    "raise_own_nofile",
+    "raise_own_cpu_hard",
     "open_o_path_outside",
     "stat_outside",
     "statx_outside",

@@ -123,7 +123,13 @@ pub fn run() -> i32 {
         }
         match &confined {
             None => {
-                if let Err(e) = os::confine(&prepared, &job.sandbox, &job.limits, &job.seccomp) {
+                if let Err(e) = os::confine(
+                    &prepared,
+                    &job.sandbox,
+                    &job.limits,
+                    &job.seccomp,
+                    job.reuse_calls,
+                ) {
                     return fail(
                         &channel,
                         Code::SandboxUnavailable,
@@ -140,7 +146,16 @@ pub fn run() -> i32 {
                     "a reused worker was sent a job of another posture",
                 );
             }
-            Some(_) => {}
+            // RLIMIT_CPU counts the process's whole life: each call gets its own budget.
+            Some(_) => {
+                if let Err(e) = os::rearm_cpu(&job.limits) {
+                    return fail(
+                        &channel,
+                        Code::SandboxUnavailable,
+                        format!("a reused worker cannot take another call: {}", e.0),
+                    );
+                }
+            }
         }
         let profile_us = started.elapsed().as_micros() as u64;
         if channel.send(&FromWorker::Confined).is_err() {

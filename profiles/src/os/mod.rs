@@ -21,7 +21,10 @@ pub const MAX_WRITE_FILE_BYTES: u64 = 64 * 1024 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxUnavailable(pub String);
 
-pub fn rlimits_for(spec: &SandboxSpec, limits: &JobLimits) -> RLimits {
+/// The rlimits of a worker confined to `spec` that may serve `calls` calls (reuse; 1
+/// without). Only the hard CPU limit depends on `calls`.
+pub fn rlimits_for(spec: &SandboxSpec, limits: &JobLimits, calls: u32) -> RLimits {
+    let cpu_seconds = cpu_seconds_per_call(limits);
     RLimits {
         // The socket, stdio, and a few files for fs helpers.
         nofile: if spec.fs == stsd_protocol::frames::FsAccess::None {
@@ -34,13 +37,36 @@ pub fn rlimits_for(spec: &SandboxSpec, limits: &JobLimits) -> RLimits {
         // binary and libraries (about 40 MiB), the stack, one transient host copy and
         // allocator slack.
         address_space: limits.memory_bytes.saturating_add(ADDRESS_SPACE_MARGIN),
-        cpu_seconds: limits.timeout_ms.div_ceil(1000) + 2,
+        cpu_seconds,
+        cpu_hard_seconds: cpu_hard_seconds(cpu_seconds, calls),
         file_size: if spec.fs.can_write() {
             MAX_WRITE_FILE_BYTES.min(limits.max_write_bytes.max(1))
         } else {
             0
         },
     }
+}
+
+/// One call's CPU budget: the deadline, rounded up, plus 2 s (the wall-clock deadline and
+/// the supervisor's SIGKILL come first for a single-threaded worker; this is the backstop).
+pub fn cpu_seconds_per_call(limits: &JobLimits) -> u64 {
+    limits.timeout_ms.div_ceil(1000) + 2
+}
+
+/// The hard CPU limit of a worker serving up to `calls` calls of `per_call` seconds each:
+/// one second of slack per call covers [`rearm_cpu`] rounding the CPU time used up to whole
+/// seconds.
+pub fn cpu_hard_seconds(per_call: u64, calls: u32) -> u64 {
+    per_call
+        .saturating_add(1)
+        .saturating_mul(u64::from(calls.max(1)))
+}
+
+/// Reuse: before each call after the first, a fresh CPU budget for this call (see
+/// [`privileges::rearm_cpu`]). A worker that cannot renew it refuses the job
+/// (SANDBOX_UNAVAILABLE); the supervisor then runs the call on a fresh worker.
+pub fn rearm_cpu(limits: &JobLimits) -> Result<(), SandboxUnavailable> {
+    privileges::rearm_cpu(cpu_seconds_per_call(limits)).map_err(SandboxUnavailable)
 }
 
 /// Closes every fd above stderr except the worker socket. Stdio stays open on /dev/null (the
@@ -82,6 +108,7 @@ pub fn confine(
     spec: &SandboxSpec,
     limits: &JobLimits,
     bpf: &stsd_protocol::frames::SeccompBpf,
+    calls: u32,
 ) -> Result<(), SandboxUnavailable> {
     let fail = |e: String| SandboxUnavailable(e);
     if (spec.uid, spec.gid) != (prep.uid, prep.gid) {
@@ -105,7 +132,7 @@ pub fn confine(
     let enosys = seccomp::unpack(&bpf.enosys);
     let allow =
         seccomp::patch_pid(seccomp::unpack(&bpf.allow), std::process::id()).map_err(fail)?;
-    privileges::apply_rlimits(&rlimits_for(spec, limits)).map_err(fail)?;
+    privileges::apply_rlimits(&rlimits_for(spec, limits, calls)).map_err(fail)?;
     landlock::restrict(spec.fs, base).map_err(fail)?;
     // The ENOSYS filter first: once the allowlist is in, seccomp() itself is forbidden.
     seccompiler::apply_filter(&enosys).map_err(|e| fail(format!("seccomp: {e}")))?;

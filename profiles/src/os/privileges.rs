@@ -117,12 +117,18 @@ pub fn lock_process(parent: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// Resource limits (soft = hard, so the tool cannot raise them).
+/// Resource limits (soft = hard, so the tool cannot raise them; CPU excepted, see below).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RLimits {
     pub nofile: u64,
     pub address_space: u64,
+    /// The soft CPU limit: one call's budget (SIGXCPU, classified TIMEOUT).
     pub cpu_seconds: u64,
+    /// The hard CPU limit (SIGKILL): one call's budget plus a second, or with reuse the
+    /// budget of every call the worker may serve. The supervisor moves the soft limit up
+    /// before each reused call (RLIMIT_CPU counts the whole life of the process); the worker
+    /// itself cannot (seccomp forbids setrlimit and prlimit64).
+    pub cpu_hard_seconds: u64,
     /// Largest file the tool may write; 0 when it may not write.
     pub file_size: u64,
 }
@@ -136,8 +142,61 @@ pub fn apply_rlimits(l: &RLimits) -> Result<(), String> {
     set(Resource::RLIMIT_NOFILE, l.nofile, "NOFILE")?;
     set(Resource::RLIMIT_AS, l.address_space, "AS")?;
     // Soft below hard so the kernel sends SIGXCPU (classified TIMEOUT) before SIGKILL.
-    setrlimit(Resource::RLIMIT_CPU, l.cpu_seconds, l.cpu_seconds + 1)
-        .map_err(|e| format!("setrlimit CPU: {e}"))?;
+    setrlimit(
+        Resource::RLIMIT_CPU,
+        l.cpu_seconds,
+        l.cpu_hard_seconds.max(l.cpu_seconds + 1),
+    )
+    .map_err(|e| format!("setrlimit CPU: {e}"))?;
     set(Resource::RLIMIT_FSIZE, l.file_size, "FSIZE")?;
+    Ok(())
+}
+
+/// Reuse: RLIMIT_CPU counts the whole life of a process, so before each call after the first
+/// a reused worker moves its soft limit to the CPU time it has used so far (rounded up to a
+/// second) plus `per_call`. The hard limit, set at confinement to cover every call the worker
+/// may serve, stays; without CAP_SYS_RESOURCE the worker could not raise it anyway. Fails
+/// when that budget is spent. Runs under seccomp, which allows prlimit64 for this process's
+/// RLIMIT_CPU only (`seccomp/base.json`).
+pub fn rearm_cpu(per_call: u64) -> Result<(), String> {
+    let mut used = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut used) } != 0 {
+        return Err(format!(
+            "clock_gettime: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let used_secs = (used.tv_sec.max(0) as u64) + u64::from(used.tv_nsec > 0);
+    let mut cur = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit64 on this process (pid 0) reads the limit into a valid pointer.
+    if unsafe { libc::prlimit64(0, libc::RLIMIT_CPU, std::ptr::null(), &mut cur) } != 0 {
+        return Err(format!(
+            "prlimit CPU (read): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let soft = used_secs.saturating_add(per_call);
+    // Soft below hard, so the kernel sends SIGXCPU (TIMEOUT) before SIGKILL.
+    if soft >= cur.rlim_max {
+        return Err(format!(
+            "the CPU budget of this worker's calls is spent ({used_secs} s used, hard limit {} s)",
+            cur.rlim_max
+        ));
+    }
+    let new = libc::rlimit64 {
+        rlim_cur: soft,
+        rlim_max: cur.rlim_max,
+    };
+    // SAFETY: prlimit64 on this process reads the new limit from a valid pointer.
+    if unsafe { libc::prlimit64(0, libc::RLIMIT_CPU, &new, std::ptr::null_mut()) } != 0 {
+        return Err(format!("prlimit CPU: {}", std::io::Error::last_os_error()));
+    }
     Ok(())
 }

@@ -232,7 +232,6 @@ mod tests {
             "recvmsg",
             "open",
             "openat2",
-            "prlimit64",
             "setrlimit",
             "setuid",
             "setgid",
@@ -263,6 +262,25 @@ mod tests {
         assert!(allowed_names(FsAccess::ReadWrite)
             .iter()
             .any(|n| n == "unlinkat"));
+    }
+
+    #[test]
+    fn prlimit64_is_limited_to_the_workers_own_cpu_limit() {
+        for fs in [FsAccess::None, FsAccess::ReadWrite] {
+            let rules = rules_for(fs, 1).unwrap_or_default();
+            let prlimit: Vec<&Value> = rules
+                .iter()
+                .filter(|r| r["syscall"] == "prlimit64")
+                .collect();
+            assert_eq!(prlimit.len(), 1);
+            // pid 0 (this process) and resource 0 (RLIMIT_CPU), nothing else.
+            assert_eq!(libc::RLIMIT_CPU, 0);
+            assert_eq!(
+                prlimit[0]["args"],
+                json!([{"index": 0, "type": "dword", "op": "eq", "val": 0},
+                       {"index": 1, "type": "dword", "op": "eq", "val": 0}])
+            );
+        }
     }
 
     #[test]

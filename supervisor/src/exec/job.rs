@@ -185,6 +185,7 @@ pub fn prepare(
         },
         attack: None,
         keep_alive: false,
+        reuse_calls: 1,
     };
     Ok(Prepared { job, secrets })
 }
