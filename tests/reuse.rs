@@ -3,6 +3,7 @@
 //! posture change (catalog rewritten, SIGHUP) never hands an old-posture worker to a call.
 
 use serde_json::json;
+use std::time::{Duration, Instant};
 use stsd_tests::harness::{is_error, text, Daemon, CATALOG};
 
 /// The worker pid of every call so far, in order (from the audit log).
@@ -11,6 +12,25 @@ fn worker_pids(d: &Daemon) -> Vec<i64> {
         .iter()
         .map(|r| r["workerPid"].as_i64().unwrap_or(0))
         .collect()
+}
+
+/// True while `pid` exists and is not a zombie.
+fn alive(pid: i64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+        .is_some_and(|zombie| !zombie)
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// RLIMIT_CPU counts a process's whole life. A reused worker serving calls that each burn
@@ -36,4 +56,65 @@ fn the_cpu_limit_is_per_call_on_a_reused_worker() {
     let pids = worker_pids(&d);
     assert_eq!(pids.len(), 8);
     assert!(pids.iter().all(|p| *p == pids[0]), "one worker: {pids:?}");
+}
+
+/// A parked worker is killed after `[worker] reuse_idle_seconds` without a call.
+#[test]
+fn parked_workers_expire_after_the_idle_time() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let d = Daemon::start_with(
+        dir,
+        1,
+        "[worker]\nreuse_idle_seconds = 1\n",
+        CATALOG,
+        &["--worker-reuse", "5"],
+    );
+    let mut c = d.connect();
+    c.call(1, "leaky", json!({}));
+    assert_eq!(text(&c.response()), "1");
+    let pid = worker_pids(&d)[0];
+    let parked_at = Instant::now();
+    assert!(alive(pid), "the worker was not parked");
+    wait_for(
+        "the parked worker outlived its idle time",
+        Duration::from_secs(5),
+        || !alive(pid),
+    );
+    let idle = parked_at.elapsed();
+    assert!(idle >= Duration::from_millis(800), "expired after {idle:?}");
+    eprintln!("parked worker gone {} ms after its call", idle.as_millis());
+    // The next call of the tool gets a fresh worker.
+    c.call(2, "leaky", json!({}));
+    assert_eq!(text(&c.response()), "1");
+    assert_ne!(worker_pids(&d)[1], pid);
+}
+
+/// Parked workers of all tools together are capped by `[worker] reuse_max_parked`: parking
+/// one more lets the longest-parked go.
+#[test]
+fn the_parked_total_is_capped() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let d = Daemon::start_with(
+        dir,
+        2,
+        "[worker]\nreuse_max_parked = 1\n",
+        CATALOG,
+        &["--worker-reuse", "5"],
+    );
+    let mut c = d.connect();
+    c.call(1, "leaky", json!({}));
+    assert_eq!(text(&c.response()), "1");
+    c.call(2, "echo-console", json!({"text": "x"}));
+    assert_eq!(text(&c.response()), "echo: x");
+    let pids = worker_pids(&d);
+    assert_ne!(pids[0], pids[1]);
+    wait_for(
+        "the first tool's parked worker is still there",
+        Duration::from_secs(3),
+        || !alive(pids[0]),
+    );
+    assert!(alive(pids[1]), "the last parked worker was let go");
+    // Confined children (parked, nothing running): only the one.
+    let confined = d.children().iter().filter(|c| c.2 && c.1 != 'Z').count();
+    assert_eq!(confined, 1);
 }

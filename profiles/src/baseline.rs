@@ -142,6 +142,12 @@ pub struct WorkerConfig {
     /// Extra time after the deadline before the supervisor SIGKILLs a worker (the interrupt
     /// handler does not fire inside some C builtins).
     pub kill_grace_ms: u64,
+    /// Reuse (`--worker-reuse K`): a parked worker waiting this long for another call of its
+    /// tool is killed.
+    pub reuse_idle_seconds: u64,
+    /// Reuse: parked workers of all tools together; parking one more lets the longest-parked
+    /// go. `None`: the pool size.
+    pub reuse_max_parked: Option<usize>,
 }
 
 impl Default for WorkerConfig {
@@ -150,6 +156,8 @@ impl Default for WorkerConfig {
             uid: 65534,
             gid: 65534,
             kill_grace_ms: 500,
+            reuse_idle_seconds: 60,
+            reuse_max_parked: None,
         }
     }
 }
@@ -332,6 +340,9 @@ impl Config {
                     r.display()
                 ));
             }
+        }
+        if !(1..=86_400).contains(&self.worker.reuse_idle_seconds) {
+            return Err("worker.reuse_idle_seconds must be between 1 and 86400".into());
         }
         if b.timeout_seconds == 0 || b.timeout_seconds > 3600 {
             return Err("baseline.timeout_seconds must be between 1 and 3600".into());

@@ -1,24 +1,86 @@
 //! The worker pool: N workers exec'd and waiting (they reported Ready) before any call arrives.
 //! A call takes one; a refill thread replaces it off the request path. When the pool is
 //! empty (a burst), the call spawns its own worker rather than wait.
+//!
+//! With reuse, a worker that served a call is parked under its key and waits for another
+//! call with the same key. Parked workers are bounded per key (the pool size) and in
+//! all (`[worker] reuse_max_parked`, the pool size by default; parking one more lets the
+//! longest-parked go), and one that waits longer than `[worker] reuse_idle_seconds` is killed
+//! by the refill thread.
 
 use crate::exec::{spawn_ready, CallError, ExecOptions, ReadyWorker};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+struct Parked {
+    w: ReadyWorker,
+    since: Instant,
+}
 
 struct State {
     ready: VecDeque<ReadyWorker>,
-    /// Reuse: workers that served a call and wait for another of the same tool (they are
-    /// already confined to its posture). Bounded per tool by the pool size.
-    parked: HashMap<String, Vec<ReadyWorker>>,
+    /// Reuse: workers that served a call and wait for another with the same key (they are
+    /// already confined to its posture), most recently parked last.
+    parked: HashMap<String, Vec<Parked>>,
+    parked_total: usize,
     stopping: bool,
+}
+
+impl State {
+    /// Removes the parked worker that has waited longest.
+    fn evict_oldest(&mut self) -> Option<ReadyWorker> {
+        let key = self
+            .parked
+            .iter()
+            .filter_map(|(k, list)| list.first().map(|p| (p.since, k)))
+            .min_by_key(|(since, _)| *since)
+            .map(|(_, k)| k.clone())?;
+        let list = self.parked.get_mut(&key)?;
+        let p = list.remove(0);
+        if list.is_empty() {
+            self.parked.remove(&key);
+        }
+        self.parked_total -= 1;
+        Some(p.w)
+    }
+
+    /// Removes parked workers that waited `idle` or longer, or died while they waited.
+    fn take_expired(&mut self, now: Instant, idle: Duration) -> Vec<ReadyWorker> {
+        let mut out = Vec::new();
+        for list in self.parked.values_mut() {
+            let mut keep = Vec::with_capacity(list.len());
+            for mut p in list.drain(..) {
+                if now.duration_since(p.since) >= idle || !p.w.is_alive() {
+                    out.push(p.w);
+                } else {
+                    keep.push(p);
+                }
+            }
+            *list = keep;
+        }
+        self.parked.retain(|_, list| !list.is_empty());
+        self.parked_total -= out.len();
+        out
+    }
+
+    /// How long until the longest-parked worker expires (None: nothing is parked).
+    fn next_expiry(&self, now: Instant, idle: Duration) -> Option<Duration> {
+        self.parked
+            .values()
+            .filter_map(|list| list.first())
+            .map(|p| (p.since + idle).saturating_duration_since(now))
+            .min()
+    }
 }
 
 pub struct Pool {
     opts: ExecOptions,
     target: usize,
+    max_parked: usize,
     state: Mutex<State>,
+    /// Wakes the refill thread: a worker was taken, one was parked, or the pool stops.
     wake: Condvar,
     refill: Mutex<Option<JoinHandle<()>>>,
 }
@@ -26,12 +88,15 @@ pub struct Pool {
 impl Pool {
     /// Starts the pool and its refill thread; returns at once (warming happens behind).
     pub fn start(opts: ExecOptions, target: usize) -> Arc<Pool> {
+        let max_parked = opts.reuse_max_parked.unwrap_or(target);
         let pool = Arc::new(Pool {
             opts,
             target,
+            max_parked,
             state: Mutex::new(State {
                 ready: VecDeque::with_capacity(target),
                 parked: HashMap::new(),
+                parked_total: 0,
                 stopping: false,
             }),
             wake: Condvar::new(),
@@ -55,16 +120,36 @@ impl Pool {
         self.refill.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Keeps `target` workers ready, and kills parked workers whose idle time is up.
     fn refill_loop(&self) {
+        let idle = self.opts.reuse_idle;
         loop {
-            {
+            let expired = {
                 let mut st = self.lock();
-                while !st.stopping && st.ready.len() >= self.target {
-                    st = self.wake.wait(st).unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if st.stopping {
+                        return;
+                    }
+                    let now = Instant::now();
+                    let expired = st.take_expired(now, idle);
+                    if !expired.is_empty() || st.ready.len() < self.target {
+                        break expired;
+                    }
+                    st = match st.next_expiry(now, idle) {
+                        Some(d) => {
+                            self.wake
+                                .wait_timeout(st, d)
+                                .unwrap_or_else(|e| e.into_inner())
+                                .0
+                        }
+                        None => self.wake.wait(st).unwrap_or_else(|e| e.into_inner()),
+                    };
                 }
-                if st.stopping {
-                    return;
-                }
+            };
+            if !expired.is_empty() {
+                tracing::debug!(count = expired.len(), "parked workers expired");
+                drop(expired); // killed and reaped, outside the lock
+                continue;
             }
             match spawn_ready(&self.opts) {
                 Ok(w) => {
@@ -103,37 +188,60 @@ impl Pool {
         }
     }
 
-    /// A worker parked by an earlier call of `key` (reuse), else [`Pool::take`].
+    /// A worker parked under `key` by an earlier call (reuse), else [`Pool::take`].
     pub fn take_for(&self, key: &str) -> Result<ReadyWorker, CallError> {
+        let mut unfit = Vec::new();
         let parked = {
             let mut st = self.lock();
             let mut found = None;
             if let Some(list) = st.parked.get_mut(key) {
-                while let Some(mut w) = list.pop() {
-                    if w.is_alive() {
-                        found = Some(w);
+                while let Some(mut p) = list.pop() {
+                    if p.w.is_alive() && p.since.elapsed() < self.opts.reuse_idle {
+                        found = Some(p.w);
                         break;
                     }
+                    unfit.push(p.w);
                 }
+                let taken = unfit.len() + usize::from(found.is_some());
+                if list.is_empty() {
+                    st.parked.remove(key);
+                }
+                st.parked_total -= taken;
             }
             found
         };
+        drop(unfit); // killed and reaped, outside the lock
         match parked {
             Some(w) => Ok(w),
             None => self.take(),
         }
     }
 
-    /// Parks a worker that may serve another call of `key`; beyond the bound it is let go.
+    /// Parks a worker that may serve another call with `key`. Beyond the bound per key it is
+    /// let go; beyond the bound in all, the longest-parked worker is.
     pub fn park(&self, key: &str, w: ReadyWorker) {
-        let mut st = self.lock();
-        if st.stopping {
-            return;
-        }
-        let list = st.parked.entry(key.to_string()).or_default();
-        if list.len() < self.target.max(1) {
-            list.push(w);
-        }
+        let let_go = {
+            let mut st = self.lock();
+            let per_key = st.parked.get(key).map_or(0, Vec::len);
+            if st.stopping || self.max_parked == 0 || per_key >= self.target.max(1) {
+                Some(w)
+            } else {
+                let evicted = if st.parked_total >= self.max_parked {
+                    st.evict_oldest()
+                } else {
+                    None
+                };
+                st.parked.entry(key.to_string()).or_default().push(Parked {
+                    w,
+                    since: Instant::now(),
+                });
+                st.parked_total += 1;
+                evicted
+            }
+        };
+        // The refill thread keeps time for the expiry.
+        self.wake.notify_one();
+        drop(let_go); // killed and reaped, outside the lock
     }
 
     /// Workers warm and waiting right now.
@@ -156,8 +264,9 @@ impl Pool {
             st.stopping = true;
             let mut all: Vec<ReadyWorker> = st.ready.drain(..).collect();
             for (_, list) in st.parked.drain() {
-                all.extend(list);
+                all.extend(list.into_iter().map(|p| p.w));
             }
+            st.parked_total = 0;
             all
         };
         self.wake.notify_all();

@@ -31,6 +31,10 @@ pub struct ExecOptions {
     pub gid: u32,
     /// Makes the requests of tools whose posture grants network.
     pub broker: Arc<Broker>,
+    /// Reuse: how long a parked worker may wait for its next call.
+    pub reuse_idle: Duration,
+    /// Reuse: parked workers in all; `None`: the pool size.
+    pub reuse_max_parked: Option<usize>,
 }
 
 impl ExecOptions {
@@ -42,6 +46,8 @@ impl ExecOptions {
             uid: config.worker.uid,
             gid: config.worker.gid,
             broker: Arc::new(Broker::new(&config.egress)?),
+            reuse_idle: Duration::from_secs(config.worker.reuse_idle_seconds),
+            reuse_max_parked: config.worker.reuse_max_parked,
         })
     }
 }
