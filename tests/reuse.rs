@@ -2,7 +2,8 @@
 //! a worker that serves many calls, parked workers expire and are capped in number, and a
 //! posture change (catalog rewritten, SIGHUP) never hands an old-posture worker to a call.
 
-use serde_json::json;
+use serde_json::{json, Value};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use stsd_tests::harness::{is_error, text, Daemon, CATALOG};
 
@@ -117,4 +118,46 @@ fn the_parked_total_is_capped() {
     // Confined children (parked, nothing running): only the one.
     let confined = d.children().iter().filter(|c| c.2 && c.1 != 'Z').count();
     assert_eq!(confined, 1);
+}
+
+fn tool(overrides: Value) -> Value {
+    json!([{"name": "posture", "description": "reports its network grant",
+            "codeType": "Javascript", "draft": false,
+            "sandboxOverrides": overrides, "code": "return typeof fetch;"}])
+}
+
+/// The parked key is the tool's name and its resolved posture: after the catalog file's posture
+/// changes and SIGHUP, the next call runs on a fresh worker confined to the new posture instead
+/// of being refused by the old one (SANDBOX_UNAVAILABLE).
+#[test]
+fn a_posture_change_takes_a_fresh_worker() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let catalog = dir.path().join("catalog.json");
+    let write = |v: &Value, p: &Path| std::fs::write(p, v.to_string());
+    write(&tool(json!({})), &catalog).unwrap_or_else(|e| panic!("{e}"));
+    let cat = catalog.display().to_string();
+    let d = Daemon::start_with(dir, 1, "", &cat, &["--worker-reuse", "5"]);
+    let mut c = d.connect();
+    c.call(1, "posture", json!({}));
+    assert_eq!(text(&c.response()), "undefined");
+    let first = worker_pids(&d)[0];
+    assert!(alive(first), "the worker was not parked");
+
+    write(&tool(json!({"networkMode": "strict"})), &catalog).unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(d.pid(), libc::SIGHUP) };
+    // The reload is seen when the tool's annotations say it reaches the network.
+    let mut id = 10;
+    wait_for("the reload", Duration::from_secs(5), || {
+        id += 1;
+        c.send(id, "tools/list", json!({}));
+        let r = c.response();
+        r["result"]["tools"][0]["annotations"]["openWorldHint"] == true
+    });
+    c.call(2, "posture", json!({}));
+    let r = c.response();
+    assert!(!is_error(&r), "{r}");
+    assert_eq!(text(&r), "function");
+    let pids = worker_pids(&d);
+    assert_ne!(pids[1], first, "the old-posture worker served the call");
 }

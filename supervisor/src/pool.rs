@@ -2,8 +2,8 @@
 //! A call takes one; a refill thread replaces it off the request path. When the pool is
 //! empty (a burst), the call spawns its own worker rather than wait.
 //!
-//! With reuse, a worker that served a call is parked under its key and waits for another
-//! call with the same key. Parked workers are bounded per key (the pool size) and in
+//! With reuse, a worker that served a call is parked under its [`reuse_key`] and waits for
+//! another call with the same key. Parked workers are bounded per key (the pool size) and in
 //! all (`[worker] reuse_max_parked`, the pool size by default; parking one more lets the
 //! longest-parked go), and one that waits longer than `[worker] reuse_idle_seconds` is killed
 //! by the refill thread.
@@ -13,6 +13,19 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use stsd_protocol::frames::Job;
+
+/// The key a reused worker is parked under: the tool's name and everything its worker was
+/// confined to or limited by on its first job (the sandbox, the limits, the resolved
+/// toolSafety), compared exactly rather than through a digest, so two postures can never
+/// share a key. When SIGHUP re-reads a catalog whose posture for the tool changed, the key
+/// changes: the next call gets a fresh worker, and the old-posture workers expire unused.
+pub fn reuse_key(name: &str, job: &Job) -> String {
+    format!(
+        "{name}\n{:?}\n{:?}\n{}",
+        job.sandbox, job.limits, job.tool_safety_json
+    )
+}
 
 struct Parked {
     w: ReadyWorker,

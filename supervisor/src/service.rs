@@ -503,21 +503,35 @@ impl Service {
         let me = self.clone();
         let mut job = prepared.job;
         let mask = secrets.clone();
-        let key = tool.spec.name.clone();
+        // Reuse: workers are parked under the tool's name and resolved posture.
+        let key = crate::pool::reuse_key(&tool.spec.name, &job);
         let outcome = tokio::task::spawn_blocking(move || {
             let worker = if me.reuse > 1 {
                 me.pool.take_for(&key)?
             } else {
                 me.pool.take()?
             };
-            // Reuse: the worker waits for another call of this tool after this one.
+            let reused = worker.served > 0;
+            // Reuse: the worker waits for another call with the same key after this one.
             job.keep_alive = worker.served + 1 < me.reuse;
             job.reuse_calls = me.reuse;
-            let (out, kept) = exec::run_keeping(worker, &job, &me.opts, Some(&cancel), &mut |ev| {
+            let mut on_event = |ev: exec::Event<'_>| {
                 if let exec::Event::Console(level, line) = ev {
                     console(level, mask.mask_cut(line, LINE_TRUNCATED_MARK));
                 }
-            });
+            };
+            let (mut out, mut kept) =
+                exec::run_keeping(worker, &job, &me.opts, Some(&cancel), &mut on_event);
+            // A reused worker that refuses the job (it is confined to another posture; the
+            // key should prevent that) is replaced, once, by a fresh worker. The refusal
+            // comes before any of the tool's code runs.
+            if reused && matches!(&out.result, Err(e) if e.code == Code::SandboxUnavailable) {
+                drop(kept.take());
+                let fresh = me.pool.take()?;
+                job.keep_alive = me.reuse > 1;
+                (out, kept) =
+                    exec::run_keeping(fresh, &job, &me.opts, Some(&cancel), &mut on_event);
+            }
             if let Some(w) = kept {
                 me.pool.park(&key, w);
             }
