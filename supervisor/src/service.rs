@@ -522,9 +522,9 @@ impl Service {
             };
             let (mut out, mut kept) =
                 exec::run_keeping(worker, &job, &me.opts, Some(&cancel), &mut on_event);
-            // A reused worker that refuses the job (it is confined to another posture; the
-            // key should prevent that) is replaced, once, by a fresh worker. The refusal
-            // comes before any of the tool's code runs.
+            // A reused worker that refuses the job (confined to another posture, which the key
+            // should prevent, or its CPU budget for all its calls spent) is replaced, once, by
+            // a fresh worker. The refusal comes before any of the tool's code runs.
             if reused && matches!(&out.result, Err(e) if e.code == Code::SandboxUnavailable) {
                 drop(kept.take());
                 let fresh = me.pool.take()?;
