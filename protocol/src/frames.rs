@@ -215,6 +215,8 @@ pub struct WorkerTimings {
     pub profile_us: u64,
     pub context_us: u64,
     pub run_us: u64,
+    /// The worker's peak resident set so far (getrusage ru_maxrss), KiB.
+    pub max_rss_kib: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

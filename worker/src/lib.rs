@@ -33,6 +33,20 @@ extern "C" {
 /// Whether this build carries the attack probes (test builds only).
 pub const ATTACK_MODE: bool = cfg!(all(feature = "attack", debug_assertions));
 
+/// This process's peak resident set in KiB (0 when unknown).
+fn max_rss_kib() -> u64 {
+    // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_SELF is allowed by the
+    // seccomp profile.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut u) == 0 {
+            u.ru_maxrss.max(0) as u64
+        } else {
+            0
+        }
+    }
+}
+
 /// Longest error message or stack a worker sends; a longer one is cut (and says so), so a
 /// tool that throws a huge message gets its error, not a crashed worker.
 const MAX_ERROR_BYTES: usize = 16 * 1024;
@@ -197,6 +211,7 @@ pub fn run() -> i32 {
             profile_us,
             context_us,
             run_us,
+            max_rss_kib: max_rss_kib(),
         }));
         drop(engine);
         if sent.is_err() {

@@ -96,19 +96,8 @@ pub struct CallOutcome {
     pub probe: Option<ProbeOutcome>,
     /// Every fetch hop the broker made or refused for this call (for the audit record).
     pub egress: Vec<HopRecord>,
-    /// The worker's peak resident set (VmHWM, KiB), read while it still lived after its
-    /// outcome; None when it was already gone.
+    /// The worker's peak resident set (KiB), as it reported in its Timings frame.
     pub peak_rss_kib: Option<u64>,
-}
-
-/// A live process's VmHWM in KiB (readable for any process the supervisor started).
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
 }
 
 /// Events streamed while a call runs.
@@ -496,8 +485,8 @@ pub fn run_keeping(
             out.timings.worker = t;
         }
     }
-    if settled.is_some() {
-        out.peak_rss_kib = peak_rss_kib(w.pid());
+    if out.timings.worker.max_rss_kib > 0 {
+        out.peak_rss_kib = Some(out.timings.worker.max_rss_kib);
     }
     let clean = matches!(&settled, Some(Ok(_)))
         || matches!(&settled, Some(Err(e)) if e.code == Code::JsError);
