@@ -482,3 +482,42 @@ fn stsd_check_shows_every_gated_catalog_tool() {
     let more = run(Some(&config));
     assert_eq!(more.len(), 11, "{more:?}");
 }
+
+/// Lifting a spec's humanInTheLoop REQUIRED takes allow_override_required, and every call it
+/// affects says so in its audit record; without it, the toolset's `false` is ignored.
+#[test]
+fn lifting_a_spec_requirement_needs_the_switch_and_is_audited() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let spec = json!([{"name": "hitl", "description": "approval test", "codeType": "Javascript",
+        "draft": false, "humanInTheLoop": {"mode": "REQUIRED", "promptTemplate": "ok {toolName}?"},
+        "code": "return 'ran';"}]);
+    let cat = dir.path().join("hitl.json");
+    std::fs::write(&cat, spec.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let toolsets = dir.path().join("t.json");
+    std::fs::write(
+        &toolsets,
+        json!({"schema": "x", "toolsets": [{"id": "t", "kind": "builtin",
+               "tools": [{"name": "hitl", "requiresApproval": false}]}]})
+        .to_string(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (c, t) = (cat.display().to_string(), toolsets.display().to_string());
+    let run = |allow: bool| {
+        let d2 = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let config = format!(
+            "\n[approval]\ndefault_strategy = \"reject\"\nallow_override_required = {allow}\n"
+        );
+        let d = Daemon::start_with(d2, 1, &config, &c, &["--toolsets", &t]);
+        let mut conn = d.connect();
+        conn.call(1, "hitl", json!({}));
+        let r = text(&conn.response());
+        (r, d.audit_records())
+    };
+    let (r, recs) = run(false);
+    assert!(r.starts_with("APPROVAL_REJECTED"), "{r}");
+    assert_eq!(recs[0]["approval"]["source"], "spec");
+    let (r, recs) = run(true);
+    assert_eq!(r, "ran");
+    assert_eq!(recs[0]["approval"]["overrodeRequired"], true, "{}", recs[0]);
+    assert_eq!(recs[0]["approval"]["source"], "toolset");
+}
