@@ -447,6 +447,14 @@ fn host_allocations_count_against_the_memory_limit() {
              return safety.parser.csv(head + '\\n' + '1\\n'.repeat(100), {header: true}).length;",
         ),
         (
+            "XML of 400,000 elements",
+            "return safety.parser.xml('<r>' + '<p a=\"1\"><b>x</b><i>y</i></p>'.repeat(100000) + '</r>') ? 1 : 0;",
+        ),
+        (
+            "HTML of 15 MB",
+            "return safety.parser.html('<div>' + '<p class=a><b>x</b><i>y</i></p>'.repeat(500000) + '</div>') ? 1 : 0;",
+        ),
+        (
             "getRandomValues on a Proxy",
             "let n = 0; const a = new Uint8Array(16); \
              const p = new Proxy(a, {get(t, k) { if (k === 'byteLength') return (n++ === 0) ? 16 : 1e9; \

@@ -203,8 +203,8 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
     if timings {
         let t = &out.timings;
         eprintln!(
-            "[stsd] timings: spawn+exec {} us, profile {} us, context {} us, body {} us, total {} us",
-            t.spawn_us, t.worker.profile_us, t.worker.context_us, t.worker.run_us, t.total_us
+            "[stsd] timings: spawn+exec {} us, profile {} us, context {} us, body {} us, total {} us; worker peak RSS {} KiB",
+            t.spawn_us, t.worker.profile_us, t.worker.context_us, t.worker.run_us, t.total_us, t.worker.max_rss_kib
         );
     }
     match out.result {

@@ -22,6 +22,10 @@ struct State {
     bytes: usize,
 }
 
+/// Host memory a parsed HTML document takes per byte of markup (measured: 15 MB of tag-dense
+/// markup reached about 460 MiB; text-heavy pages take less).
+const HTML_HOST_FACTOR: usize = 16;
+
 /// Total HTML one call may parse and insert.
 const MAX_TOTAL_HTML_BYTES: usize = 32 * 1024 * 1024;
 
@@ -39,6 +43,21 @@ impl State {
             return Err(invalid(
                 ctx,
                 format!("more than {MAX_TOTAL_HTML_BYTES} bytes of HTML in one call"),
+            ));
+        }
+        // The documents live on the host, outside the engine's heap: they are charged to the
+        // call's memory budget at what tag-dense markup measures (HTML_HOST_FACTOR per byte).
+        let budget = super::memory_budget();
+        if self.bytes.saturating_mul(HTML_HOST_FACTOR) > budget {
+            return Err(super::helper_error(
+                ctx,
+                "MEMORY_LIMIT",
+                format!(
+                    "safety.parser.html: {} bytes of HTML take about {} MiB on the host, over the call's memory limit of {} MiB",
+                    self.bytes,
+                    self.bytes.saturating_mul(HTML_HOST_FACTOR) >> 20,
+                    budget >> 20
+                ),
             ));
         }
         Ok(())

@@ -109,7 +109,15 @@ pub fn csv_within(
     Ok(out.to_string())
 }
 
+/// What one xml element costs on the host while it is turned into JSON (its DOM node, its
+/// map of name, attributes, text and children, and its JSON text), measured at about 1 KiB.
+const XML_NODE_BYTES: usize = 1024;
+
 pub fn xml(text: &str) -> Result<String, Fail> {
+    xml_within(text, super::memory_budget())
+}
+
+pub fn xml_within(text: &str, budget: usize) -> Result<String, Fail> {
     let opts = roxmltree::ParsingOptions {
         allow_dtd: false,
         nodes_limit: MAX_NODES as u32,
@@ -118,6 +126,14 @@ pub fn xml(text: &str) -> Result<String, Fail> {
     };
     let doc = roxmltree::Document::parse_with_options(text, opts)
         .map_err(|e| Fail::Input(e.to_string()))?;
+    let elements = doc.descendants().filter(|n| n.is_element()).count();
+    if elements
+        .saturating_mul(XML_NODE_BYTES)
+        .saturating_add(text.len().saturating_mul(4))
+        > budget
+    {
+        return Err(over_budget(budget));
+    }
     // The name as written (`prefix:local`): the reference parser is not namespace-aware.
     fn qname(node: roxmltree::Node<'_, '_>, name: roxmltree::ExpandedName<'_, '_>) -> String {
         match name.namespace().and_then(|ns| node.lookup_prefix(ns)) {
@@ -417,6 +433,13 @@ mod tests {
             e.as_ref().map(|s| s.len())
         );
         assert!(csv_within(&csv_text, false, ",", 128 << 20).is_ok());
+        // 400,000 small elements: about 400 MiB on the host.
+        let many = format!(
+            "<r>{}</r>",
+            "<p a=\"1\"><b>x</b><i>y</i></p>".repeat(100_000)
+        );
+        assert!(matches!(xml_within(&many, 128 << 20), Err(Fail::Memory(_))));
+        assert!(xml_within(&many, 1 << 30).is_ok());
     }
 
     #[test]
