@@ -799,11 +799,12 @@ fn cancelled_fetches_leave_no_thread_or_connection_behind() {
     for r in d.audit_records() {
         assert_eq!(r["error"]["code"], "CANCELLED", "{r}");
     }
-    // Nothing else piled up either: at most the runtime's call threads (one per running
-    // call, idle for a while after) and the reaper are new.
+    // Nothing else piled up either: the runtime's blocking threads (one per running call,
+    // idle for a while after; rounds may overlap on a loaded machine) and the reaper are new,
+    // but fewer than one per cancelled call, which is what the old code left behind.
     let now = thread_names(pid).len();
     assert!(
-        now <= baseline + pool + 1,
+        now < baseline + rounds * pool,
         "threads: {baseline} before, {now} after"
     );
 }
