@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use stsd::{check, store};
 
+mod cli_daemon;
 mod cli_run;
 
 /// Exit codes: 0 success, 1 the input is invalid (a spec, a tool call), 2 a usage error.
@@ -99,6 +100,17 @@ impl DaemonArgs {
 }
 
 #[derive(Subcommand, Debug)]
+enum ToolsCmd {
+    /// Every tool, served and withheld (with why).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One tool: its entry, description, inputSchema and toolSafety.
+    Show { name: String },
+}
+
+#[derive(Subcommand, Debug)]
 enum Command {
     /// Validate specs and show their state, risk level and resolved toolSafety.
     Check {
@@ -152,8 +164,35 @@ enum Command {
     Export {
         /// Spec files or directories (default: the bundled catalog).
         paths: Vec<PathBuf>,
-        #[arg(long, value_parser = ["cjson"], default_value = "cjson")]
+        /// cjson: a CJSON toolsets document; mcp: tools/list entries; openai: function-calling
+        /// tools with JSON Schema parameters.
+        #[arg(long, value_parser = ["cjson", "mcp", "openai"], default_value = "cjson")]
         format: String,
+        /// Every valid spec, drafts and specs missing variables included (not only ACTIVE).
+        #[arg(long)]
+        all: bool,
+    },
+    /// Call a tool on the running daemon (MCP over its socket); exit codes as `stsd run`.
+    Call {
+        tool: String,
+        /// An argument as NAME=VALUE, typed by the tool's inputSchema.
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
+        /// All arguments as one JSON object (--arg values override).
+        #[arg(long)]
+        args_json: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The running daemon's health: version, uptime, pool, queue, catalog, sandbox support.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The running daemon's tools: name, state, risk level, approval requirement.
+    Tools {
+        #[command(subcommand)]
+        what: ToolsCmd,
     },
     /// Calls waiting for an operator's approval on the running daemon.
     Approvals {
@@ -311,13 +350,36 @@ fn main() -> ExitCode {
             },
         ),
         Command::Test { paths, write } => cli_run::test(&config, &paths, write),
-        Command::Export { paths, format: _ } => {
+        Command::Call {
+            tool,
+            args,
+            args_json,
+            json,
+        } => cli_daemon::call(
+            &cli.daemon.socket_path(),
+            &tool,
+            &args,
+            args_json.as_deref(),
+            json,
+        ),
+        Command::Status { json } => cli_daemon::status(&cli.daemon.socket_path(), json),
+        Command::Tools { what } => match what {
+            ToolsCmd::List { json } => cli_daemon::tools(&cli.daemon.socket_path(), None, json),
+            ToolsCmd::Show { name } => {
+                cli_daemon::tools(&cli.daemon.socket_path(), Some(&name), true)
+            }
+        },
+        Command::Export { paths, format, all } => {
             let sources = if paths.is_empty() {
                 vec![stsd::service::Source::Bundled]
             } else {
                 paths.into_iter().map(stsd::service::Source::Path).collect()
             };
-            let published = stsd::service::publish(&sources, &config);
+            let published = if all {
+                stsd::service::publish_any_state(&sources, &config)
+            } else {
+                stsd::service::publish(&sources, &config)
+            };
             let tools: Vec<_> = published
                 .tools
                 .iter()
@@ -329,7 +391,24 @@ fn main() -> ExitCode {
                     requires_approval: t.approval.required,
                 })
                 .collect();
-            let doc = stsd::approval::toolsets::export(&tools);
+            let doc = match format.as_str() {
+                "mcp" => {
+                    serde_json::json!({"tools": published.tools.iter().map(stsd::mcp::tool_json).collect::<Vec<_>>()})
+                }
+                "openai" => serde_json::json!(published
+                    .tools
+                    .iter()
+                    .map(|t| serde_json::json!({
+                        "type": "function",
+                        "function": {
+                            "name": t.spec.name,
+                            "description": t.spec.description,
+                            "parameters": t.input_schema,
+                        }
+                    }))
+                    .collect::<Vec<_>>()),
+                _ => stsd::approval::toolsets::export(&tools),
+            };
             println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
             ExitCode::SUCCESS
         }

@@ -66,6 +66,11 @@ fn level_of(c: ConsoleLevel) -> LoggingLevel {
     }
 }
 
+/// A published tool as `tools/list` serves it, as JSON (for `stsd export --format mcp`).
+pub fn tool_json(t: &PublishedTool) -> Value {
+    serde_json::to_value(to_tool(t)).unwrap_or(Value::Null)
+}
+
 fn to_tool(t: &PublishedTool) -> Tool {
     let schema: JsonObject = match &t.input_schema {
         Value::Object(m) => m.clone(),

@@ -97,12 +97,18 @@ pub fn publish_with_toolsets(
             .iter()
             .any(|e| e.validated.spec.as_ref().is_some_and(|s| s.name == name))
     })?;
-    Ok(publish_catalog(&cat, config, &toolsets))
+    Ok(publish_catalog(&cat, config, &toolsets, false))
 }
 
 /// The published catalog without toolsets documents.
 pub fn publish(sources: &[Source], config: &Config) -> Published {
-    publish_catalog(&load_catalog(sources), config, &Toolsets::default())
+    publish_catalog(&load_catalog(sources), config, &Toolsets::default(), false)
+}
+
+/// Every valid spec as it would be published, whatever its lifecycle state (drafts and
+/// specs missing variables included): for exports of a whole catalog.
+pub fn publish_any_state(sources: &[Source], config: &Config) -> Published {
+    publish_catalog(&load_catalog(sources), config, &Toolsets::default(), true)
 }
 
 fn load_catalog(sources: &[Source]) -> Catalog {
@@ -123,7 +129,12 @@ fn load_catalog(sources: &[Source]) -> Catalog {
 
 /// The published catalog: ACTIVE specs not disabled by a toolsets document, each with its
 /// effective approval requirement.
-fn publish_catalog(cat: &Catalog, config: &Config, toolsets: &Toolsets) -> Published {
+fn publish_catalog(
+    cat: &Catalog,
+    config: &Config,
+    toolsets: &Toolsets,
+    any_state: bool,
+) -> Published {
     let mut out = Published::default();
     for e in &cat.entries {
         let Some(spec) = &e.validated.spec else {
@@ -143,6 +154,7 @@ fn publish_catalog(cat: &Catalog, config: &Config, toolsets: &Toolsets) -> Publi
         };
         match state_of(spec, &config.baseline.env()) {
             (State::Active, _) => {}
+            _ if any_state => {}
             (State::MissingRequirements, missing) => {
                 let env = config.baseline.env();
                 let why: Vec<String> = missing
@@ -616,6 +628,11 @@ impl Service {
 
     pub fn reuse(&self) -> u32 {
         self.reuse
+    }
+
+    /// Calls waiting for a worker slot.
+    pub fn waiting(&self) -> usize {
+        self.admission.waiting()
     }
 
     /// Calls that have arrived and not yet been answered.

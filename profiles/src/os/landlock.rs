@@ -27,6 +27,22 @@ fn write_rights() -> landlock::BitFlags<AccessFs> {
         | AccessFs::Truncate
 }
 
+/// The Landlock ABI version the running kernel offers (0: none), for health checks.
+pub fn abi_version() -> i64 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute, size 0 and the VERSION flag the call only returns the
+    // ABI version; it touches no memory and creates nothing.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    v.max(0)
+}
+
 /// Restricts the calling thread (the worker is single-threaded). Refuses rather than degrades:
 /// any error, or a status other than fully enforced, is returned as an error.
 pub fn restrict(fs: FsAccess, base: &Path) -> Result<(), String> {

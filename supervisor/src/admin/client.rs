@@ -9,13 +9,25 @@ use std::time::Duration;
 
 /// Calls `method` with `params`; Ok(result) or Err(message), JSON-RPC errors included.
 pub fn call(socket: &Path, method: &str, params: Value) -> Result<Value, String> {
+    call_with(socket, method, params, &mut |_| {})
+}
+
+/// [`call`], handing every notification that arrives before the answer to `notified` (an MCP
+/// call's console lines).
+pub fn call_with(
+    socket: &Path,
+    method: &str,
+    params: Value,
+    notified: &mut dyn FnMut(&Value),
+) -> Result<Value, String> {
     let stream = UnixStream::connect(socket).map_err(|e| {
         format!(
             "cannot reach the daemon on {}: {e} (is it running? --socket / STSD_SOCKET)",
             socket.display()
         )
     })?;
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    // Long enough for a call that waits on an approval and then runs.
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(3600)));
     let line = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     (&stream)
         .write_all(format!("{line}\n").as_bytes())
@@ -40,6 +52,9 @@ pub fn call(socket: &Path, method: &str, params: Value) -> Result<Value, String>
         }
         if v.get("id") == Some(&json!(1)) {
             return Ok(v.get("result").cloned().unwrap_or(Value::Null));
+        }
+        if v.get("method").is_some() {
+            notified(&v);
         }
     }
 }

@@ -1,0 +1,219 @@
+//! CLI verbs that talk to a running daemon: thin clients of its socket. `stsd call` speaks
+//! MCP (2026-07-28) like any client; `stsd status`, `stsd tools ...`, `stsd approvals`,
+//! `stsd approve` and `stsd deny` use the admin channel (`stsd/...`).
+
+use crate::{EXIT_INVALID, EXIT_USAGE};
+use serde_json::{json, Map, Value};
+use std::path::Path;
+use std::process::ExitCode;
+use stsd::admin::client;
+
+fn fail(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("stsd: {e}");
+    ExitCode::from(EXIT_INVALID)
+}
+
+fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "stsd-call", "version": env!("CARGO_PKG_VERSION")},
+        "io.modelcontextprotocol/logLevel": "debug",
+    })
+}
+
+/// `--arg NAME=VALUE` typed by the tool's inputSchema: strings as given, numbers and
+/// booleans parsed, objects and arrays as JSON.
+fn typed(schema: &Value, pair: &str) -> Result<(String, Value), String> {
+    let (k, v) = pair
+        .split_once('=')
+        .ok_or_else(|| format!("--arg {pair}: expected NAME=VALUE"))?;
+    let ty = schema["properties"][k]["type"].as_str().unwrap_or("string");
+    let value = match ty {
+        "string" => Value::String(v.to_string()),
+        "integer" => v
+            .trim()
+            .parse::<i64>()
+            .map(Value::from)
+            .map_err(|_| format!("--arg {k}: {v:?} is not an integer"))?,
+        "number" => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number)
+            .ok_or_else(|| format!("--arg {k}: {v:?} is not a number"))?,
+        "boolean" => match v.trim() {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => return Err(format!("--arg {k}: {v:?} is not true or false")),
+        },
+        _ => serde_json::from_str(v).map_err(|e| format!("--arg {k}: not JSON: {e}"))?,
+    };
+    Ok((k.to_string(), value))
+}
+
+/// `stsd call TOOL`: one tools/call on the running daemon; exit codes as `stsd run` (0 the
+/// tool succeeded, 1 it failed, 2 a usage error or arguments the tool refuses).
+pub fn call(
+    socket: &Path,
+    tool: &str,
+    pairs: &[String],
+    args_json: Option<&str>,
+    json_out: bool,
+) -> ExitCode {
+    let listed = match client::call(socket, "tools/list", json!({"_meta": meta()})) {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    let Some(schema) = listed["tools"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == tool))
+        .map(|t| t["inputSchema"].clone())
+    else {
+        eprintln!("stsd: the daemon serves no tool named {tool}");
+        return ExitCode::from(EXIT_USAGE);
+    };
+    let mut args = Map::new();
+    if let Some(text) = args_json {
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(m)) => args = m,
+            _ => {
+                eprintln!("stsd: --args-json must be a JSON object");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        }
+    }
+    for p in pairs {
+        match typed(&schema, p) {
+            Ok((k, v)) => {
+                args.insert(k, v);
+            }
+            Err(e) => {
+                eprintln!("stsd: {e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        }
+    }
+    let params = json!({"name": tool, "arguments": args, "_meta": meta()});
+    let mut console = |n: &Value| {
+        if n["method"] == "notifications/message" {
+            let data = &n["params"]["data"];
+            let line = data
+                .as_str()
+                .map(String::from)
+                .unwrap_or_else(|| data.to_string());
+            eprintln!(
+                "[{}] {line}",
+                n["params"]["level"].as_str().unwrap_or("info")
+            );
+        }
+    };
+    let r = match client::call_with(socket, "tools/call", params, &mut console) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("stsd: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let text: String = r["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["text"].as_str())
+        .collect();
+    if r["isError"] == true {
+        let code = r["_meta"]["stsd/errorCode"].as_str().unwrap_or("ERROR");
+        let message = text
+            .strip_prefix(&format!("{code}: "))
+            .unwrap_or(&text)
+            .to_string();
+        if json_out {
+            println!(
+                "{}",
+                json!({"ok": false, "error": {"code": code, "message": message}})
+            );
+        } else {
+            eprintln!("stsd: {code}: {message}");
+        }
+        return ExitCode::from(if code == "INVALID_INPUT" {
+            EXIT_USAGE
+        } else {
+            EXIT_INVALID
+        });
+    }
+    if json_out {
+        let result = r
+            .get("structuredContent")
+            .cloned()
+            .unwrap_or_else(|| serde_json::from_str(&text).unwrap_or(Value::String(text.clone())));
+        println!("{}", json!({"ok": true, "result": result}));
+    } else {
+        println!("{text}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// `stsd status`: what a health check needs.
+pub fn status(socket: &Path, json_out: bool) -> ExitCode {
+    match client::call(socket, "stsd/status", json!({})) {
+        Ok(v) if json_out => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Ok(v) => {
+            println!(
+                "stsd {} up {} s; pool {} ({} ready); calls in flight {}, waiting {}; tools served {}, withheld {}; approvals pending {}; Landlock ABI {}, seccomp {}",
+                v["version"].as_str().unwrap_or("?"),
+                v["uptimeSeconds"],
+                v["pool"]["size"],
+                v["pool"]["ready"],
+                v["calls"]["inFlight"],
+                v["calls"]["waiting"],
+                v["catalog"]["served"],
+                v["catalog"]["withheld"],
+                v["approvalsPending"],
+                v["sandbox"]["landlockAbi"],
+                v["sandbox"]["seccomp"],
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// `stsd tools list` / `stsd tools show NAME`.
+pub fn tools(socket: &Path, show: Option<&str>, json_out: bool) -> ExitCode {
+    let (method, params) = match show {
+        Some(n) => ("stsd/tools/show", json!({"name": n})),
+        None => ("stsd/tools/list", json!({})),
+    };
+    let v = match client::call(socket, method, params) {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    if json_out || show.is_some() {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    for t in v["tools"].as_array().into_iter().flatten() {
+        let approval = if t["approval"]["required"] == true {
+            format!(
+                "approval {} ({})",
+                t["approval"]["strategy"].as_str().unwrap_or("-"),
+                t["approval"]["source"].as_str().unwrap_or("-")
+            )
+        } else if t["state"] == "ACTIVE" {
+            "no approval".into()
+        } else {
+            t["reason"].as_str().unwrap_or_default().to_string()
+        };
+        println!(
+            "{:<28} {:<9} {:<3} {approval}",
+            t["name"].as_str().unwrap_or_default(),
+            t["state"].as_str().unwrap_or_default(),
+            t["riskLevel"].as_str().unwrap_or("-"),
+        );
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,159 @@
+//! The CLI verbs that talk to a running daemon, as thin clients of its socket: `stsd call`
+//! (MCP), `stsd status` and `stsd tools` (the admin channel), uid checks on every admin
+//! method, and the MCP and OpenAI exports.
+
+use serde_json::{json, Value};
+use std::process::{Command, Output};
+use stsd_tests::harness::{Daemon, CATALOG};
+use stsd_tests::{is_root, stsd_bin};
+
+fn cli(d: &Daemon, args: &[&str]) -> Output {
+    Command::new(stsd_bin())
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn stsd_call_runs_a_tool_on_the_daemon_with_stsd_run_exit_codes() {
+    let d = Daemon::start(1, "");
+    let ok = cli(&d, &["call", "echo-console", "--arg", "text=hi"]);
+    assert_eq!(ok.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), "echo: hi");
+    assert!(String::from_utf8_lossy(&ok.stderr).contains("[info] starting hi"));
+    let failed = cli(&d, &["call", "always-fails"]);
+    assert_eq!(failed.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("JS_ERROR"));
+    let bad = cli(
+        &d,
+        &["call", "slow", "--json", "--args-json", r#"{"ms": "ten"}"#],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(json_of(&bad)["error"]["code"], "INVALID_INPUT");
+    let secret = cli(&d, &["call", "with-secret", "--json"]);
+    assert_eq!(json_of(&secret)["result"]["sent"], "Bearer ***");
+    let unknown = cli(&d, &["call", "no-such-tool"]);
+    assert_eq!(unknown.status.code(), Some(2));
+}
+
+#[test]
+fn status_and_tools_list_describe_the_running_daemon() {
+    let d = Daemon::start(2, "");
+    let s = json_of(&cli(&d, &["status", "--json"]));
+    assert_eq!(s["pool"]["size"], 2, "{s}");
+    assert!(
+        s["sandbox"]["landlockAbi"].as_i64().unwrap_or(0) >= 6,
+        "{s}"
+    );
+    assert_eq!(s["catalog"]["served"], 6, "{s}");
+    let t = json_of(&cli(&d, &["tools", "list", "--json"]));
+    let tools = t["tools"].as_array().cloned().unwrap_or_default();
+    let writer = tools
+        .iter()
+        .find(|x| x["name"] == "writer")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (writer["state"].clone(), writer["riskLevel"].clone()),
+        (json!("ACTIVE"), json!("L5"))
+    );
+    let draft = tools
+        .iter()
+        .find(|x| x["name"] == "a-draft")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (draft["state"].clone(), draft["reason"].clone()),
+        (json!("WITHHELD"), json!("DRAFT"))
+    );
+    let show = json_of(&cli(&d, &["tools", "show", "slow"]));
+    assert_eq!(show["inputSchema"]["properties"]["ms"]["type"], "integer");
+}
+
+#[test]
+fn a_uid_outside_admin_uids_is_refused_every_admin_method_but_keeps_mcp() {
+    if !is_root() {
+        eprintln!("skipped: needs root to act as another uid");
+        return;
+    }
+    let d = Daemon::start(1, "allowed_uids = [65534]\n");
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o777));
+    let _ = std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755));
+    let as_nobody = |args: &[&str]| {
+        use std::os::unix::process::CommandExt;
+        Command::new(stsd_bin())
+            .arg("--socket")
+            .arg(&d.socket)
+            .args(args)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    for args in [
+        &["status"][..],
+        &["tools", "list"],
+        &["tools", "show", "slow"],
+        &["approvals"],
+        &["approve", "1"],
+        &["deny", "1", "--reason", "x"],
+    ] {
+        let out = as_nobody(args);
+        assert!(!out.status.success(), "{args:?} was allowed");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("may not") || err.contains("no call"),
+            "{args:?}: {err}"
+        );
+    }
+    let call = as_nobody(&["call", "echo-console", "--arg", "text=still"]);
+    assert_eq!(String::from_utf8_lossy(&call.stdout).trim(), "echo: still");
+}
+
+#[test]
+fn the_mcp_export_is_what_tools_list_serves_and_the_openai_export_has_its_shape() {
+    let d = Daemon::start(1, "");
+    let mut c = d.connect();
+    c.send(1, "tools/list", json!({}));
+    let served = c.response()["result"]["tools"].clone();
+    let config = d.dir().join("stsd.toml");
+    let export = |format: &str, catalog: &str, all: bool| {
+        let out = Command::new(stsd_bin())
+            .arg("--config")
+            .arg(&config)
+            .args(["export", "--format", format, catalog])
+            .args(if all { &["--all"][..] } else { &[][..] })
+            .env("STSD_TEST_TOKEN", "supersecret-token-123")
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        json_of(&out)
+    };
+    assert_eq!(export("mcp", CATALOG, false)["tools"], served);
+    // The whole reference catalog as OpenAI function-calling tools.
+    let catalog = stsd_tests::catalog_dir().display().to_string();
+    let openai = export("openai", &catalog, true);
+    let tools = openai.as_array().cloned().unwrap_or_default();
+    assert_eq!(tools.len(), 116);
+    for t in &tools {
+        assert_eq!(t["type"], "function");
+        let name = t["function"]["name"].as_str().unwrap_or_default();
+        assert!(
+            !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "{name}"
+        );
+        assert_eq!(t["function"]["parameters"]["type"], "object", "{t}");
+        assert!(t["function"]["description"].is_string());
+    }
+}
