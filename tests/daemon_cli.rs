@@ -157,3 +157,28 @@ fn the_mcp_export_is_what_tools_list_serves_and_the_openai_export_has_its_shape(
         assert!(t["function"]["description"].is_string());
     }
 }
+
+/// Seed 004's execution metrics for every call a worker ran: wall and CPU time, the worker's
+/// peak RSS, the QuickJS heap at the end, console lines; in the result's `_meta` and the audit
+/// record alike.
+#[test]
+fn every_call_reports_its_metrics_in_meta_and_the_audit_record() {
+    let d = Daemon::start(1, "");
+    let mut c = d.connect();
+    c.call(1, "slow", json!({"ms": 80}));
+    let r = c.response();
+    let m = r["result"]["_meta"]["stsd/metrics"].clone();
+    assert!(m["wallMs"].as_u64().unwrap_or(0) >= 80, "{m}");
+    assert!(m["cpuUs"].as_u64().unwrap_or(0) >= 50_000, "{m}");
+    assert!(m["peakRssKib"].as_u64().unwrap_or(0) > 1000, "{m}");
+    assert!(m["heapBytes"].as_u64().unwrap_or(0) > 0, "{m}");
+    c.call(2, "echo-console", json!({"text": "x"}));
+    let r = c.response();
+    assert_eq!(
+        r["result"]["_meta"]["stsd/metrics"]["consoleLines"], 2,
+        "{r}"
+    );
+    let recs = d.audit_records();
+    assert_eq!(recs[0]["metrics"]["cpuUs"], m["cpuUs"]);
+    assert_eq!(recs[1]["metrics"]["consoleLines"], 2);
+}

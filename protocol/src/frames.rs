@@ -217,6 +217,10 @@ pub struct WorkerTimings {
     pub run_us: u64,
     /// The worker's peak resident set so far (getrusage ru_maxrss), KiB.
     pub max_rss_kib: u64,
+    /// CPU time (user + system) the call took in the worker, microseconds.
+    pub cpu_us: u64,
+    /// Bytes the QuickJS heap held when the body ended (JS_ComputeMemoryUsage malloc_size).
+    pub heap_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

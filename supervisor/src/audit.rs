@@ -43,6 +43,24 @@ pub struct AuditRecord {
     /// the approver, the decision, the reason and the wait.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval: Option<crate::approval::ApprovalRecord>,
+    /// What the call cost, when a worker ran it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<CallMetrics>,
+}
+
+/// Seed 004's execution metrics, per call: in the audit record and the result's `_meta`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallMetrics {
+    /// Arrival to answer, approval and queueing included.
+    pub wall_ms: u64,
+    /// CPU time of the worker for this call (getrusage), microseconds.
+    pub cpu_us: u64,
+    /// The worker's peak resident set, KiB.
+    pub peak_rss_kib: u64,
+    /// The QuickJS heap when the body ended, bytes.
+    pub heap_bytes: u64,
+    pub console_lines: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]

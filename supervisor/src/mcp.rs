@@ -346,9 +346,14 @@ impl ServerHandler for Handler {
                 if let Some(s) = reply.structured {
                     r.structured_content = Some(s);
                 }
+                let mut meta = MetaObject::new();
                 if let Some(code) = reply.code {
-                    let mut meta = MetaObject::new();
                     meta.0.insert("stsd/errorCode".into(), json!(code.as_str()));
+                }
+                if let Some(m) = reply.metrics {
+                    meta.0.insert("stsd/metrics".into(), json!(m));
+                }
+                if !meta.0.is_empty() {
                     r.meta = Some(meta);
                 }
                 Ok(r.into())

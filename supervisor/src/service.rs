@@ -6,7 +6,9 @@
 use crate::admission::Admission;
 use crate::approval::toolsets::Toolsets;
 use crate::approval::{requirement, ApprovalRecord, Ask, Elicitor, Gate, Requirement, ToolFacts};
-use crate::audit::{bounded_message, bounded_params, AuditError, AuditLog, AuditRecord};
+use crate::audit::{
+    bounded_message, bounded_params, AuditError, AuditLog, AuditRecord, CallMetrics,
+};
 use crate::exec::{self, job, CallValue, ExecOptions};
 use crate::lifecycle::{state_of, State};
 use crate::pool::Pool;
@@ -230,6 +232,8 @@ pub struct ToolReply {
     pub text: String,
     /// The result when it is a JSON object.
     pub structured: Option<Value>,
+    /// What the call cost, when a worker ran it.
+    pub metrics: Option<CallMetrics>,
 }
 
 impl ToolReply {
@@ -239,6 +243,7 @@ impl ToolReply {
             code: Some(code),
             text: format!("{code}: {message}"),
             structured: None,
+            metrics: None,
         }
     }
 }
@@ -404,6 +409,7 @@ impl Service {
             transport: caller.transport,
             egress: Vec::new(),
             approval: None,
+            metrics: None,
         };
 
         // Arguments are checked against the params before any worker is touched.
@@ -554,6 +560,13 @@ impl Service {
             Ok(Ok(out)) => {
                 record.worker_pid = Some(out.worker_pid);
                 record.egress = out.egress;
+                record.metrics = Some(CallMetrics {
+                    wall_ms: 0,
+                    cpu_us: out.timings.worker.cpu_us,
+                    peak_rss_kib: out.peak_rss_kib.unwrap_or(0),
+                    heap_bytes: out.timings.worker.heap_bytes,
+                    console_lines: out.console_lines,
+                });
                 match out.result {
                     Ok(v) => success(&v, &secrets),
                     Err(e) => {
@@ -586,6 +599,10 @@ impl Service {
         reply.text = secrets.mask(&reply.text);
         reply.structured = reply.structured.map(|v| mask_value(&v, secrets));
         record.elapsed_ms = t0.elapsed().as_millis() as u64;
+        if let Some(m) = &mut record.metrics {
+            m.wall_ms = record.elapsed_ms;
+            reply.metrics = Some(*m);
+        }
         for hop in &mut record.egress {
             // Masked in decoded form too: a secret sent through encodeURIComponent is
             // percent-encoded in the URL.
@@ -667,6 +684,7 @@ fn success(v: &CallValue, secrets: &SecretSet) -> ToolReply {
         code: None,
         text: secrets.mask(&text),
         structured: structured.map(|s| mask_value(&s, secrets)),
+        metrics: None,
     }
 }
 

@@ -195,6 +195,11 @@ impl Engine {
         })
     }
 
+    /// What the QuickJS heap holds now.
+    pub fn heap_bytes(&self) -> u64 {
+        self._runtime.memory_usage().malloc_size.max(0) as u64
+    }
+
     fn stop_failure(&self, stop: Stop) -> Failure {
         match stop {
             Stop::Deadline => Failure::new(

@@ -33,16 +33,19 @@ extern "C" {
 /// Whether this build carries the attack probes (test builds only).
 pub const ATTACK_MODE: bool = cfg!(all(feature = "attack", debug_assertions));
 
-/// This process's peak resident set in KiB (0 when unknown).
-fn max_rss_kib() -> u64 {
+/// This process's resource use: (peak resident set in KiB, CPU time in µs); zeros when
+/// unknown.
+fn usage() -> (u64, u64) {
     // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_SELF is allowed by the
     // seccomp profile.
     unsafe {
         let mut u: libc::rusage = std::mem::zeroed();
         if libc::getrusage(libc::RUSAGE_SELF, &mut u) == 0 {
-            u.ru_maxrss.max(0) as u64
+            let us =
+                |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1_000_000 + t.tv_usec.max(0) as u64;
+            (u.ru_maxrss.max(0) as u64, us(u.ru_utime) + us(u.ru_stime))
         } else {
-            0
+            (0, 0)
         }
     }
 }
@@ -200,8 +203,10 @@ pub fn run() -> i32 {
         };
         let context_us = t_ctx.elapsed().as_micros() as u64;
         let t_run = Instant::now();
+        let cpu_before = usage().1;
         let outcome = engine.run(&job);
         let run_us = t_run.elapsed().as_micros() as u64;
+        let heap_bytes = engine.heap_bytes();
         let clean = outcome.is_ok() || matches!(&outcome, Err(f) if f.code == Code::JsError);
         let sent = match outcome {
             Ok(r) => engine::send_result(&channel, &r),
@@ -211,7 +216,9 @@ pub fn run() -> i32 {
             profile_us,
             context_us,
             run_us,
-            max_rss_kib: max_rss_kib(),
+            max_rss_kib: usage().0,
+            cpu_us: usage().1.saturating_sub(cpu_before),
+            heap_bytes,
         }));
         drop(engine);
         if sent.is_err() {

@@ -98,6 +98,8 @@ pub struct CallOutcome {
     pub egress: Vec<HopRecord>,
     /// The worker's peak resident set (KiB), as it reported in its Timings frame.
     pub peak_rss_kib: Option<u64>,
+    /// Console lines the call wrote (those over the caps included).
+    pub console_lines: u64,
 }
 
 /// Events streamed while a call runs.
@@ -267,6 +269,7 @@ pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>
             probe: None,
             egress: Vec::new(),
             peak_rss_kib: None,
+            console_lines: 0,
         },
     }
 }
@@ -308,6 +311,7 @@ pub fn run_keeping(
         probe: None,
         egress: Vec::new(),
         peak_rss_kib: None,
+        console_lines: 0,
     };
     on_event(Event::Started(w.pid()));
     let mut killed_at_deadline = false;
@@ -485,6 +489,7 @@ pub fn run_keeping(
             out.timings.worker = t;
         }
     }
+    out.console_lines = console_lines;
     if out.timings.worker.max_rss_kib > 0 {
         out.peak_rss_kib = Some(out.timings.worker.max_rss_kib);
     }
