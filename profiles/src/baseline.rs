@@ -16,6 +16,16 @@ pub struct Config {
     pub daemon: DaemonConfig,
     pub egress: EgressConfig,
     pub approval: crate::approval::ApprovalConfig,
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: Prometheus text over HTTP, off unless an address is given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `host:port` for `GET /metrics` (e.g. "127.0.0.1:9464"). Unset: no HTTP endpoint; the
+    /// admin channel's `stsd/metrics` answers either way.
+    pub listen: Option<String>,
 }
 
 /// The supervisor's fetch broker (network egress). Host overrides, extra CAs and trusted

@@ -134,6 +134,13 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         }
         let registry = Registry::new(d.max_connections.min(fit), d.max_connections_per_uid);
         let admin: Arc<dyn crate::transport::AdminHandler> = crate::admin::Admin::new(service.clone());
+        if let Some(addr) = &o.config.metrics.listen {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
+            say_out(&format!("metrics: Prometheus text on http://{addr}/metrics\n"));
+            tokio::spawn(serve_metrics(l, service.clone()));
+        }
         let limits = Limits::from_config(d);
         tracing::info!(
             nofile,
@@ -235,6 +242,50 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         ));
         Ok(())
     })
+}
+
+/// `GET /metrics` in the Prometheus text format; anything else 404. One request per
+/// connection, read with a bound and a deadline, so a slow or hostile scraper holds nothing.
+async fn serve_metrics(listener: tokio::net::TcpListener, service: Arc<Service>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut s, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let service = service.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 8192];
+            let mut n = 0;
+            let read = tokio::time::timeout(Duration::from_secs(5), async {
+                while n < buf.len() {
+                    match s.read(&mut buf[n..]).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => n += k,
+                    }
+                    if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+            })
+            .await;
+            if read.is_err() {
+                return;
+            }
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let (status, body) = if head.starts_with("GET /metrics ") {
+                ("200 OK", service.metrics.prometheus(&service.gauges()))
+            } else {
+                ("404 Not Found", "not found: GET /metrics\n".to_string())
+            };
+            let reply = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ =
+                tokio::time::timeout(Duration::from_secs(5), s.write_all(reply.as_bytes())).await;
+        });
+    }
 }
 
 /// Prints to stdout, ignoring a closed stdout: the daemon must not die of its own banner.

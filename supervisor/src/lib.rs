@@ -15,6 +15,7 @@ pub mod listener;
 pub mod local_pass;
 pub mod mcp;
 pub mod mcp_approval;
+pub mod metrics;
 pub mod paths;
 pub mod pool;
 pub mod service;

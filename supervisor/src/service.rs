@@ -274,6 +274,7 @@ pub struct Service {
     audit: Option<AuditLog>,
     reuse: u32,
     admission: Admission,
+    pub metrics: crate::metrics::Metrics,
     inflight: AtomicUsize,
     seq: AtomicU64,
 }
@@ -318,6 +319,7 @@ impl Service {
                 config.daemon.queue_limit,
                 config.daemon.max_calls_per_session,
             ),
+            metrics: Default::default(),
             inflight: AtomicUsize::new(0),
             seq: AtomicU64::new(1),
             config,
@@ -627,6 +629,15 @@ impl Service {
         } else {
             record.outcome = "OK";
         }
+        self.metrics.observe(
+            &record.name,
+            record
+                .error
+                .as_ref()
+                .map(|e| e.code.as_str())
+                .unwrap_or("OK"),
+            record.elapsed_ms,
+        );
         if let Some(log) = &self.audit {
             if let Err(e) = log.append(&record) {
                 tracing::error!(error = %e, "audit log write failed");
@@ -645,6 +656,18 @@ impl Service {
 
     pub fn reuse(&self) -> u32 {
         self.reuse
+    }
+
+    /// The gauges of this moment, for metrics.
+    pub fn gauges(&self) -> crate::metrics::Gauges {
+        crate::metrics::Gauges {
+            pool_size: self.pool.target(),
+            pool_ready: self.pool.ready_count(),
+            in_flight: self.in_flight(),
+            waiting: self.waiting(),
+            approvals_pending: self.gate.pending().len(),
+            tools_served: self.published().tools.len(),
+        }
     }
 
     /// Calls waiting for a worker slot.

@@ -8,6 +8,7 @@
 //! | method | params | result |
 //! |---|---|---|
 //! | `stsd/status` | none | version, uptime, pool, queue, catalog counts, sandbox support |
+//! | `stsd/metrics` | none | calls by tool and outcome, pool, in flight, waiting, approvals |
 //! | `stsd/tools/list` | none | `{"tools": [{name, state, riskLevel, approval, ...}]}`, withheld ones too |
 //! | `stsd/tools/show` | `{name}` | one tool: the list entry plus its spec and inputSchema |
 //! | `stsd/approvals/list` | none | `{"pending": [{id, tool, arguments, prompt, peerUid, ageMs}]}` |
@@ -93,6 +94,10 @@ impl Admin {
             "stsd/status" => {
                 admin_only("read the status")?;
                 Ok(self.status())
+            }
+            "stsd/metrics" => {
+                admin_only("read metrics")?;
+                Ok(self.service.metrics.json(&self.service.gauges()))
             }
             "stsd/tools/list" => {
                 admin_only("list tools")?;
