@@ -97,7 +97,7 @@ fn bundled_catalog_passes() {
         .unwrap_or_else(|e| panic!("{e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
-    assert!(stdout.contains("4 passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("4 specs passed, 0 failed"), "{stdout}");
 }
 
 #[test]
@@ -154,4 +154,76 @@ fn run_cli_prints_result_and_distinguishes_exit_codes() {
     assert_eq!(v["error"]["code"], "JS_ERROR");
     // Several specs in the file and no --tool: usage error.
     assert_eq!(run(&[]).status.code(), Some(2));
+}
+
+/// A spec's testCases (seed 004) run after its Local Pass: expected results compared deeply,
+/// expected failures by code; `--json` prints seed 004's shape, checked against a schema of
+/// it; `--case N` runs one case; a failing case fails the spec (and `--write` leaves it a
+/// draft).
+#[test]
+fn test_cases_run_after_the_local_pass_and_report_in_seed_004_shape() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let spec = |cases: serde_json::Value| {
+        serde_json::json!([{"name": "adder", "description": "adds two numbers for the tests",
+            "codeType": "Javascript", "draft": true,
+            "params": [{"name": "a", "type": "INTEGER", "required": true, "description": "", "testValue": "1"},
+                       {"name": "b", "type": "INTEGER", "required": true, "description": "", "testValue": "2"}],
+            "code": "if (a < 0) throw new RangeError('negative'); return {sum: a + b};",
+            "testCases": cases}])
+    };
+    let good = serde_json::json!([
+        {"name": "adds", "arguments": {"a": 2, "b": 3}, "expected": {"sum": 5}},
+        {"name": "refuses negatives", "arguments": {"a": -1, "b": 3},
+         "expectedSuccess": false, "expectedErrorCode": "JS_ERROR"},
+        {"name": "bad types", "parameters": {"a": "x", "b": 3},
+         "expectedSuccess": false, "expectedErrorCode": "INVALID_INPUT"}
+    ]);
+    let file = dir.path().join("adder.json");
+    let run = |args: &[&str]| {
+        Command::new(stsd_bin())
+            .arg("test")
+            .args(args)
+            .arg(&file)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    std::fs::write(&file, spec(good.clone()).to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let out = run(&["--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let shape = serde_json::json!({
+        "type": "object", "required": ["results", "summary"],
+        "properties": {
+            "results": {"type": "array", "items": {"type": "object",
+                "required": ["name", "success", "result", "duration"],
+                "properties": {"name": {"type": "string"}, "success": {"type": "boolean"},
+                               "result": {"type": "object", "required": ["success", "executionTime"]},
+                               "duration": {"type": "integer", "minimum": 0}}}},
+            "summary": {"type": "object", "required": ["total", "passed", "failed", "successRate"],
+                "properties": {"total": {"type": "integer"}, "passed": {"type": "integer"},
+                               "failed": {"type": "integer"}, "successRate": {"type": "number"}}}}
+    });
+    let validator = jsonschema::draft202012::new(&shape).unwrap_or_else(|e| panic!("{e}"));
+    assert!(validator.is_valid(&v), "{v}");
+    assert_eq!(v["summary"]["total"], 4, "{v}");
+    assert_eq!(v["summary"]["successRate"], 100.0);
+    assert_eq!(v["results"][1]["result"]["output"]["sum"], 5);
+    // --case 1: that case alone.
+    let one: serde_json::Value =
+        serde_json::from_slice(&run(&["--json", "--case", "1"]).stdout).unwrap_or_default();
+    assert_eq!(one["summary"]["total"], 1);
+    assert_eq!(one["results"][0]["name"], "refuses negatives");
+    // A wrong expectation fails the spec, and --write leaves it a draft.
+    let mut bad = good.clone();
+    bad[0]["expected"] = serde_json::json!({"sum": 6});
+    std::fs::write(&file, spec(bad).to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let out = run(&["--write"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("differs from the expected one"), "{text}");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap_or_default())
+            .unwrap_or_default();
+    assert_eq!(saved[0]["draft"], true);
 }

@@ -331,7 +331,15 @@ fn approve(
     decision.refusal
 }
 
-pub fn test(config: &Config, paths: &[PathBuf], write: bool) -> ExitCode {
+/// `stsd test`: each spec's Local Pass, then its `testCases`; a spec passes when all do.
+/// `--case N` runs only case N of each spec; `--json` prints seed 004's shape.
+pub fn test(
+    config: &Config,
+    paths: &[PathBuf],
+    write: bool,
+    json_out: bool,
+    only_case: Option<usize>,
+) -> ExitCode {
     if let Some(missing) = paths.iter().find(|p| !p.exists()) {
         return usage(format!("no such file or directory: {}", missing.display()));
     }
@@ -345,42 +353,148 @@ pub fn test(config: &Config, paths: &[PathBuf], write: bool) -> ExitCode {
         Vec::new()
     };
     let mut cat = Catalog::load_with(paths, extra);
+    let mut results: Vec<local_pass::CaseResult> = Vec::new();
+    let mut problems = 0;
     for p in &cat.problems {
-        println!("FAIL {}: {}", p.path.display(), p.diagnostic);
-    }
-    let mut passed = Vec::new();
-    let mut failed = cat.problems.len();
-    for (i, e) in cat.entries.iter().enumerate() {
-        let report = local_pass::run_entry(&cat, e, config, &config.baseline.env(), &opts);
-        let ms = report.elapsed.as_millis();
-        match &report.outcome {
-            Ok(_) => {
-                println!("PASS {:<28} {ms:>5} ms  {}", report.name, report.location);
-                passed.push(i);
-            }
-            Err(d) => {
-                println!("FAIL {:<28} {ms:>5} ms  {}", report.name, report.location);
-                println!("     {d}");
-                failed += 1;
-            }
+        problems += 1;
+        if !json_out {
+            println!("FAIL {}: {}", p.path.display(), p.diagnostic);
         }
     }
-    println!("\n{} passed, {} failed", passed.len(), failed);
-    if write && !passed.is_empty() {
+    let env = config.baseline.env();
+    let mut passed = Vec::new();
+    let mut failed_specs = cat.problems.len();
+    for (i, e) in cat.entries.iter().enumerate() {
+        let mut ok = true;
+        let name = e
+            .validated
+            .spec
+            .as_ref()
+            .map(|s| s.name.clone())
+            .unwrap_or_default();
+        if only_case.is_none() {
+            let report = local_pass::run_entry(&cat, e, config, &env, &opts);
+            let ms = report.elapsed.as_millis() as u64;
+            let (success, result, reason) = match &report.outcome {
+                Ok(v) => (
+                    true,
+                    json!({"success": true, "output": render_value(v), "executionTime": ms}),
+                    None,
+                ),
+                Err(d) => (
+                    false,
+                    json!({"success": false, "error": d, "executionTime": ms}),
+                    Some(d.to_string()),
+                ),
+            };
+            if !json_out {
+                println!(
+                    "{} {:<28} {ms:>5} ms  {}",
+                    if success { "PASS" } else { "FAIL" },
+                    report.name,
+                    report.location
+                );
+                if let Some(r) = &reason {
+                    println!("     {r}");
+                }
+            }
+            ok &= success;
+            results.push(local_pass::CaseResult {
+                tool: name.clone(),
+                name: "local pass (testValues)".into(),
+                success,
+                result,
+                duration: ms,
+                reason,
+            });
+        }
+        let cases = match (&e.validated.spec, local_pass::document(&cat, e)) {
+            (Some(_), Some(doc)) => local_pass::test_cases(doc),
+            _ => Ok(Vec::new()),
+        };
+        match (cases, &e.validated.spec) {
+            (Err(d), _) => {
+                ok = false;
+                if !json_out {
+                    println!("FAIL {name:<28} testCases: {d}");
+                }
+            }
+            (Ok(cases), Some(spec)) => {
+                for (n, case) in cases.iter().enumerate() {
+                    if only_case.is_some_and(|k| k != n) {
+                        continue;
+                    }
+                    let r = local_pass::run_case(spec, config, &env, &opts, case);
+                    if !json_out {
+                        println!(
+                            "{}   case {n} {:<22} {:>5} ms",
+                            if r.success { "PASS" } else { "FAIL" },
+                            r.name,
+                            r.duration
+                        );
+                        if let Some(why) = &r.reason {
+                            println!("     {why}");
+                        }
+                    }
+                    ok &= r.success;
+                    results.push(r);
+                }
+            }
+            _ => {}
+        }
+        if ok {
+            passed.push(i);
+        } else {
+            failed_specs += 1;
+        }
+    }
+    let total = results.len();
+    let ok_count = results.iter().filter(|r| r.success).count();
+    if json_out {
+        let rate = if total == 0 {
+            100.0
+        } else {
+            (ok_count as f64) * 100.0 / total as f64
+        };
+        println!(
+            "{}",
+            json!({
+                "results": results,
+                "summary": {"total": total, "passed": ok_count, "failed": total - ok_count,
+                            "successRate": (rate * 100.0).round() / 100.0},
+                "fileProblems": problems,
+            })
+        );
+    } else {
+        println!("\n{} specs passed, {} failed", passed.len(), failed_specs);
+    }
+    if write && !passed.is_empty() && only_case.is_none() {
         match local_pass::write_passes(&mut cat, &passed) {
-            Ok(files) => println!(
-                "wrote draft:false for {} specs in {files} files",
-                passed.len()
-            ),
+            Ok(files) => {
+                if !json_out {
+                    println!(
+                        "wrote draft:false for {} specs in {files} files",
+                        passed.len()
+                    );
+                }
+            }
             Err(e) => {
                 eprintln!("stsd: cannot write: {e}");
                 return ExitCode::from(EXIT_INVALID);
             }
         }
     }
-    if failed == 0 {
+    if failed_specs == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_INVALID)
+    }
+}
+
+/// A call's value as JSON for reports.
+fn render_value(v: &CallValue) -> Value {
+    match v {
+        CallValue::Undefined => Value::Null,
+        CallValue::Json(t) => serde_json::from_str(t).unwrap_or(Value::Null),
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::exec::{self, job, CallValue, ExecOptions};
 use crate::store::{now_ms, Catalog, Entry};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::time::Duration;
 use stsd_profiles::{resolve, Config};
 use stsd_protocol::envvar::EnvSource;
@@ -92,4 +92,174 @@ pub fn write_passes(cat: &mut Catalog, passed: &[usize]) -> std::io::Result<usiz
         cat.files[file].write_atomic()?;
     }
     Ok(touched_files.len())
+}
+
+/// One of a spec's `testCases` (seed 004): arguments, and what should come of them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TestCase {
+    pub name: String,
+    pub arguments: serde_json::Map<String, Value>,
+    pub expected_success: bool,
+    /// Deep-equal on the result, when given.
+    pub expected: Option<Value>,
+    /// The error code a failing case must end with, when given.
+    pub expected_error_code: Option<String>,
+    pub timeout_ms: Option<u64>,
+}
+
+/// A spec's `testCases` (an extension field at the top level, §14): `arguments` (or seed
+/// 004's `parameters`), `expectedSuccess` (default true), `expected`, `expectedErrorCode`,
+/// `timeoutMs` (or `timeout`).
+pub fn test_cases(doc: &Value) -> Result<Vec<TestCase>, Diagnostic> {
+    let Some(list) = doc.get("testCases") else {
+        return Ok(Vec::new());
+    };
+    let bad = |i: usize, what: &str| {
+        Diagnostic::error(
+            Code::SpecInvariant,
+            format!("/testCases/{i}"),
+            what.to_string(),
+        )
+    };
+    let Some(list) = list.as_array() else {
+        return Err(Diagnostic::error(
+            Code::SpecInvariant,
+            "/testCases",
+            "testCases must be an array",
+        ));
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let args = c.get("arguments").or_else(|| c.get("parameters"));
+            let arguments = match args {
+                None | Some(Value::Null) => serde_json::Map::new(),
+                Some(Value::Object(m)) => m.clone(),
+                Some(_) => return Err(bad(i, "arguments must be an object")),
+            };
+            Ok(TestCase {
+                name: c
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+                    .unwrap_or_else(|| format!("case {i}")),
+                arguments,
+                expected_success: c
+                    .get("expectedSuccess")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true),
+                expected: c.get("expected").cloned(),
+                expected_error_code: c
+                    .get("expectedErrorCode")
+                    .and_then(Value::as_str)
+                    .map(String::from),
+                timeout_ms: c
+                    .get("timeoutMs")
+                    .or_else(|| c.get("timeout"))
+                    .and_then(Value::as_u64),
+            })
+        })
+        .collect()
+}
+
+/// What one test case did (seed 004's result entry).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CaseResult {
+    pub tool: String,
+    pub name: String,
+    pub success: bool,
+    pub result: Value,
+    /// Milliseconds.
+    pub duration: u64,
+    /// Why it failed, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Runs one test case under the spec's own posture, in a sandboxed worker.
+pub fn run_case(
+    spec: &stsd_protocol::ToolSpec,
+    config: &Config,
+    env: &dyn EnvSource,
+    opts: &ExecOptions,
+    case: &TestCase,
+) -> CaseResult {
+    let t0 = std::time::Instant::now();
+    let outcome: Result<Value, (String, String)> = (|| {
+        let resolved =
+            resolve(spec, config).map_err(|d| (d.code.to_string(), d.message.clone()))?;
+        let args = job::check_arguments(spec, &case.arguments)
+            .map_err(|d| (d.code.to_string(), format!("{} ({})", d.message, d.pointer)))?;
+        let mut prepared = job::prepare(0, spec, &resolved, config, args, env)
+            .map_err(|d| (d.code.to_string(), d.message.clone()))?;
+        if let Some(ms) = case.timeout_ms {
+            prepared.job.limits.timeout_ms = ms.min(prepared.job.limits.timeout_ms);
+        }
+        crate::workspace::prepare_base_path(&mut prepared.job.sandbox, config)
+            .map_err(|e| (Code::SandboxUnavailable.to_string(), e))?;
+        let out = exec::run_job(&prepared.job, opts, &mut |_| {});
+        match out.result {
+            Ok(CallValue::Undefined) => Ok(Value::Null),
+            Ok(CallValue::Json(t)) => {
+                Ok(serde_json::from_str(&prepared.secrets.mask(&t)).unwrap_or(Value::Null))
+            }
+            Err(e) => Err((e.code.to_string(), prepared.secrets.mask(&e.message))),
+        }
+    })();
+    let execution_time = t0.elapsed().as_millis() as u64;
+    let (success, reason, result) = match &outcome {
+        Ok(v) => {
+            let matches = case.expected.as_ref().is_none_or(|e| e == v);
+            let success = case.expected_success && matches;
+            let reason = (!success).then(|| {
+                if case.expected_success {
+                    format!("the result differs from the expected one: got {v}")
+                } else {
+                    "expected a failure, the call succeeded".to_string()
+                }
+            });
+            (
+                success,
+                reason,
+                json!({"success": true, "output": v, "executionTime": execution_time}),
+            )
+        }
+        Err((code, message)) => {
+            let code_ok = case.expected_error_code.as_ref().is_none_or(|c| c == code);
+            let success = !case.expected_success && code_ok;
+            let reason = (!success).then(|| {
+                if case.expected_success {
+                    format!("{code}: {message}")
+                } else {
+                    format!(
+                        "expected {}, got {code}",
+                        case.expected_error_code.as_deref().unwrap_or("an error")
+                    )
+                }
+            });
+            (
+                success,
+                reason,
+                json!({"success": false, "error": {"code": code, "message": message},
+                       "executionTime": execution_time}),
+            )
+        }
+    };
+    CaseResult {
+        tool: spec.name.clone(),
+        name: case.name.clone(),
+        success,
+        result,
+        duration: t0.elapsed().as_millis() as u64,
+        reason,
+    }
+}
+
+/// The raw document of an entry (for extension fields such as `testCases`).
+pub fn document<'a>(cat: &'a Catalog, e: &Entry) -> Option<&'a Value> {
+    cat.files[e.file]
+        .documents()
+        .into_iter()
+        .find(|(i, _)| *i == e.index)
+        .map(|(_, v)| v)
 }

@@ -153,11 +153,18 @@ enum Command {
         #[arg(long)]
         deny: bool,
     },
-    /// Run the Local Pass of specs; --write persists draft:false for those that pass.
+    /// Run the Local Pass and the testCases of specs; --write persists draft:false for those
+    /// that pass.
     Test {
         paths: Vec<PathBuf>,
         #[arg(long)]
         write: bool,
+        /// One JSON document (seed 004's shape: results[] and a summary).
+        #[arg(long)]
+        json: bool,
+        /// Run only test case N (0-based) of each spec, not the Local Pass.
+        #[arg(long = "case", value_name = "N")]
+        case: Option<usize>,
     },
     /// Write the served catalog as a CJSON toolsets document (seed 003), each tool with its
     /// argsSchema and approval requirement: a complete file to start --toolsets from.
@@ -349,7 +356,12 @@ fn main() -> ExitCode {
                 answer: (approve || deny).then_some(approve),
             },
         ),
-        Command::Test { paths, write } => cli_run::test(&config, &paths, write),
+        Command::Test {
+            paths,
+            write,
+            json,
+            case,
+        } => cli_run::test(&config, &paths, write, json, case),
         Command::Call {
             tool,
             args,
