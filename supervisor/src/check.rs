@@ -132,6 +132,12 @@ pub fn build(cat: &Catalog, config: &Config, env: &dyn EnvSource) -> Report {
                         risk_level_with_approval: a.required.then(|| mitigated(r.risk)),
                         override_refused: a.refused_override,
                     });
+                    diagnostics.extend(crate::lint::lint(
+                        spec,
+                        crate::local_pass::document(cat, e),
+                        &r,
+                        env,
+                    ));
                     report.risk_level = Some(r.risk);
                     report.tool_safety = Some(r.tool_safety);
                     report.fs_base_path = Some(r.fs_base_path.display().to_string());

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod egress;
 pub mod exec;
 pub mod lifecycle;
+pub mod lint;
 pub mod listener;
 pub mod local_pass;
 pub mod mcp;

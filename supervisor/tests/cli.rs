@@ -126,3 +126,65 @@ fn tempfile_path(name: &str, content: &str) -> String {
     let _ = std::fs::write(&p, content);
     p.display().to_string()
 }
+
+/// Author lint: fetch without a network grant, safety.fs without file access, a typo of a
+/// known field, a secret-shaped testValue, open network in a published spec, a tag outside
+/// the vocabulary: each a warning with its pointer; the spec stays valid. At run time the
+/// missing grant is named in the error.
+#[test]
+fn check_lints_what_an_author_most_likely_got_wrong() {
+    let dir = std::env::temp_dir().join(format!("stsd-lint-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let spec = dir.join("lint.json");
+    let doc = serde_json::json!([
+        {"name": "linted", "description": "a spec with everything wrong but valid", "codeType": "Javascript",
+         "draft": false, "tags": ["util", "misc"], "descripton": "typo",
+         "sandboxOverrides": {"networkMode": "open"},
+         "params": [{"name": "token", "type": "STRING", "required": true, "description": "",
+                     "testValue": "ghp_abcdefghijklmnopqrstuvwxyz0123456789"}],
+         "code": "return safety.fs.readText('x') + fetch('https://x');"},
+        {"name": "nofetch", "description": "fetch without the network grant", "codeType": "Javascript",
+         "draft": true, "code": "return await fetch('https://example.com');"}
+    ]);
+    std::fs::write(&spec, doc.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let path = spec.display().to_string();
+    let out = stsd(&["check", "--json", &path]);
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let warnings: Vec<(String, String)> = v["specs"][0]["diagnostics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            (
+                d["pointer"].as_str().unwrap_or_default().to_string(),
+                d["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let has = |ptr: &str, text: &str| warnings.iter().any(|(p, m)| p == ptr && m.contains(text));
+    assert!(has("/code", "safety.fs"), "{warnings:?}");
+    assert!(
+        has("/descripton", "did you mean \"description\""),
+        "{warnings:?}"
+    );
+    assert!(has("/params/0/testValue", "GitHub token"), "{warnings:?}");
+    assert!(has("/sandboxOverrides/networkMode", "open"), "{warnings:?}");
+    assert!(has("/tags/1", "vocabulary"), "{warnings:?}");
+    assert_eq!(v["specs"][0]["valid"], true);
+    let second = v["specs"][1]["diagnostics"].to_string();
+    assert!(
+        second.contains("fetch, but the posture blocks the network"),
+        "{second}"
+    );
+    let run = stsd(&["run", "--json", "--tool", "nofetch", &path]);
+    let r: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap_or_default();
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("fetch needs sandboxOverrides.networkMode"),
+        "{r}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

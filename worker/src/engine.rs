@@ -190,7 +190,7 @@ impl Engine {
             }
             match outcome {
                 Ok(v) => serialize(&ctx, v, self.limits.max_result_bytes),
-                Err(e) => Err(classify(e)),
+                Err(e) => Err(missing_grant_hint(classify(e), job)),
             }
         })
     }
@@ -315,6 +315,33 @@ fn serialize<'js>(ctx: &Ctx<'js>, v: Value<'js>, max: u64) -> Result<Returned, F
         ));
     }
     Ok(Returned::Json(text))
+}
+
+/// A tool without a grant sees no `fetch` and no `safety.fs`, exactly as the reference
+/// runtime (so `typeof fetch` stays honest); when that is why it failed, the message says
+/// which grant is missing instead of leaving a bare ReferenceError or TypeError.
+fn missing_grant_hint(mut f: Failure, job: &Job) -> Failure {
+    if f.code != Code::JsError {
+        return f;
+    }
+    let blocked = job.sandbox.network == stsd_protocol::frames::NetworkGrant::Blocked;
+    let no_fs = job.sandbox.fs == stsd_protocol::frames::FsAccess::None;
+    let m = &f.message;
+    let hint = if blocked && m.starts_with("ReferenceError:") && m.contains("fetch") {
+        Some("fetch needs sandboxOverrides.networkMode allowlist, strict or open; this tool's posture blocks the network")
+    } else if no_fs
+        && m.starts_with("TypeError:")
+        && m.contains("undefined")
+        && job.code.contains("safety.fs")
+    {
+        Some("safety.fs needs sandboxOverrides.fileRead or fileWrite; this tool's posture grants no file access")
+    } else {
+        None
+    };
+    if let Some(h) = hint {
+        f.message = format!("{} ({h})", f.message);
+    }
+    f
 }
 
 fn classify(e: CaughtError<'_>) -> Failure {
