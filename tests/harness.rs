@@ -80,7 +80,7 @@ impl Daemon {
         };
         let _ = std::fs::write(
             &config,
-            format!("[baseline]\nmax_steps = 1000000000000\nenv_allow = [\"STSD_TEST_*\", \"STSD_HOSTILE_SECRET\"]\n{baseline}\n[daemon]\naudit_log = \"{}\"\n{extra_config}", audit.display()),
+            format!("[baseline]\nmax_steps = 1000000000000\nenv_allow = [\"STSD_TEST_*\", \"STSD_HOSTILE_SECRET\"]\n{baseline}\n[daemon]\naudit_log = \"{}\"\ncatalog_dir = \"{}\"\n{extra_config}", audit.display(), dir.path().join("managed").display()),
         );
         let mut cmd = Command::new(stsd_bin());
         cmd.arg("--config")

@@ -115,6 +115,9 @@ pub struct DaemonConfig {
     /// uids allowed on the admin channel (`stsd/...` methods). Empty: the daemon's own uid
     /// and root.
     pub admin_uids: Vec<u32>,
+    /// The managed catalog `stsd tools add|update|...` write to (served besides `--catalog`).
+    /// Unset: /var/lib/stsd/catalog as root, else $XDG_DATA_HOME/stsd/catalog.
+    pub catalog_dir: Option<PathBuf>,
 }
 
 impl Default for DaemonConfig {
@@ -138,6 +141,7 @@ impl Default for DaemonConfig {
             audit_max_arg_bytes: 4096,
             audit_max_params_bytes: 65536,
             admin_uids: Vec::new(),
+            catalog_dir: None,
         }
     }
 }

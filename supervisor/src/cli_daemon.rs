@@ -217,3 +217,61 @@ pub fn tools(socket: &Path, show: Option<&str>, json_out: bool) -> ExitCode {
     }
     ExitCode::SUCCESS
 }
+
+/// The `stsd tools` verbs that change the managed catalog.
+pub enum ToolsWrite {
+    Add(std::path::PathBuf),
+    Update(String, std::path::PathBuf),
+    Rollback(String),
+    Remove(String),
+    Enable(String),
+    Disable(String),
+    None,
+}
+
+/// One spec from a file (a single spec, or an array or bundle holding exactly one).
+fn one_spec(file: &Path) -> Result<Value, String> {
+    let text = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let v: Value =
+        serde_json::from_slice(&text).map_err(|e| format!("{}: not JSON: {e}", file.display()))?;
+    let list = match &v {
+        Value::Array(a) => a.clone(),
+        Value::Object(o) if o.contains_key("toolSpecs") => {
+            o["toolSpecs"].as_array().cloned().unwrap_or_default()
+        }
+        _ => return Ok(v),
+    };
+    match list.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(format!(
+            "{} holds {} specs; give one spec per file",
+            file.display(),
+            list.len()
+        )),
+    }
+}
+
+pub fn tools_write(socket: &Path, w: ToolsWrite) -> ExitCode {
+    let (method, params) = match w {
+        ToolsWrite::Add(f) => match one_spec(&f) {
+            Ok(spec) => ("stsd/tools/add", json!({"spec": spec})),
+            Err(e) => return fail(e),
+        },
+        ToolsWrite::Update(name, f) => match one_spec(&f) {
+            Ok(spec) => ("stsd/tools/update", json!({"name": name, "spec": spec})),
+            Err(e) => return fail(e),
+        },
+        ToolsWrite::Rollback(n) => ("stsd/tools/rollback", json!({"name": n})),
+        ToolsWrite::Remove(n) => ("stsd/tools/remove", json!({"name": n})),
+        ToolsWrite::Enable(n) => ("stsd/tools/enable", json!({"name": n})),
+        ToolsWrite::Disable(n) => ("stsd/tools/disable", json!({"name": n})),
+        ToolsWrite::None => return ExitCode::from(EXIT_USAGE),
+    };
+    match client::call(socket, method, params) {
+        Ok(v) => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}

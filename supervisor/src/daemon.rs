@@ -36,7 +36,27 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))
 }
 
+/// The managed catalog of the daemon.
+fn managed_catalog(o: &DaemonOptions) -> Result<Arc<crate::managed::Managed>, String> {
+    let dir = o
+        .config
+        .daemon
+        .catalog_dir
+        .clone()
+        .unwrap_or_else(crate::managed::default_dir);
+    crate::managed::Managed::open(&dir)
+        .map(Arc::new)
+        .map_err(|e| format!("cannot open the managed catalog: {e}"))
+}
+
 fn build_service(o: &DaemonOptions) -> Result<Arc<Service>, String> {
+    build_service_with(o, None)
+}
+
+fn build_service_with(
+    o: &DaemonOptions,
+    managed: Option<&crate::managed::Managed>,
+) -> Result<Arc<Service>, String> {
     let audit_path = o
         .config
         .daemon
@@ -48,12 +68,17 @@ fn build_service(o: &DaemonOptions) -> Result<Arc<Service>, String> {
     let opts = ExecOptions::new(o.worker_exe.clone(), &o.config)?;
     let mut toolsets = o.config.daemon.toolsets.clone();
     toolsets.extend(o.toolsets.iter().cloned());
+    let mut sources = o.sources.clone();
+    if let Some(m) = managed {
+        sources.push(Source::Path(m.specs_dir()));
+        toolsets.push(m.toolsets_path());
+    }
     Service::new(
         o.config.clone(),
         opts,
         o.pool,
         o.reuse,
-        o.sources.clone(),
+        sources,
         toolsets,
         Some(audit),
     )
@@ -108,7 +133,8 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
     let rt = runtime()?;
     rt.block_on(async move {
         let bound = listener::bind(&o.socket, o.config.daemon.socket_group)?;
-        let service = build_service(&o)?;
+        let managed = managed_catalog(&o)?;
+        let service = build_service_with(&o, Some(&managed))?;
         let (changed, _) = broadcast::channel::<()>(16);
         let nofile = raise_nofile_limit();
         say_out(&banner(
@@ -133,7 +159,10 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
             );
         }
         let registry = Registry::new(d.max_connections.min(fit), d.max_connections_per_uid);
-        let admin: Arc<dyn crate::transport::AdminHandler> = crate::admin::Admin::new(service.clone());
+        let admin: Arc<dyn crate::transport::AdminHandler> = crate::admin::Admin::with_catalog(
+            service.clone(),
+            Some((managed.clone(), changed.clone())),
+        );
         if let Some(addr) = &o.config.metrics.listen {
             let l = tokio::net::TcpListener::bind(addr)
                 .await

@@ -14,6 +14,7 @@ pub mod lifecycle;
 pub mod lint;
 pub mod listener;
 pub mod local_pass;
+pub mod managed;
 pub mod mcp;
 pub mod mcp_approval;
 pub mod metrics;

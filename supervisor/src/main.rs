@@ -108,6 +108,33 @@ enum ToolsCmd {
     },
     /// One tool: its entry, description, inputSchema and toolSafety.
     Show { name: String },
+    /// Publish a new tool: validate, resolve, Local Pass, test cases, then serve it.
+    Add { file: PathBuf },
+    /// Publish a new version of a managed tool through the same gate; the old one is kept.
+    Update { name: String, file: PathBuf },
+    /// Serve the previous version of a managed tool again.
+    Rollback { name: String },
+    /// Retire a managed tool (rollback brings it back).
+    Rm { name: String },
+    /// Serve a tool the operator disabled.
+    Enable { name: String },
+    /// Stop serving a tool (it stays in the catalog).
+    Disable { name: String },
+}
+
+impl From<ToolsCmd> for cli_daemon::ToolsWrite {
+    fn from(c: ToolsCmd) -> Self {
+        use cli_daemon::ToolsWrite as W;
+        match c {
+            ToolsCmd::Add { file } => W::Add(file),
+            ToolsCmd::Update { name, file } => W::Update(name, file),
+            ToolsCmd::Rollback { name } => W::Rollback(name),
+            ToolsCmd::Rm { name } => W::Remove(name),
+            ToolsCmd::Enable { name } => W::Enable(name),
+            ToolsCmd::Disable { name } => W::Disable(name),
+            ToolsCmd::List { .. } | ToolsCmd::Show { .. } => W::None,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -380,6 +407,7 @@ fn main() -> ExitCode {
             ToolsCmd::Show { name } => {
                 cli_daemon::tools(&cli.daemon.socket_path(), Some(&name), true)
             }
+            other => cli_daemon::tools_write(&cli.daemon.socket_path(), other.into()),
         },
         Command::Export { paths, format, all } => {
             let sources = if paths.is_empty() {

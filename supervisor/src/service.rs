@@ -658,6 +658,11 @@ impl Service {
         self.reuse
     }
 
+    /// How this service starts workers (for Local Passes run on its behalf).
+    pub fn exec_options(&self) -> ExecOptions {
+        self.opts.clone()
+    }
+
     /// The gauges of this moment, for metrics.
     pub fn gauges(&self) -> crate::metrics::Gauges {
         crate::metrics::Gauges {

@@ -36,7 +36,9 @@ class Daemon:
             extra_config = extra_config.replace("[baseline]\n", baseline, 1)
         else:
             extra_config = extra_config + "\n" + baseline
-        self.config.write_text(f'[daemon]\naudit_log = "{self.audit}"\n{extra_config}')
+        self.config.write_text(
+            f'[daemon]\naudit_log = "{self.audit}"\ncatalog_dir = "{tmp / "managed"}"\n{extra_config}'
+        )
         self.pool = pool
         self.proc: subprocess.Popen | None = None
 

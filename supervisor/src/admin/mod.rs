@@ -29,10 +29,26 @@ pub struct Admin {
     service: Arc<Service>,
     admin_uids: Vec<u32>,
     started: std::time::Instant,
+    /// The managed catalog and the list-changed signal, when the daemon has them.
+    managed: Option<(
+        Arc<crate::managed::Managed>,
+        tokio::sync::broadcast::Sender<()>,
+    )>,
 }
 
 impl Admin {
     pub fn new(service: Arc<Service>) -> Arc<Admin> {
+        Admin::with_catalog(service, None)
+    }
+
+    /// With the managed catalog, the `stsd/tools/...` write methods are served too.
+    pub fn with_catalog(
+        service: Arc<Service>,
+        managed: Option<(
+            Arc<crate::managed::Managed>,
+            tokio::sync::broadcast::Sender<()>,
+        )>,
+    ) -> Arc<Admin> {
         let own = nix::unistd::Uid::effective().as_raw();
         let mut admin_uids = service.config.daemon.admin_uids.clone();
         if admin_uids.is_empty() {
@@ -42,6 +58,7 @@ impl Admin {
             service,
             admin_uids,
             started: std::time::Instant::now(),
+            managed,
         })
     }
 
@@ -179,10 +196,179 @@ impl Admin {
 
 impl AdminHandler for Admin {
     fn handle(&self, uid: u32, method: String, params: Value) -> AdminReply<'_> {
-        let r = self.call(uid, &method, &params);
-        if let Err((code, why)) = &r {
-            tracing::info!(uid, method, code, why, "admin request refused");
+        Box::pin(async move {
+            let r = if WRITES.contains(&method.as_str()) {
+                self.write(uid, &method, &params).await
+            } else {
+                self.call(uid, &method, &params)
+            };
+            if let Err((code, why)) = &r {
+                tracing::info!(uid, method, code, why, "admin request refused");
+            }
+            r
+        })
+    }
+}
+
+/// The methods that change the managed catalog.
+const WRITES: &[&str] = &[
+    "stsd/tools/add",
+    "stsd/tools/update",
+    "stsd/tools/rollback",
+    "stsd/tools/remove",
+    "stsd/tools/enable",
+    "stsd/tools/disable",
+];
+
+/// A change the publish gate refused (the catalog is unchanged).
+pub const GATE_FAILED: i32 = -32003;
+
+fn name_param(params: &Value) -> Result<String, (i32, String)> {
+    params
+        .get("name")
+        .and_then(Value::as_str)
+        .map(String::from)
+        .ok_or((-32602, "params: {\"name\": <tool>}".to_string()))
+}
+
+impl Admin {
+    /// Whether the catalog holds a spec named `name` (served or withheld).
+    fn known(&self, name: &str) -> bool {
+        let p = self.service.published();
+        p.get(name).is_some() || p.withheld.iter().any(|(n, _)| n == name)
+    }
+
+    /// The publish gate for a new version: valid, resolvable, its Local Pass and every test
+    /// case pass under its own posture. Ok(the document as it will be stored).
+    async fn gate(&self, spec: &Value) -> Result<Value, (i32, String)> {
+        let refused = |why: String| (GATE_FAILED, why);
+        let bytes = serde_json::to_vec(spec).map_err(|e| refused(e.to_string()))?;
+        let file =
+            crate::store::SpecFile::parse(std::path::Path::new("submitted.json"), &bytes, true)
+                .map_err(|d| refused(d.to_string()))?
+                .ok_or_else(|| refused("not a spec document".into()))?;
+        let cat = crate::store::Catalog::load_with(&[], vec![file]);
+        let (config, opts) = (self.service.config.clone(), self.service.exec_options());
+        let report = tokio::task::spawn_blocking(move || {
+            let Some(e) = cat.entries.first() else {
+                return Err("the document holds no spec".to_string());
+            };
+            let errors: Vec<String> = e.validated.errors().map(|d| d.to_string()).collect();
+            if !errors.is_empty() {
+                return Err(format!("invalid: {}", errors.join("; ")));
+            }
+            let env = config.baseline.env();
+            let pass = crate::local_pass::run_entry(&cat, e, &config, &env, &opts);
+            if let Err(d) = &pass.outcome {
+                return Err(format!("Local Pass: {d}"));
+            }
+            let spec = e.validated.spec.as_ref().ok_or("invalid spec")?;
+            let doc = crate::local_pass::document(&cat, e)
+                .cloned()
+                .unwrap_or(Value::Null);
+            let cases = crate::local_pass::test_cases(&doc).map_err(|d| d.to_string())?;
+            for case in &cases {
+                let r = crate::local_pass::run_case(spec, &config, &env, &opts, case);
+                if !r.success {
+                    return Err(format!(
+                        "test case {:?}: {}",
+                        r.name,
+                        r.reason.unwrap_or_default()
+                    ));
+                }
+            }
+            Ok(doc)
+        })
+        .await
+        .map_err(|e| refused(format!("the gate failed: {e}")))?;
+        let mut doc = report.map_err(refused)?;
+        doc["draft"] = Value::Bool(false);
+        Ok(doc)
+    }
+
+    /// Re-publishes after a change and tells subscribed clients.
+    fn republish(&self, changed: &tokio::sync::broadcast::Sender<()>) -> Result<(), (i32, String)> {
+        match self.service.reload() {
+            Ok(true) => {
+                let _ = changed.send(());
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(e) => Err((
+                GATE_FAILED,
+                format!("the catalog did not reload: {}", e.join("; ")),
+            )),
         }
-        Box::pin(std::future::ready(r))
+    }
+
+    async fn write(&self, uid: u32, method: &str, params: &Value) -> Result<Value, (i32, String)> {
+        if !self.admin_uids.contains(&uid) {
+            return Err((
+                NOT_ALLOWED,
+                format!("uid {uid} may not change tools (it is not in [daemon] admin_uids)"),
+            ));
+        }
+        let Some((managed, changed)) = &self.managed else {
+            return Err((-32601, "this daemon has no managed catalog".into()));
+        };
+        match method {
+            "stsd/tools/add" | "stsd/tools/update" => {
+                let spec = params
+                    .get("spec")
+                    .filter(|v| v.is_object())
+                    .ok_or((-32602, "params: {\"spec\": <a spec document>}".to_string()))?;
+                let name = spec
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                if method == "stsd/tools/add" && (self.known(&name) || managed.has(&name)) {
+                    return Err((
+                        GATE_FAILED,
+                        format!("a tool named {name} exists already (use update)"),
+                    ));
+                }
+                if method == "stsd/tools/update" {
+                    let target = name_param(params).unwrap_or_else(|_| name.clone());
+                    if !managed.has(&target) || target != name {
+                        return Err((
+                            NO_SUCH,
+                            format!(
+                                "{target} is not a managed tool of that name (add it first; a \
+                                 rename is an add and a remove)"
+                            ),
+                        ));
+                    }
+                }
+                let doc = self.gate(spec).await?;
+                managed.install(&name, &doc).map_err(|e| (GATE_FAILED, e))?;
+                self.republish(changed)?;
+                Ok(json!({"name": name, "published": true}))
+            }
+            "stsd/tools/rollback" => {
+                let name = name_param(params)?;
+                managed.rollback(&name).map_err(|e| (NO_SUCH, e))?;
+                self.republish(changed)?;
+                Ok(json!({"name": name, "rolledBack": true}))
+            }
+            "stsd/tools/remove" => {
+                let name = name_param(params)?;
+                managed.remove(&name).map_err(|e| (NO_SUCH, e))?;
+                self.republish(changed)?;
+                Ok(json!({"name": name, "removed": true}))
+            }
+            _ => {
+                let name = name_param(params)?;
+                if !self.known(&name) {
+                    return Err((NO_SUCH, format!("no tool named {name}")));
+                }
+                let enable = method == "stsd/tools/enable";
+                managed
+                    .set_enabled(&name, enable)
+                    .map_err(|e| (GATE_FAILED, e))?;
+                self.republish(changed)?;
+                Ok(json!({"name": name, "enabled": enable}))
+            }
+        }
     }
 }

@@ -1,0 +1,171 @@
+//! Managing tools on a running daemon through the admin channel: add (served at once, with
+//! tools/list_changed to a subscribed session), update through the publish gate (a failing
+//! test case is refused and the old version stays), rollback, disable, enable, remove, and a
+//! restart that keeps every change.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, Write};
+use std::process::{Command, Output};
+use std::time::Duration;
+use stsd_tests::harness::{text, Conn, Daemon, CATALOG};
+use stsd_tests::stsd_bin;
+
+fn spec(version: &str, expected: &str) -> Value {
+    json!({"name": "greeter", "description": "greets whoever it is given", "codeType": "Javascript",
+           "params": [{"name": "who", "type": "STRING", "required": true, "description": "", "testValue": "you"}],
+           "code": format!("return '{version} hello ' + who;"),
+           "testCases": [{"name": "greets", "arguments": {"who": "ann"}, "expected": expected}]})
+}
+
+fn tools_cli(d: &Daemon, args: &[&str], file: Option<&Value>) -> Output {
+    let mut cmd = Command::new(stsd_bin());
+    cmd.arg("--socket").arg(&d.socket).arg("tools").args(args);
+    if let Some(doc) = file {
+        let p = d.dir().join("submitted.json");
+        std::fs::write(&p, doc.to_string()).unwrap_or_else(|e| panic!("{e}"));
+        cmd.arg(&p);
+    }
+    cmd.output().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn listed(d: &Daemon) -> Vec<String> {
+    let mut c = d.connect();
+    c.send(1, "tools/list", json!({}));
+    let r = c.response();
+    r["result"]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str().map(String::from))
+        .collect()
+}
+
+fn greet(d: &Daemon) -> String {
+    let mut c = d.connect();
+    c.call(1, "greeter", json!({"who": "bo"}));
+    let r = c.response();
+    if r.get("error").is_some() {
+        return format!("error: {}", r["error"]["message"]);
+    }
+    text(&r)
+}
+
+/// A legacy (2025-11-25) session that receives list changes directly.
+fn subscriber(d: &Daemon) -> Conn {
+    let mut c = d.connect();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    c.writer
+        .write_all(format!("{init}\n").as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = c.response();
+    c.writer
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    c
+}
+
+fn saw_list_changed(c: &mut Conn) -> bool {
+    let _ = c
+        .reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(5)));
+    let mut line = String::new();
+    while c.reader.read_line(&mut line).unwrap_or(0) > 0 {
+        if line.contains("notifications/tools/list_changed") {
+            return true;
+        }
+        line.clear();
+    }
+    false
+}
+
+#[test]
+fn tools_are_added_updated_rolled_back_disabled_and_removed_on_a_running_daemon() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let d = Daemon::start_in(dir, 1, "", CATALOG);
+    let mut sub = subscriber(&d);
+    std::thread::sleep(Duration::from_millis(200));
+
+    let out = tools_cli(&d, &["add"], Some(&spec("v1", "v1 hello ann")));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(listed(&d).contains(&"greeter".to_string()));
+    assert_eq!(greet(&d), "v1 hello bo");
+    assert!(
+        saw_list_changed(&mut sub),
+        "no tools/list_changed after add"
+    );
+
+    // A version whose test case fails is refused; the served one does not change.
+    let out = tools_cli(
+        &d,
+        &["update", "greeter"],
+        Some(&spec("v2", "v1 hello ann")),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("test case") && err.contains("greets"), "{err}");
+    assert_eq!(greet(&d), "v1 hello bo");
+    // A broken one too (a syntax error fails its Local Pass).
+    let mut broken = spec("v2", "v2 hello ann");
+    broken["code"] = json!("return (;");
+    assert!(!tools_cli(&d, &["update", "greeter"], Some(&broken))
+        .status
+        .success());
+    assert_eq!(greet(&d), "v1 hello bo");
+
+    assert!(tools_cli(
+        &d,
+        &["update", "greeter"],
+        Some(&spec("v2", "v2 hello ann"))
+    )
+    .status
+    .success());
+    assert_eq!(greet(&d), "v2 hello bo");
+    assert!(tools_cli(&d, &["rollback", "greeter"], None)
+        .status
+        .success());
+    assert_eq!(greet(&d), "v1 hello bo");
+    assert!(tools_cli(
+        &d,
+        &["update", "greeter"],
+        Some(&spec("v3", "v3 hello ann"))
+    )
+    .status
+    .success());
+
+    assert!(tools_cli(&d, &["disable", "greeter"], None)
+        .status
+        .success());
+    assert!(!listed(&d).contains(&"greeter".to_string()));
+    assert!(
+        greet(&d).starts_with("error:"),
+        "a disabled tool is not callable"
+    );
+
+    // A restart keeps all of it: still disabled, then enabled it is v3.
+    let dir = d.kill9();
+    let d = Daemon::start_in(dir, 1, "", CATALOG);
+    assert!(!listed(&d).contains(&"greeter".to_string()));
+    assert!(tools_cli(&d, &["enable", "greeter"], None).status.success());
+    assert_eq!(greet(&d), "v3 hello bo");
+
+    assert!(tools_cli(&d, &["rm", "greeter"], None).status.success());
+    assert!(!listed(&d).contains(&"greeter".to_string()));
+    let dir = d.kill9();
+    let d = Daemon::start_in(dir, 1, "", CATALOG);
+    assert!(!listed(&d).contains(&"greeter".to_string()));
+    // Removal keeps the history: rollback brings the last version back.
+    assert!(tools_cli(&d, &["rollback", "greeter"], None)
+        .status
+        .success());
+    assert_eq!(greet(&d), "v3 hello bo");
+    // Adding a name that exists is refused.
+    assert!(!tools_cli(&d, &["add"], Some(&spec("v9", "v9 hello ann")))
+        .status
+        .success());
+}
