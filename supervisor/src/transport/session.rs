@@ -204,6 +204,10 @@ impl<R: AsyncRead + Unpin + Send> SessionTransport<R> {
     /// False when the session must close (it stayed stalled past the limit).
     async fn backpressure(&mut self) -> bool {
         loop {
+            // A dead writer never drains: the session is over, do not wait on it.
+            if self.closed.is_cancelled() {
+                return false;
+            }
             if self.out.queued() > self.limits.max_outbox_bytes {
                 let since = *self.stalled_since.get_or_insert_with(Instant::now);
                 let left = self.limits.stall_timeout.saturating_sub(since.elapsed());
