@@ -182,3 +182,62 @@ fn every_call_reports_its_metrics_in_meta_and_the_audit_record() {
     assert_eq!(recs[0]["metrics"]["cpuUs"], m["cpuUs"]);
     assert_eq!(recs[1]["metrics"]["consoleLines"], 2);
 }
+
+/// `--preset ID` serves only the tools of one preset of the reference catalog's
+/// default-tool-presets.json (still subject to each tool's own state); an unknown preset
+/// stops the daemon with the ids there are.
+#[test]
+fn a_preset_selects_the_tools_a_daemon_serves() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cat = dir.path().join("cat");
+    std::fs::create_dir_all(&cat).unwrap_or_else(|e| panic!("{e}"));
+    let src = stsd_tests::catalog_dir();
+    for f in [
+        "default-tool-presets.json",
+        "default-tool-specs-builtin-helpers.json",
+    ] {
+        let mut text = std::fs::read_to_string(src.join(f)).unwrap_or_else(|e| panic!("{e}"));
+        // Published as stsd test --write would; nothing else changes.
+        text = text.replace("\"draft\": true", "\"draft\": false");
+        std::fs::write(cat.join(f), text).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let c = cat.display().to_string();
+    let d = Daemon::start_with(dir, 1, "", &c, &["--preset", "dev-essentials"]);
+    let t = json_of(&cli(&d, &["tools", "list", "--json"]));
+    let served: Vec<&str> = t["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|x| x["state"] == "ACTIVE")
+        .filter_map(|x| x["name"].as_str())
+        .collect();
+    assert!(!served.is_empty() && served.len() < 10, "{served:?}");
+    for name in &served {
+        assert!(
+            [
+                "getCurrentTime",
+                "evalExpression",
+                "uuid",
+                "hash",
+                "base64",
+                "jwtDecode",
+                "regexExtract"
+            ]
+            .contains(name),
+            "{name} is not in the preset"
+        );
+    }
+    let reasons = t.to_string();
+    assert!(
+        reasons.contains("not in preset dev-essentials"),
+        "{reasons}"
+    );
+    let bad = Command::new(stsd_bin())
+        .args(["--socket"])
+        .arg(d.dir().join("other.sock"))
+        .args(["--catalog", &c, "--preset", "no-such"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("starter-5"));
+}

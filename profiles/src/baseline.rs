@@ -118,6 +118,11 @@ pub struct DaemonConfig {
     /// The managed catalog `stsd tools add|update|...` write to (served besides `--catalog`).
     /// Unset: /var/lib/stsd/catalog as root, else $XDG_DATA_HOME/stsd/catalog.
     pub catalog_dir: Option<PathBuf>,
+    /// Serve only the tools of this preset (seed 000 §17.8), by id (also `--preset`).
+    pub preset: Option<String>,
+    /// Where presets are read; unset: `default-tool-presets.json` in a `--catalog` directory
+    /// (or beside a `--catalog` file).
+    pub presets_file: Option<PathBuf>,
 }
 
 impl Default for DaemonConfig {
@@ -142,6 +147,8 @@ impl Default for DaemonConfig {
             audit_max_params_bytes: 65536,
             admin_uids: Vec::new(),
             catalog_dir: None,
+            preset: None,
+            presets_file: None,
         }
     }
 }

@@ -45,6 +45,9 @@ struct DaemonArgs {
     /// (default 1: a fresh process per call).
     #[arg(long, global = true, default_value_t = 1)]
     worker_reuse: u32,
+    /// Serve only the tools of this preset (from default-tool-presets.json).
+    #[arg(long, global = true, value_name = "ID")]
+    preset: Option<String>,
     /// A CJSON toolsets document (per-tool enabled / requiresApproval); repeatable.
     #[arg(long = "toolsets", global = true, value_name = "FILE")]
     toolsets: Vec<PathBuf>,
@@ -60,8 +63,11 @@ impl DaemonArgs {
 
     fn options(
         &self,
-        config: stsd_profiles::Config,
+        mut config: stsd_profiles::Config,
     ) -> Result<stsd::daemon::DaemonOptions, String> {
+        if let Some(p) = &self.preset {
+            config.daemon.preset = Some(p.clone());
+        }
         let worker_exe =
             std::env::current_exe().map_err(|e| format!("cannot find the stsd binary: {e}"))?;
         let sources = if self.catalogs.is_empty() {

@@ -94,11 +94,14 @@ pub fn publish_with_toolsets(
     toolset_paths: &[PathBuf],
 ) -> Result<Published, Vec<String>> {
     let cat = load_catalog(sources);
-    let toolsets = crate::approval::toolsets::load(toolset_paths, &|name: &str| {
+    let mut toolsets = crate::approval::toolsets::load(toolset_paths, &|name: &str| {
         cat.entries
             .iter()
             .any(|e| e.validated.spec.as_ref().is_some_and(|s| s.name == name))
     })?;
+    if let Some(id) = &config.daemon.preset {
+        toolsets.only = Some((id.clone(), preset_tools(sources, config, id)?));
+    }
     Ok(publish_catalog(&cat, config, &toolsets, false))
 }
 
@@ -111,6 +114,56 @@ pub fn publish(sources: &[Source], config: &Config) -> Published {
 /// specs missing variables included): for exports of a whole catalog.
 pub fn publish_any_state(sources: &[Source], config: &Config) -> Published {
     publish_catalog(&load_catalog(sources), config, &Toolsets::default(), true)
+}
+
+/// The tools of preset `id`, from `[daemon] presets_file` or a `default-tool-presets.json`
+/// in (or beside) a catalog source.
+fn preset_tools(
+    sources: &[Source],
+    config: &Config,
+    id: &str,
+) -> Result<std::collections::BTreeSet<String>, Vec<String>> {
+    let file = config.daemon.presets_file.clone().or_else(|| {
+        sources.iter().find_map(|s| match s {
+            Source::Path(p) => {
+                let dir = if p.is_dir() {
+                    p.clone()
+                } else {
+                    p.parent()?.to_path_buf()
+                };
+                Some(dir.join("default-tool-presets.json")).filter(|f| f.exists())
+            }
+            Source::Bundled => None,
+        })
+    });
+    let Some(file) = file else {
+        return Err(vec![format!(
+            "preset {id}: no presets file (set [daemon] presets_file, or serve a catalog directory with default-tool-presets.json)"
+        )]);
+    };
+    let doc: Value = std::fs::read(&file)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| vec![format!("{}: not a presets document", file.display())])?;
+    let presets = doc.as_array().cloned().unwrap_or_default();
+    let found = presets.iter().find(|p| p["id"] == id);
+    match found {
+        Some(p) => Ok(p["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(String::from))
+            .collect()),
+        None => Err(vec![format!(
+            "{}: no preset {id:?}; there are {}",
+            file.display(),
+            presets
+                .iter()
+                .filter_map(|p| p["id"].as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )]),
+    }
 }
 
 fn load_catalog(sources: &[Source]) -> Catalog {
@@ -175,6 +228,12 @@ fn publish_catalog(
             }
             (state, _) => {
                 out.withheld.push((name, state.as_str().to_string()));
+                continue;
+            }
+        }
+        if let Some((id, only)) = &toolsets.only {
+            if !only.contains(&name) {
+                out.withheld.push((name, format!("not in preset {id}")));
                 continue;
             }
         }

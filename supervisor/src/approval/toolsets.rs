@@ -32,6 +32,8 @@ pub struct Switch {
 pub struct Toolsets {
     pub tools: BTreeMap<String, Switch>,
     pub files: Vec<PathBuf>,
+    /// A preset in force: its id and the only tools it serves.
+    pub only: Option<(String, std::collections::BTreeSet<String>)>,
 }
 
 impl Toolsets {
