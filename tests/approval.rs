@@ -329,8 +329,11 @@ fn the_cjson_export_reads_back_through_the_loader() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let cat = catalog(dir.path());
     let config = dir.path().join("export.toml");
-    std::fs::write(&config, "[baseline]\nenv_allow = [\"STSD_TEST_*\"]\n")
-        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        &config,
+        "[baseline]\nenv_allow = [\"STSD_TEST_*\"]\n[daemon]\nrequire_local_pass = false\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let out = Command::new(stsd_bin())
         .arg("--config")
         .arg(&config)

@@ -18,6 +18,11 @@ pub struct Daemon {
     dir: Option<tempfile::TempDir>,
 }
 
+/// The test catalogs are written by hand with `draft: false`; the publish gate that wants a
+/// recorded Local Pass for them has its own test (tests/tools_admin.rs), so the daemons here
+/// serve them as they are.
+const LOCAL_PASS_KNOB: &str = "require_local_pass = false\n";
+
 impl Daemon {
     pub fn start(pool: usize, extra_config: &str) -> Daemon {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -80,7 +85,7 @@ impl Daemon {
         };
         let _ = std::fs::write(
             &config,
-            format!("[baseline]\nmax_steps = 1000000000000\nenv_allow = [\"STSD_TEST_*\", \"STSD_HOSTILE_SECRET\"]\n{baseline}\n[daemon]\naudit_log = \"{}\"\ncatalog_dir = \"{}\"\n{extra_config}", audit.display(), dir.path().join("managed").display()),
+            format!("[baseline]\nmax_steps = 1000000000000\nenv_allow = [\"STSD_TEST_*\", \"STSD_HOSTILE_SECRET\"]\n{baseline}\n[daemon]\naudit_log = \"{}\"\ncatalog_dir = \"{}\"\n{}{extra_config}", audit.display(), dir.path().join("managed").display(), if extra_config.contains("require_local_pass") { "" } else { LOCAL_PASS_KNOB }),
         );
         let mut cmd = Command::new(stsd_bin());
         cmd.arg("--config")

@@ -83,7 +83,9 @@ fn saw_list_changed(c: &mut Conn) -> bool {
 #[test]
 fn tools_are_added_updated_rolled_back_disabled_and_removed_on_a_running_daemon() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let d = Daemon::start_in(dir, 1, "", CATALOG);
+    // The gate is on: managed tools carry their recorded pass.
+    let gate = "require_local_pass = true\n";
+    let d = Daemon::start_in(dir, 1, gate, CATALOG);
     let mut sub = subscriber(&d);
     std::thread::sleep(Duration::from_millis(200));
 
@@ -149,7 +151,7 @@ fn tools_are_added_updated_rolled_back_disabled_and_removed_on_a_running_daemon(
 
     // A restart keeps all of it: still disabled, then enabled it is v3.
     let dir = d.kill9();
-    let d = Daemon::start_in(dir, 1, "", CATALOG);
+    let d = Daemon::start_in(dir, 1, gate, CATALOG);
     assert!(!listed(&d).contains(&"greeter".to_string()));
     assert!(tools_cli(&d, &["enable", "greeter"], None).status.success());
     assert_eq!(greet(&d), "v3 hello bo");
@@ -157,7 +159,7 @@ fn tools_are_added_updated_rolled_back_disabled_and_removed_on_a_running_daemon(
     assert!(tools_cli(&d, &["rm", "greeter"], None).status.success());
     assert!(!listed(&d).contains(&"greeter".to_string()));
     let dir = d.kill9();
-    let d = Daemon::start_in(dir, 1, "", CATALOG);
+    let d = Daemon::start_in(dir, 1, gate, CATALOG);
     assert!(!listed(&d).contains(&"greeter".to_string()));
     // Removal keeps the history: rollback brings the last version back.
     assert!(tools_cli(&d, &["rollback", "greeter"], None)
@@ -168,4 +170,51 @@ fn tools_are_added_updated_rolled_back_disabled_and_removed_on_a_running_daemon(
     assert!(!tools_cli(&d, &["add"], Some(&spec("v9", "v9 hello ann")))
         .status
         .success());
+}
+
+/// The publish gate on files: a spec marked `draft: false` by hand is withheld until it
+/// passes; `stsd test --write` records a pass of its content; editing the content afterwards
+/// withholds it again, with the reason in `stsd tools list`.
+#[test]
+fn a_hand_published_or_edited_spec_is_withheld_until_it_passes() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("hand.json");
+    let mut doc = spec("v1", "v1 hello ann");
+    doc["draft"] = json!(false);
+    std::fs::write(&file, json!([doc]).to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let path = file.display().to_string();
+    let d = Daemon::start_with(dir, 1, "require_local_pass = true\n", &path, &[]);
+    let withheld = || {
+        let out = tools_cli(&d, &["list", "--json"], None);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| t["name"] == "greeter")
+            .map(|t| t["reason"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default()
+    };
+    assert!(withheld().starts_with("NOT_VERIFIED"), "{}", withheld());
+    let test = Command::new(stsd_bin())
+        .args(["test", "--write", &path])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        test.status.success(),
+        "{}",
+        String::from_utf8_lossy(&test.stdout)
+    );
+    // SAFETY: kill with the daemon's pid and a valid signal.
+    unsafe { libc::kill(d.pid(), libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(greet(&d), "v1 hello bo");
+    // An edit after the pass (the code) withholds it again.
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    std::fs::write(&file, text.replace("v1 hello", "v2 hello")).unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: as above.
+    unsafe { libc::kill(d.pid(), libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(withheld().starts_with("NOT_VERIFIED"), "{}", withheld());
+    assert!(greet(&d).starts_with("error:"));
 }

@@ -118,6 +118,10 @@ pub struct DaemonConfig {
     /// The managed catalog `stsd tools add|update|...` write to (served besides `--catalog`).
     /// Unset: /var/lib/stsd/catalog as root, else $XDG_DATA_HOME/stsd/catalog.
     pub catalog_dir: Option<PathBuf>,
+    /// Serve a `draft: false` spec only when it carries a record of a Local Pass of its
+    /// content as it is now (`x-stsd-localPass`, written by `stsd test --write` and `stsd
+    /// tools add|update`). A spec edited by hand afterwards is withheld until it passes again.
+    pub require_local_pass: bool,
     /// Serve only the tools of this preset (seed 000 §17.8), by id (also `--preset`).
     pub preset: Option<String>,
     /// Where presets are read; unset: `default-tool-presets.json` in a `--catalog` directory
@@ -149,6 +153,7 @@ impl Default for DaemonConfig {
             catalog_dir: None,
             preset: None,
             presets_file: None,
+            require_local_pass: true,
         }
     }
 }

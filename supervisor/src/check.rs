@@ -132,12 +132,17 @@ pub fn build(cat: &Catalog, config: &Config, env: &dyn EnvSource) -> Report {
                         risk_level_with_approval: a.required.then(|| mitigated(r.risk)),
                         override_refused: a.refused_override,
                     });
-                    diagnostics.extend(crate::lint::lint(
-                        spec,
-                        crate::local_pass::document(cat, e),
-                        &r,
-                        env,
-                    ));
+                    let doc = crate::local_pass::document(cat, e);
+                    diagnostics.extend(crate::lint::lint(spec, doc, &r, env));
+                    if !spec.draft && !doc.is_some_and(crate::local_pass::verified) {
+                        diagnostics.push(Diagnostic::warning(
+                            stsd_protocol::Code::LocalPassFailed,
+                            "/draft",
+                            "draft:false without a recorded Local Pass of this content (edited \
+                             since, or never passed): the daemon withholds it; run stsd test \
+                             --write",
+                        ));
+                    }
                     report.risk_level = Some(r.risk);
                     report.tool_safety = Some(r.tool_safety);
                     report.fs_base_path = Some(r.fs_base_path.display().to_string());

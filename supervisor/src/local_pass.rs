@@ -80,9 +80,11 @@ pub fn write_passes(cat: &mut Catalog, passed: &[usize]) -> std::io::Result<usiz
     for &i in passed {
         let (file, index) = (cat.entries[i].file, cat.entries[i].index);
         let f = &mut cat.files[file];
-        if let Some(doc) = f.document_mut(index) {
-            doc.insert("draft".into(), Value::Bool(false));
+        if f.document_mut(index).is_some() {
             f.touch(index, now);
+        }
+        if let Some(doc) = f.document_mut(index) {
+            stamp(doc, now);
             if !touched_files.contains(&file) {
                 touched_files.push(file);
             }
@@ -262,4 +264,56 @@ pub fn document<'a>(cat: &'a Catalog, e: &Entry) -> Option<&'a Value> {
         .into_iter()
         .find(|(i, _)| *i == e.index)
         .map(|(_, v)| v)
+}
+
+/// Where a spec records that it passed: `{"sha256": <digest of its content>, "at": <ms>}`, a
+/// top-level extension field (§14). The daemon serves a `draft: false` spec only while the
+/// digest matches the content: a spec edited after its pass is withheld until it passes again.
+pub const PASS_FIELD: &str = "x-stsd-localPass";
+
+fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), canonical(&m[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+/// SHA-256 of a spec's content: every field but `draft`, the timestamps and the pass record.
+pub fn content_digest(doc: &Value) -> String {
+    let mut d = doc.clone();
+    if let Some(o) = d.as_object_mut() {
+        for k in ["draft", "updateTimestamp", "createTimestamp", PASS_FIELD] {
+            o.remove(k);
+        }
+    }
+    let text = serde_json::to_vec(&canonical(&d)).unwrap_or_default();
+    ring::digest::digest(&ring::digest::SHA256, &text)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Whether the spec's recorded pass is for its content as it is now.
+pub fn verified(doc: &Value) -> bool {
+    doc.get(PASS_FIELD)
+        .and_then(|p| p.get("sha256"))
+        .and_then(Value::as_str)
+        .is_some_and(|d| d == content_digest(doc))
+}
+
+/// Records a pass of the spec as it is now (and publishes it: `draft: false`).
+pub fn stamp(doc: &mut serde_json::Map<String, Value>, now: i64) {
+    doc.insert("draft".into(), Value::Bool(false));
+    let digest = content_digest(&Value::Object(doc.clone()));
+    doc.insert(PASS_FIELD.into(), json!({"sha256": digest, "at": now}));
 }

@@ -208,6 +208,20 @@ fn publish_catalog(
             }
         };
         match state_of(spec, &config.baseline.env()) {
+            (State::Active, _)
+                if config.daemon.require_local_pass
+                    && !any_state
+                    && !crate::local_pass::document(cat, e)
+                        .is_some_and(crate::local_pass::verified) =>
+            {
+                out.withheld.push((
+                    name,
+                    "NOT_VERIFIED: draft:false without a Local Pass of this content (edited since, \
+                     or never passed): run stsd test --write, or stsd tools add|update"
+                        .to_string(),
+                ));
+                continue;
+            }
             (State::Active, _) => {}
             _ if any_state => {}
             (State::MissingRequirements, missing) => {

@@ -37,7 +37,9 @@ class Daemon:
         else:
             extra_config = extra_config + "\n" + baseline
         self.config.write_text(
-            f'[daemon]\naudit_log = "{self.audit}"\ncatalog_dir = "{tmp / "managed"}"\n{extra_config}'
+            f'[daemon]\naudit_log = "{self.audit}"\ncatalog_dir = "{tmp / "managed"}"\n'
+            # Hand-written test catalogs; the Local Pass gate has its own test.
+            f'require_local_pass = false\n{extra_config}'
         )
         self.pool = pool
         self.proc: subprocess.Popen | None = None

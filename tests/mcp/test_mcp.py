@@ -107,7 +107,8 @@ def test_secrets_are_masked_in_results_console_and_audit(daemon: Daemon, mode: s
 def test_embedded_supervisor_when_no_daemon_runs(tmp_path):
     env = dict(os.environ, STSD_TEST_TOKEN=SECRET)
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f'[daemon]\naudit_log = "{tmp_path / "audit.jsonl"}"\n')
+    # A hand-written test catalog (the Local Pass gate has its own test).
+    cfg.write_text(f'[daemon]\naudit_log = "{tmp_path / "audit.jsonl"}"\nrequire_local_pass = false\n')
     cmd = [stsd_bin(), "--config", str(cfg), "mcp", "--socket", str(tmp_path / "none.sock"),
            "--catalog", str(CATALOG), "--pool", "1"]
 

@@ -282,7 +282,9 @@ impl Admin {
         .await
         .map_err(|e| refused(format!("the gate failed: {e}")))?;
         let mut doc = report.map_err(refused)?;
-        doc["draft"] = Value::Bool(false);
+        if let Some(o) = doc.as_object_mut() {
+            crate::local_pass::stamp(o, crate::store::now_ms());
+        }
         Ok(doc)
     }
 
