@@ -119,6 +119,7 @@ pub fn job(
         limits: JobLimits::default(),
         attack: None,
         keep_alive: false,
+        compile_only: false,
         reuse_calls: 1,
     }
 }

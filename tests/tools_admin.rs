@@ -166,6 +166,13 @@ fn tools_are_added_updated_rolled_back_disabled_and_removed_on_a_running_daemon(
         .status
         .success());
     assert_eq!(greet(&d), "v3 hello bo");
+    // A description too short for a model to choose by is refused at publish.
+    let mut terse = spec("v1", "v1 hello ann");
+    terse["name"] = json!("terse");
+    terse["description"] = json!("greets");
+    let out = tools_cli(&d, &["add"], Some(&terse));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 20 characters"));
     // Adding a name that exists is refused.
     assert!(!tools_cli(&d, &["add"], Some(&spec("v9", "v9 hello ann")))
         .status

@@ -132,6 +132,8 @@ pub struct Job {
     /// After this job, wait for another of the same posture (worker reuse) instead of exiting.
     /// Each job still gets a fresh QuickJS runtime and context.
     pub keep_alive: bool,
+    /// Compile the body and stop (a syntax check for `stsd check`): nothing of it runs.
+    pub compile_only: bool,
     /// Calls the worker may serve in all (reuse; 1 without). Read once, when the worker is
     /// confined: its hard CPU limit covers that many calls' budgets.
     pub reuse_calls: u32,
@@ -401,6 +403,7 @@ mod tests {
             limits: JobLimits::default(),
             attack: None,
             keep_alive: false,
+            compile_only: false,
             reuse_calls: 1,
         }
     }

@@ -190,6 +190,47 @@ pub fn build(cat: &Catalog, config: &Config, env: &dyn EnvSource) -> Report {
     }
 }
 
+/// Compiles every valid spec's body in a sandboxed worker; a body that does not parse makes
+/// its spec invalid, with the line and column in the body.
+pub fn syntax_pass(
+    report: &mut Report,
+    cat: &Catalog,
+    config: &Config,
+    opts: &crate::exec::ExecOptions,
+) {
+    for (e, s) in cat.entries.iter().zip(report.specs.iter_mut()) {
+        let Some(spec) = e.validated.spec.as_ref().filter(|_| s.valid) else {
+            continue;
+        };
+        let Ok(resolved) = resolve(spec, config) else {
+            continue;
+        };
+        if let Some(p) = crate::exec::job::syntax_check(spec, &resolved, config, opts) {
+            s.diagnostics.push(Diagnostic::error(
+                stsd_protocol::Code::SpecInvariant,
+                "/code",
+                format!(
+                    "the code does not parse: {} (line {}, column {})",
+                    p.message, p.line, p.column
+                ),
+            ));
+            s.valid = false;
+            if let Some(st) = s.state.take() {
+                if let Some(n) = report.summary.by_state.get_mut(&st) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+            if let Some(r) = s.risk_level {
+                if let Some(n) = report.summary.by_risk.get_mut(&r) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+            report.summary.valid = report.summary.valid.saturating_sub(1);
+            report.summary.invalid += 1;
+        }
+    }
+}
+
 pub fn print_json(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     serde_json::to_writer_pretty(&mut *out, report)?;
     writeln!(out)

@@ -10,6 +10,9 @@ use stsd_protocol::envvar::EnvSource;
 use stsd_protocol::spec::KNOWN_TOP_LEVEL;
 use stsd_protocol::{Code, Diagnostic, NetworkMode, ToolSpec};
 
+/// The shortest description a spec may be published with (a warning in `stsd check`).
+pub const MIN_DESCRIPTION_CHARS: usize = 20;
+
 /// The bundled catalog's tag vocabulary (seed 000 §9.2).
 pub const TAG_VOCABULARY: &[&str] = &[
     "korea", "example", "util", "pipeline", "github", "search", "finance", "weather", "geo",
@@ -150,6 +153,14 @@ pub fn lint(
         out.push(warn(
             "/sandboxOverrides/networkMode",
             "networkMode open in a published spec: any host on the internet; prefer allowlist with hostsAllow".into(),
+        ));
+    }
+    if spec.description.trim().chars().count() < MIN_DESCRIPTION_CHARS {
+        out.push(warn(
+            "/description",
+            format!(
+                "the description has fewer than {MIN_DESCRIPTION_CHARS} characters: the model chooses tools by it (stsd tools add|update refuses it)"
+            ),
         ));
     }
     for (i, t) in spec.tags.iter().enumerate() {

@@ -346,7 +346,14 @@ fn main() -> ExitCode {
                 Vec::new()
             };
             let cat = store::Catalog::load_with(&paths, extra);
-            let report = check::build(&cat, &config, &config.baseline.env());
+            let mut report = check::build(&cat, &config, &config.baseline.env());
+            match std::env::current_exe()
+                .map_err(|e| e.to_string())
+                .and_then(|exe| stsd::exec::ExecOptions::new(exe, &config))
+            {
+                Ok(opts) => check::syntax_pass(&mut report, &cat, &config, &opts),
+                Err(e) => eprintln!("stsd: the syntax check did not run: {e}"),
+            }
             let mut out = std::io::stdout().lock();
             let written = if json {
                 check::print_json(&report, &mut out)

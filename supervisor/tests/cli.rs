@@ -188,3 +188,33 @@ fn check_lints_what_an_author_most_likely_got_wrong() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A body that does not parse makes its spec invalid in `stsd check`, with the line and the
+/// column in the body (compiled in a sandboxed worker; nothing of it runs).
+#[test]
+fn check_reports_a_parse_error_with_line_and_column() {
+    let dir = std::env::temp_dir().join(format!("stsd-parse-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let spec = dir.join("parse.json");
+    let doc = serde_json::json!([
+        {"name": "second", "description": "a syntax error on line two", "codeType": "Javascript",
+         "code": "const a = 1;\nconst b = (;\nreturn a;"},
+        {"name": "first", "description": "a syntax error on line one", "codeType": "Javascript",
+         "code": "return (;"},
+        {"name": "fine", "description": "a body that parses and never runs here", "codeType": "Javascript",
+         "code": "while (true) {}"}
+    ]);
+    std::fs::write(&spec, doc.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let path = spec.display().to_string();
+    let out = stsd(&["check", "--json", &path]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let msg = |i: usize| v["specs"][i]["diagnostics"].to_string();
+    assert!(msg(0).contains("(line 2, column 12)"), "{}", msg(0));
+    assert!(msg(1).contains("(line 1, column 9)"), "{}", msg(1));
+    assert_eq!(v["specs"][2]["valid"], true, "{}", msg(2));
+    assert_eq!(v["summary"]["valid"], 1);
+    assert_eq!(v["summary"]["invalid"], 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -179,6 +179,16 @@ impl Engine {
     pub fn run(&self, job: &Job) -> Result<Returned, Failure> {
         let source = wrap(&job.code, &job.declared, job);
         self.context.with(|ctx| {
+            if job.compile_only {
+                let mut opts = EvalOptions::default();
+                opts.global = true;
+                opts.strict = false;
+                opts.filename = Some("tool.js".into());
+                return match ctx.eval_with_options::<Value, _>(source, opts).catch(&ctx) {
+                    Ok(_) => Ok(Returned::Undefined),
+                    Err(e) => Err(classify(e)),
+                };
+            }
             let outcome = run_in(&ctx, &source, &self.stop);
             // A limit hit wins over whatever error surfaced because of it. Console output over
             // its caps fails the call even when the body finished before the next poll point.

@@ -263,6 +263,12 @@ impl Admin {
                 return Err(format!("Local Pass: {d}"));
             }
             let spec = e.validated.spec.as_ref().ok_or("invalid spec")?;
+            if spec.description.trim().chars().count() < crate::lint::MIN_DESCRIPTION_CHARS {
+                return Err(format!(
+                    "the description needs at least {} characters: the model chooses tools by it",
+                    crate::lint::MIN_DESCRIPTION_CHARS
+                ));
+            }
             let doc = crate::local_pass::document(&cat, e)
                 .cloned()
                 .unwrap_or(Value::Null);

@@ -185,9 +185,85 @@ pub fn prepare(
         },
         attack: None,
         keep_alive: false,
+        compile_only: false,
         reuse_calls: 1,
     };
     Ok(Prepared { job, secrets })
+}
+
+/// Where a body fails to parse: the engine's message and the line and column in the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntaxProblem {
+    pub message: String,
+    pub line: u32,
+    pub column: u32,
+}
+
+/// Compiles a spec's body in a sandboxed worker (no file or network access, no argument,
+/// no secret: placeholders read as `x`) without running any of it. None when it parses.
+pub fn syntax_check(
+    spec: &ToolSpec,
+    resolved: &Resolved,
+    config: &Config,
+    opts: &crate::exec::ExecOptions,
+) -> Option<SyntaxProblem> {
+    let no_secrets = |_: &str| Some("x".to_string());
+    let mut prepared = prepare(0, spec, resolved, config, Map::new(), &no_secrets).ok()?;
+    let job = &mut prepared.job;
+    job.compile_only = true;
+    job.sandbox.fs = FsAccess::None;
+    job.sandbox.network = NetworkGrant::Blocked;
+    job.seccomp = stsd_profiles::os::seccomp::bpf_for(FsAccess::None).ok()?;
+    let out = crate::exec::run_job(job, opts, &mut |_| {});
+    let e = out.result.err()?;
+    if !e.message.starts_with("SyntaxError") {
+        return None;
+    }
+    // The body sits on the wrapper's first line after its prefix (engine.rs `wrap`).
+    let at = e.stack.as_deref().unwrap_or_default();
+    let pos = at
+        .split("tool.js:")
+        .nth(1)
+        .map(|r| {
+            r.split(|c: char| !(c.is_ascii_digit() || c == ':'))
+                .next()
+                .unwrap_or("")
+        })
+        .unwrap_or("");
+    let mut nums = pos.split(':').filter_map(|n| n.parse::<u32>().ok());
+    let (line, mut column) = (nums.next().unwrap_or(0), nums.next().unwrap_or(0));
+    if line == 1 {
+        column = column.saturating_sub(wrapper_prefix_len(&job.declared, job) as u32);
+    }
+    Some(SyntaxProblem {
+        message: e.message,
+        line,
+        column,
+    })
+}
+
+/// The length of what precedes the body on line 1 of the worker's wrapper.
+fn wrapper_prefix_len(declared: &[String], job: &Job) -> usize {
+    let keys = |json: &str| -> Vec<String> {
+        serde_json::from_str::<Map<String, Value>>(json)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let mut supplied = keys(&job.args_json);
+    supplied.extend(keys(&job.statics_json));
+    let missing: Vec<&str> = declared
+        .iter()
+        .map(String::as_str)
+        .filter(|n| {
+            stsd_protocol::validate::is_js_identifier(n) && !supplied.iter().any(|s| s == n)
+        })
+        .collect();
+    let vars = if missing.is_empty() {
+        String::new()
+    } else {
+        format!("var {};", missing.join(", "))
+    };
+    "(async function () {".len() + vars.len() + 1
 }
 
 #[cfg(test)]
