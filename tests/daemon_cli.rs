@@ -241,3 +241,28 @@ fn a_preset_selects_the_tools_a_daemon_serves() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("starter-5"));
 }
+
+/// A caller that asks (`_meta["stsd/console"]: true`) gets the call's console lines, masked,
+/// in the result's `_meta`; others do not.
+#[test]
+fn console_lines_come_in_meta_when_asked_for() {
+    let d = Daemon::start(1, "");
+    let mut c = d.connect();
+    let mut meta = stsd_tests::harness::meta();
+    meta["stsd/console"] = json!(true);
+    let req = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                     "params": {"name": "with-secret", "arguments": {}, "_meta": meta}});
+    use std::io::Write;
+    c.writer
+        .write_all(format!("{req}\n").as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let r = c.response();
+    assert_eq!(
+        r["result"]["_meta"]["stsd/console"],
+        json!([{"level": "info", "line": "using token ***"}]),
+        "{r}"
+    );
+    c.call(2, "echo-console", json!({"text": "x"}));
+    let r = c.response();
+    assert!(r["result"]["_meta"].get("stsd/console").is_none(), "{r}");
+}

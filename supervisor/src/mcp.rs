@@ -302,15 +302,23 @@ impl ServerHandler for Handler {
         // Console lines go out as they happen, on this request's own stream, from their own
         // task: a client that stops reading (or is gone) must not hold the call, whose
         // outcome is audited whatever becomes of the session.
+        // A caller that sets `_meta["stsd/console"]: true` also gets the call's console lines
+        // in the result's `_meta` (already masked, and bounded by the console caps).
+        let keep_console = ctx.meta.0.get("stsd/console") == Some(&json!(true));
         let forwarder = {
             let (me, ctx, name) = (self.clone(), ctx.clone(), name.clone());
             tokio::spawn(async move {
+                let mut kept = Vec::new();
                 while let Some((level, line)) = rx.recv().await {
+                    if keep_console {
+                        kept.push(json!({"level": level_of(level), "line": line}));
+                    }
                     tokio::select! {
                         _ = me.console_line(&ctx, &name, level, line) => {}
-                        _ = me.conn.closed.cancelled() => return,
+                        _ = me.conn.closed.cancelled() => return kept,
                     }
                 }
+                kept
             })
         };
         let result = self
@@ -327,10 +335,10 @@ impl ServerHandler for Handler {
         watcher.abort();
         // The sink is gone with the call, so the forwarder ends once the lines that raced the
         // result are out: they precede it, in order.
-        tokio::select! {
-            _ = forwarder => {}
-            _ = self.conn.closed.cancelled() => {}
-        }
+        let console_lines = tokio::select! {
+            kept = forwarder => kept.unwrap_or_default(),
+            _ = self.conn.closed.cancelled() => Vec::new(),
+        };
         match result {
             Err(CallFailure::UnknownTool(n)) => Err(ErrorData::invalid_params(
                 format!("unknown tool: {n}"),
@@ -352,6 +360,9 @@ impl ServerHandler for Handler {
                 }
                 if let Some(m) = reply.metrics {
                     meta.0.insert("stsd/metrics".into(), json!(m));
+                }
+                if keep_console {
+                    meta.0.insert("stsd/console".into(), Value::Array(console_lines));
                 }
                 if !meta.0.is_empty() {
                     r.meta = Some(meta);
