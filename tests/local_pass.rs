@@ -227,3 +227,64 @@ fn test_cases_run_after_the_local_pass_and_report_in_seed_004_shape() {
             .unwrap_or_default();
     assert_eq!(saved[0]["draft"], true);
 }
+
+/// With an audit log configured, `stsd run` and every Local Pass of `stsd test` (failed ones
+/// included) write audit records (seed 000 §11.3).
+#[test]
+fn stsd_run_and_local_passes_are_audited_when_a_log_is_configured() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let audit = dir.path().join("audit.jsonl");
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!("[daemon]\naudit_log = \"{}\"\n", audit.display()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("two.json");
+    let specs = serde_json::json!([
+        {"name": "works", "description": "returns its argument for the test", "codeType": "Javascript",
+         "params": [{"name": "x", "type": "STRING", "required": true, "description": "", "testValue": "hi"}],
+         "code": "return x;"},
+        {"name": "breaks", "description": "always throws for the audit test", "codeType": "Javascript",
+         "code": "throw new Error('nope');"}
+    ]);
+    std::fs::write(&file, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let run = |args: &[&str]| {
+        Command::new(stsd_bin())
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .arg(&file)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let _ = run(&["run", "--tool", "works", "--arg", "x=yo"]);
+    let _ = run(&["test"]);
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(&audit)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let seen: Vec<(String, String, String)> = recs
+        .iter()
+        .map(|r| {
+            (
+                r["transport"].as_str().unwrap_or_default().to_string(),
+                r["name"].as_str().unwrap_or_default().to_string(),
+                r["outcome"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let want = |t: &str, n: &str, o: &str| (t.to_string(), n.to_string(), o.to_string());
+    assert_eq!(
+        seen,
+        [
+            want("cli", "works", "OK"),
+            want("local-pass", "works", "OK"),
+            want("local-pass", "breaks", "ERROR")
+        ],
+        "{recs:?}"
+    );
+    assert_eq!(recs[0]["params"]["x"], "yo");
+    assert_eq!(recs[2]["error"]["code"], "LOCAL_PASS_FAILED");
+}

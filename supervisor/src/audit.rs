@@ -183,6 +183,72 @@ pub fn bounded_message(m: &str, max: usize) -> String {
     format!("{}… ({} bytes in all)", &m[..cut], m.len())
 }
 
+/// A record for a call made outside the daemon (`stsd run`, a Local Pass of `stsd test`),
+/// bounded and masked like the daemon's. `error` is the code and message of a failure.
+#[allow(clippy::too_many_arguments)]
+pub fn outside_record(
+    spec: &stsd_protocol::ToolSpec,
+    tool_id: String,
+    resolved: &stsd_profiles::Resolved,
+    params: Value,
+    error: Option<(String, String)>,
+    elapsed_ms: u64,
+    worker_pid: Option<u32>,
+    transport: &'static str,
+) -> AuditRecord {
+    AuditRecord {
+        ts: crate::store::now_ms() - elapsed_ms as i64,
+        call_id: 0,
+        tool_id,
+        name: spec.name.clone(),
+        category: spec.category.clone(),
+        tool_safety: serde_json::to_value(&resolved.tool_safety).unwrap_or(Value::Null),
+        risk_level: resolved.risk.to_string(),
+        params: bounded_params(&params, 4096, 65536),
+        outcome: if error.is_some() { "ERROR" } else { "OK" },
+        error: error.map(|(code, message)| AuditError {
+            code,
+            message: bounded_message(&message, 4096),
+        }),
+        elapsed_ms,
+        worker_pid,
+        peer_uid: Some(nix::unistd::Uid::effective().as_raw()),
+        limits_hit: Vec::new(),
+        transport,
+        egress: Vec::new(),
+        approval: None,
+        metrics: None,
+    }
+}
+
+/// Appends `rec` to the configured audit log, if one is configured; a failure is reported
+/// on stderr and does not change the command's outcome.
+pub fn append_configured(config: &stsd_profiles::Config, rec: &AuditRecord) {
+    let Some(path) = &config.daemon.audit_log else {
+        return;
+    };
+    // No tail repair here: a daemon may be appending to the same log right now, and each
+    // record is one O_APPEND write, so lines never interleave.
+    let line = serde_json::to_vec(rec)
+        .map(escape_line_breaks)
+        .map_err(std::io::Error::other);
+    let written = line.and_then(|mut l| {
+        l.push(b'\n');
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)?
+            .write_all(&l)
+    });
+    if let Err(e) = written {
+        eprintln!("stsd: audit log {}: {e}", path.display());
+    }
+}
+
 /// Truncates a trailing partial line (left by a kill -9 mid-write) so every line parses.
 fn repair_torn_tail(file: &mut File) -> std::io::Result<()> {
     let len = file.metadata()?.len();

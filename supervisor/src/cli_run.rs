@@ -187,6 +187,7 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
     };
     let secrets = &prepared.secrets;
     let mut stderr = std::io::stderr();
+    let t0 = std::time::Instant::now();
     let out = exec::run_job(&prepared.job, &opts, &mut |ev| {
         if let Event::Console(level, line) = ev {
             let _ = writeln!(
@@ -197,6 +198,23 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
             );
         }
     });
+    let params: Value = serde_json::from_str(&prepared.job.args_json).unwrap_or(Value::Null);
+    stsd::audit::append_configured(
+        config,
+        &stsd::audit::outside_record(
+            spec,
+            entry.tool_id.clone(),
+            &resolved,
+            stsd::service::mask_value(&params, secrets),
+            out.result
+                .as_ref()
+                .err()
+                .map(|e| (e.code.to_string(), secrets.mask(&e.message))),
+            t0.elapsed().as_millis() as u64,
+            Some(out.worker_pid),
+            "cli",
+        ),
+    );
     if out.console_truncated {
         eprintln!("[stsd] console output went over its caps; later lines were dropped");
     }

@@ -65,6 +65,31 @@ pub fn run_entry(
             )),
         }
     })();
+    // Seed 000 §11.3: every Local Pass, failed ones above all, is audited where an audit log
+    // is configured.
+    if let Some(spec) = e.validated.spec.as_ref() {
+        if let Ok(resolved) = resolve(spec, config) {
+            let params = job::test_arguments(spec)
+                .map(Value::Object)
+                .unwrap_or(Value::Null);
+            crate::audit::append_configured(
+                config,
+                &crate::audit::outside_record(
+                    spec,
+                    e.tool_id.clone(),
+                    &resolved,
+                    params,
+                    outcome
+                        .as_ref()
+                        .err()
+                        .map(|d| (d.code.to_string(), d.message.clone())),
+                    t0.elapsed().as_millis() as u64,
+                    None,
+                    "local-pass",
+                ),
+            );
+        }
+    }
     PassReport {
         name,
         location: cat.location(e),

@@ -362,7 +362,8 @@ impl ServerHandler for Handler {
                     meta.0.insert("stsd/metrics".into(), json!(m));
                 }
                 if keep_console {
-                    meta.0.insert("stsd/console".into(), Value::Array(console_lines));
+                    meta.0
+                        .insert("stsd/console".into(), Value::Array(console_lines));
                 }
                 if !meta.0.is_empty() {
                     r.meta = Some(meta);
