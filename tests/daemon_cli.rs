@@ -142,7 +142,21 @@ fn the_mcp_export_is_what_tools_list_serves_and_the_openai_export_has_its_shape(
     let openai = export("openai", &catalog, true);
     let tools = openai.as_array().cloned().unwrap_or_default();
     assert_eq!(tools.len(), 116);
+    // The OpenAI function-tool shape, as a JSON Schema.
+    let shape = json!({
+        "type": "object", "required": ["type", "function"],
+        "properties": {
+            "type": {"const": "function"},
+            "function": {"type": "object", "required": ["name", "description", "parameters"],
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+                    "description": {"type": "string"},
+                    "parameters": {"type": "object", "required": ["type", "properties"],
+                        "properties": {"type": {"const": "object"}, "properties": {"type": "object"}}}}}}
+    });
+    let validator = jsonschema::draft202012::new(&shape).unwrap_or_else(|e| panic!("{e}"));
     for t in &tools {
+        assert!(validator.is_valid(t), "{t}");
         assert_eq!(t["type"], "function");
         let name = t["function"]["name"].as_str().unwrap_or_default();
         assert!(
