@@ -105,6 +105,11 @@ fn a_uid_outside_admin_uids_is_refused_every_admin_method_but_keeps_mcp() {
         &["approvals"],
         &["approve", "1"],
         &["deny", "1", "--reason", "x"],
+        &["metrics"],
+        &["tools", "rm", "slow"],
+        &["tools", "disable", "slow"],
+        &["tools", "enable", "slow"],
+        &["tools", "rollback", "slow"],
     ] {
         let out = as_nobody(args);
         assert!(!out.status.success(), "{args:?} was allowed");
@@ -194,6 +199,15 @@ fn every_call_reports_its_metrics_in_meta_and_the_audit_record() {
     );
     let recs = d.audit_records();
     assert_eq!(recs[0]["metrics"]["cpuUs"], m["cpuUs"]);
+    let daemon_metrics = json_of(&cli(&d, &["metrics"]));
+    assert!(
+        daemon_metrics["calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["tool"] == "slow" && c["outcome"] == "OK" && c["count"] == 1),
+        "{daemon_metrics}"
+    );
     assert_eq!(recs[1]["metrics"]["consoleLines"], 2);
 }
 

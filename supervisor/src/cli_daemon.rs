@@ -182,6 +182,17 @@ pub fn status(socket: &Path, json_out: bool) -> ExitCode {
     }
 }
 
+/// `stsd metrics`: the admin channel's `stsd/metrics`, as JSON.
+pub fn metrics(socket: &Path) -> ExitCode {
+    match client::call(socket, "stsd/metrics", json!({})) {
+        Ok(v) => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
 /// `stsd tools list` / `stsd tools show NAME`.
 pub fn tools(socket: &Path, show: Option<&str>, json_out: bool) -> ExitCode {
     let (method, params) = match show {

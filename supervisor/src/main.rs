@@ -229,6 +229,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The running daemon's metrics as JSON (calls by tool and outcome, pool, queue).
+    Metrics,
     /// The running daemon's tools: name, state, risk level, approval requirement.
     Tools {
         #[command(subcommand)]
@@ -415,6 +417,7 @@ fn main() -> ExitCode {
             json,
         ),
         Command::Status { json } => cli_daemon::status(&cli.daemon.socket_path(), json),
+        Command::Metrics => cli_daemon::metrics(&cli.daemon.socket_path()),
         Command::Tools { what } => match what {
             ToolsCmd::List { json } => cli_daemon::tools(&cli.daemon.socket_path(), None, json),
             ToolsCmd::Show { name } => {
