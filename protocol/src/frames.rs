@@ -139,6 +139,33 @@ pub struct Job {
     pub reuse_calls: u32,
 }
 
+impl Job {
+    /// What precedes the body on the first line of the function the worker wraps it in:
+    /// declared names with no value are `var`-declared there (so they read as `undefined`);
+    /// supplied ones are globals. Shared by the worker and by the supervisor, which maps a
+    /// syntax error's column on line 1 back to the body.
+    pub fn wrapper_prefix(&self) -> String {
+        let keys = |json: &str| -> Vec<String> {
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        let mut supplied = keys(&self.args_json);
+        supplied.extend(keys(&self.statics_json));
+        let missing: Vec<&str> = self
+            .declared
+            .iter()
+            .map(String::as_str)
+            .filter(|n| crate::validate::is_js_identifier(n) && !supplied.iter().any(|s| s == n))
+            .collect();
+        if missing.is_empty() {
+            "(async function () { ".to_string()
+        } else {
+            format!("(async function () {{var {}; ", missing.join(", "))
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToWorker {
     Job(Box<Job>),

@@ -177,7 +177,7 @@ impl Engine {
 
     /// Runs the body to completion (every pending job drained) and classifies the outcome.
     pub fn run(&self, job: &Job) -> Result<Returned, Failure> {
-        let source = wrap(&job.code, &job.declared, job);
+        let source = wrap(&job.code, job);
         self.context.with(|ctx| {
             if job.compile_only {
                 let mut opts = EvalOptions::default();
@@ -235,29 +235,9 @@ impl Engine {
 }
 
 /// The body becomes the body of an async function, on the wrapper's first line so that line
-/// numbers in stacks are the body's own. Declared names with no value are `var`-declared there
-/// (so they read as `undefined`); supplied ones are globals.
-fn wrap(code: &str, declared: &[String], job: &Job) -> String {
-    let keys = |json: &str| -> Vec<String> {
-        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default()
-    };
-    let mut supplied = keys(&job.args_json);
-    supplied.extend(keys(&job.statics_json));
-    let missing: Vec<&str> = declared
-        .iter()
-        .map(String::as_str)
-        .filter(|n| {
-            stsd_protocol::validate::is_js_identifier(n) && !supplied.iter().any(|s| s == n)
-        })
-        .collect();
-    let vars = if missing.is_empty() {
-        String::new()
-    } else {
-        format!("var {};", missing.join(", "))
-    };
-    format!("(async function () {{{vars} {code}\n}})")
+/// numbers in stacks are the body's own (see [`Job::wrapper_prefix`]).
+fn wrap(code: &str, job: &Job) -> String {
+    format!("{}{code}\n}})", job.wrapper_prefix())
 }
 
 fn bind_globals(ctx: &Ctx<'_>, job: &Job) -> rquickjs::Result<()> {

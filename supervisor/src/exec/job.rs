@@ -233,37 +233,13 @@ pub fn syntax_check(
     let mut nums = pos.split(':').filter_map(|n| n.parse::<u32>().ok());
     let (line, mut column) = (nums.next().unwrap_or(0), nums.next().unwrap_or(0));
     if line == 1 {
-        column = column.saturating_sub(wrapper_prefix_len(&job.declared, job) as u32);
+        column = column.saturating_sub(job.wrapper_prefix().chars().count() as u32);
     }
     Some(SyntaxProblem {
         message: e.message,
         line,
         column,
     })
-}
-
-/// The length of what precedes the body on line 1 of the worker's wrapper.
-fn wrapper_prefix_len(declared: &[String], job: &Job) -> usize {
-    let keys = |json: &str| -> Vec<String> {
-        serde_json::from_str::<Map<String, Value>>(json)
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default()
-    };
-    let mut supplied = keys(&job.args_json);
-    supplied.extend(keys(&job.statics_json));
-    let missing: Vec<&str> = declared
-        .iter()
-        .map(String::as_str)
-        .filter(|n| {
-            stsd_protocol::validate::is_js_identifier(n) && !supplied.iter().any(|s| s == n)
-        })
-        .collect();
-    let vars = if missing.is_empty() {
-        String::new()
-    } else {
-        format!("var {};", missing.join(", "))
-    };
-    "(async function () {".len() + vars.len() + 1
 }
 
 #[cfg(test)]
