@@ -112,12 +112,16 @@ fn tools_are_added_updated_rolled_back_disabled_and_removed_on_a_running_daemon(
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("test case") && err.contains("greets"), "{err}");
     assert_eq!(greet(&d), "v1 hello bo");
-    // A broken one too (a syntax error fails its Local Pass).
+    // A broken one too: the code must parse, and the refusal says where it does not.
     let mut broken = spec("v2", "v2 hello ann");
     broken["code"] = json!("return (;");
-    assert!(!tools_cli(&d, &["update", "greeter"], Some(&broken))
-        .status
-        .success());
+    let out = tools_cli(&d, &["update", "greeter"], Some(&broken));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("does not parse") && err.contains("line 1, column 9"),
+        "{err}"
+    );
     assert_eq!(greet(&d), "v1 hello bo");
 
     assert!(tools_cli(

@@ -257,6 +257,15 @@ impl Admin {
             if !errors.is_empty() {
                 return Err(format!("invalid: {}", errors.join("; ")));
             }
+            if let Some(spec) = e.validated.spec.as_ref() {
+                let resolved = stsd_profiles::resolve(spec, &config).map_err(|d| d.to_string())?;
+                if let Some(p) = crate::exec::job::syntax_check(spec, &resolved, &config, &opts) {
+                    return Err(format!(
+                        "the code does not parse: {} (line {}, column {})",
+                        p.message, p.line, p.column
+                    ));
+                }
+            }
             let env = config.baseline.env();
             let pass = crate::local_pass::run_entry(&cat, e, &config, &env, &opts);
             if let Err(d) = &pass.outcome {
