@@ -341,6 +341,13 @@ fn fetch_hops_are_audited_with_the_operator_settings_and_secrets_masked() {
 
 /// A daemon serving fetch tools, with the fixture server's host and CA configured.
 fn fetch_daemon(server: &stsd_tests::fixture_server::FixtureServer) -> Daemon {
+    fetch_daemon_env(server, &[])
+}
+
+fn fetch_daemon_env(
+    server: &stsd_tests::fixture_server::FixtureServer,
+    env: &[(&str, &str)],
+) -> Daemon {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let catalog = dir.path().join("net.json");
     let tool = |name: &str, mode: &str, code: &str| {
@@ -374,7 +381,35 @@ fn fetch_daemon(server: &stsd_tests::fixture_server::FixtureServer) -> Daemon {
         server.ca_file.display(),
         server.port
     );
-    Daemon::start_with(dir, 1, &egress, &catalog.display().to_string(), &[])
+    let c = catalog.display().to_string();
+    Daemon::launch_env(dir, 1, &egress, Some(&c), &[], None, env)
+}
+
+/// Debug logging must not carry a secret either: not in stsd's own lines, and not in the
+/// lines of the libraries it uses (the HTTP client logs URLs and headers).
+#[test]
+fn a_secret_in_a_fetch_url_or_header_never_reaches_the_debug_log() {
+    let server = stsd_tests::fixture_server::FixtureServer::start();
+    // Even a filter that names the HTTP client's target.
+    for level in ["debug", "trace,ureq=trace"] {
+        let d = fetch_daemon_env(&server, &[("STSD_LOG", level)]);
+        let mut c = d.connect();
+        c.call(1, "fetchEcho", json!({}));
+        assert!(!is_error(&c.response()));
+        c.call(2, "fetchLoopback", json!({}));
+        let _ = c.response();
+        let log = d.log();
+        assert!(log.contains("DEBUG"), "no debug lines: {log}");
+        let leaks: Vec<String> = log
+            .lines()
+            .filter(|l| l.contains("supersecret-token-123"))
+            .map(|l| l.replace("supersecret-token-123", "<SECRET>"))
+            .collect();
+        assert!(
+            leaks.is_empty(),
+            "{level}: the secret is in the log: {leaks:#?}"
+        );
+    }
 }
 
 /// A caller that goes away while its tool waits on a fetch is noticed at once: the worker is

@@ -98,6 +98,12 @@ impl Daemon {
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        // A daemon asked to log keeps its log, for tests that read it.
+        if env.iter().any(|(k, _)| *k == "STSD_LOG") {
+            if let Ok(f) = std::fs::File::create(dir.path().join("stderr.log")) {
+                cmd.stderr(f);
+            }
+        }
         if let Some(c) = catalog {
             cmd.args(["--catalog", c]);
         }
@@ -155,6 +161,11 @@ impl Daemon {
 
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
+    }
+
+    /// What the daemon logged (only when it was started with STSD_LOG).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir().join("stderr.log")).unwrap_or_default()
     }
 
     /// True while the daemon process has not exited.

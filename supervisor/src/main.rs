@@ -286,11 +286,18 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "worker") {
         return ExitCode::from(stsd_worker::run().clamp(0, 255) as u8);
     }
+    // The HTTP client logs the URLs and headers it sends, which carry a tool's resolved
+    // secrets; stsd's own lines are masked, a library's are not, so it is kept silent
+    // whatever STSD_LOG asks (the audit record names every hop, masked).
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("STSD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    for quiet in ["ureq=off", "rustls=warn"] {
+        if let Ok(d) = quiet.parse() {
+            filter = filter.add_directive(d);
+        }
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STSD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
