@@ -39,6 +39,21 @@ fn stsd_call_runs_a_tool_on_the_daemon_with_stsd_run_exit_codes() {
     assert_eq!(json_of(&bad)["error"]["code"], "INVALID_INPUT");
     let secret = cli(&d, &["call", "with-secret", "--json"]);
     assert_eq!(json_of(&secret)["result"]["sent"], "Bearer ***");
+    let args = d.dir().join("args.json");
+    std::fs::write(&args, r#"{"text": "from a file"}"#).unwrap_or_else(|e| panic!("{e}"));
+    let from_file = cli(
+        &d,
+        &[
+            "call",
+            "echo-console",
+            "--args-json",
+            &format!("@{}", args.display()),
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&from_file.stdout).trim(),
+        "echo: from a file"
+    );
     let unknown = cli(&d, &["call", "no-such-tool"]);
     assert_eq!(unknown.status.code(), Some(2));
 }

@@ -76,10 +76,10 @@ pub fn call(
     };
     let mut args = Map::new();
     if let Some(text) = args_json {
-        match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(m)) => args = m,
-            _ => {
-                eprintln!("stsd: --args-json must be a JSON object");
+        match crate::cli_run::args_object(text) {
+            Ok(m) => args = m,
+            Err(e) => {
+                eprintln!("stsd: {e}");
                 return ExitCode::from(EXIT_USAGE);
             }
         }
@@ -128,14 +128,7 @@ pub fn call(
             .strip_prefix(&format!("{code}: "))
             .unwrap_or(&text)
             .to_string();
-        if json_out {
-            println!(
-                "{}",
-                json!({"ok": false, "error": {"code": code, "message": message}})
-            );
-        } else {
-            eprintln!("stsd: {code}: {message}");
-        }
+        crate::cli_run::print_failure(code, &message, json_out);
         return ExitCode::from(if code == "INVALID_INPUT" {
             EXIT_USAGE
         } else {

@@ -57,6 +57,43 @@ pub struct RunArgs<'a> {
     pub answer: Option<bool>,
 }
 
+/// `--args-json`: a JSON object, given inline, as `@FILE`, or as `@-` (stdin) for arguments
+/// too large for a command line. Shared by `stsd run` and `stsd call`.
+pub fn args_object(text: &str) -> Result<Map<String, Value>, String> {
+    let owned;
+    let json = match text.strip_prefix('@') {
+        Some(src) => {
+            let read = if src == "-" {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
+            } else {
+                std::fs::read_to_string(src)
+            };
+            owned = read.map_err(|e| format!("--args-json {text}: {e}"))?;
+            owned.as_str()
+        }
+        None => text,
+    };
+    match serde_json::from_str::<Value>(json) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err("--args-json must be a JSON object".into()),
+        Err(e) => Err(format!("--args-json is not JSON: {e}")),
+    }
+}
+
+/// A failed call as `stsd run` and `stsd call` report it: one JSON object with `--json`,
+/// else `stsd: CODE: message` on stderr.
+pub fn print_failure(code: &str, message: &str, json_out: bool) {
+    if json_out {
+        println!(
+            "{}",
+            json!({"ok": false, "error": {"code": code, "message": message}})
+        );
+    } else {
+        eprintln!("stsd: {code}: {message}");
+    }
+}
+
 pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
     let RunArgs {
         spec_path,
@@ -115,28 +152,9 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
     // Arguments: the JSON object first, then each --arg on top.
     let mut args = Map::new();
     if let Some(text) = args_json {
-        // `@FILE` (or `@-` for stdin): arguments too large for a command line.
-        let owned;
-        let text = match text.strip_prefix('@') {
-            Some(src) => {
-                let read = if src == "-" {
-                    let mut s = String::new();
-                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map(|_| s)
-                } else {
-                    std::fs::read_to_string(src)
-                };
-                owned = match read {
-                    Ok(s) => s,
-                    Err(e) => return usage(format!("--args-json {text}: {e}")),
-                };
-                owned.as_str()
-            }
-            None => text,
-        };
-        match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(m)) => args = m,
-            Ok(_) => return usage("--args-json must be a JSON object"),
-            Err(e) => return usage(format!("--args-json is not JSON: {e}")),
+        match args_object(text) {
+            Ok(m) => args = m,
+            Err(e) => return usage(e),
         }
     }
     for pair in arg_pairs {
@@ -170,15 +188,7 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
         return ExitCode::from(EXIT_INVALID);
     }
     if let Some((code, message)) = approve(spec, &resolved, config, &prepared, answer) {
-        let message = prepared.secrets.mask(&message);
-        if json_out {
-            println!(
-                "{}",
-                json!({"ok": false, "error": {"code": code, "message": message}})
-            );
-        } else {
-            eprintln!("stsd: {code}: {message}");
-        }
+        print_failure(code.as_str(), &prepared.secrets.mask(&message), json_out);
         return ExitCode::from(EXIT_INVALID);
     }
     let opts = match exec_options(config) {

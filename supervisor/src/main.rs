@@ -218,7 +218,8 @@ enum Command {
         /// An argument as NAME=VALUE, typed by the tool's inputSchema.
         #[arg(long = "arg", value_name = "NAME=VALUE")]
         args: Vec<String>,
-        /// All arguments as one JSON object (--arg values override).
+        /// All arguments as one JSON object (--arg values override); `@FILE` or `@-` as for
+        /// `stsd run`.
         #[arg(long)]
         args_json: Option<String>,
         #[arg(long)]

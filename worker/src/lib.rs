@@ -207,6 +207,7 @@ pub fn run() -> i32 {
         let outcome = engine.run(&job);
         let run_us = t_run.elapsed().as_micros() as u64;
         let heap_bytes = engine.heap_bytes();
+        let (rss_kib, cpu_after) = usage();
         let clean = outcome.is_ok() || matches!(&outcome, Err(f) if f.code == Code::JsError);
         let sent = match outcome {
             Ok(r) => engine::send_result(&channel, &r),
@@ -216,8 +217,8 @@ pub fn run() -> i32 {
             profile_us,
             context_us,
             run_us,
-            max_rss_kib: usage().0,
-            cpu_us: usage().1.saturating_sub(cpu_before),
+            max_rss_kib: rss_kib,
+            cpu_us: cpu_after.saturating_sub(cpu_before),
             heap_bytes,
         }));
         drop(engine);
