@@ -52,6 +52,11 @@ pub struct ApprovalConfig {
     pub command_timeout_ms: u64,
     #[serde(rename = "rule")]
     pub rules: Vec<ApprovalRule>,
+    /// The HMAC key that seals 2026-07-28 approval states (`requestState`), read from this
+    /// file (at least 32 bytes). Replicas behind one load balancer must share it, or a retry
+    /// that lands on another replica is refused. Unset (and no `STSD_APPROVAL_STATE_KEY` in
+    /// the environment): a random key made at start, private to this process.
+    pub state_key_file: Option<std::path::PathBuf>,
 }
 
 impl Default for ApprovalConfig {
@@ -64,6 +69,7 @@ impl Default for ApprovalConfig {
             max_pending: 64,
             command_timeout_ms: 10_000,
             rules: Vec::new(),
+            state_key_file: None,
         }
     }
 }

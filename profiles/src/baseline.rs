@@ -17,6 +17,66 @@ pub struct Config {
     pub egress: EgressConfig,
     pub approval: crate::approval::ApprovalConfig,
     pub metrics: MetricsConfig,
+    pub http: HttpConfig,
+}
+
+/// `[http]`: MCP over Streamable HTTP, off unless an address is given (here or `--listen`).
+/// Every request is authenticated (a bearer token from `tokens_file`, or a client
+/// certificate signed by `client_ca`); TLS unless the address is loopback or
+/// `allow_plaintext` says a proxy in front terminates it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// `host:port` to listen on (e.g. "0.0.0.0:8443").
+    pub listen: Option<String>,
+    /// The MCP endpoint's path.
+    pub path: String,
+    /// PEM certificate chain and private key for TLS.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates whose client certificates are accepted; the principal is the
+    /// certificate subject's common name.
+    pub client_ca: Option<PathBuf>,
+    /// Lines `NAME sha256:HEX` (written by `stsd token add NAME`): each token's SHA-256 and
+    /// the principal it stands for.
+    pub tokens_file: Option<PathBuf>,
+    /// Browser origins allowed to call (scheme://host[:port]); a request carrying any other
+    /// `Origin` is refused with 403. Requests without `Origin` (non-browser clients) pass.
+    pub allowed_origins: Vec<String>,
+    /// `Host` header values accepted (DNS-rebinding guard). Empty: loopback names when
+    /// listening on loopback, any host otherwise.
+    pub allowed_hosts: Vec<String>,
+    /// Plain HTTP on a non-loopback address, for a TLS-terminating proxy in front.
+    pub allow_plaintext: bool,
+    /// Serve 2025-11-25 clients (`initialize`, `Mcp-Session-Id`) besides the stateless
+    /// 2026-07-28 era. A legacy session lives in one replica.
+    pub legacy_sessions: bool,
+    /// Principals allowed on the admin endpoint (`POST /admin`, the `stsd/...` methods).
+    pub admin_principals: Vec<String>,
+    /// Principals allowed to answer operator approvals there.
+    pub approver_principals: Vec<String>,
+    /// Longest request body accepted.
+    pub max_request_bytes: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: None,
+            path: "/mcp".into(),
+            tls_cert: None,
+            tls_key: None,
+            client_ca: None,
+            tokens_file: None,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            allow_plaintext: false,
+            legacy_sessions: true,
+            admin_principals: Vec::new(),
+            approver_principals: Vec::new(),
+            max_request_bytes: 4 * 1024 * 1024,
+        }
+    }
 }
 
 /// `[metrics]`: Prometheus text over HTTP, off unless an address is given.

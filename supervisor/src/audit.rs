@@ -32,6 +32,10 @@ pub struct AuditRecord {
     pub elapsed_ms: u64,
     pub worker_pid: Option<u32>,
     pub peer_uid: Option<u32>,
+    /// The authenticated caller of an HTTP request (a token's or a client certificate's
+    /// principal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
     pub limits_hit: Vec<String>,
     pub transport: &'static str,
     /// Every fetch hop of the call, refused ones included, with the operator settings that
@@ -213,6 +217,7 @@ pub fn outside_record(
         elapsed_ms,
         worker_pid,
         peer_uid: Some(nix::unistd::Uid::effective().as_raw()),
+        principal: None,
         limits_hit: Vec::new(),
         transport,
         egress: Vec::new(),

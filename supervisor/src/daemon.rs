@@ -26,6 +26,8 @@ pub struct DaemonOptions {
     pub reuse: u32,
     /// `--toolsets FILE` documents (besides `[daemon] toolsets`).
     pub toolsets: Vec<PathBuf>,
+    /// `--listen ADDR:PORT`: MCP over Streamable HTTP too (besides `[http] listen`).
+    pub listen: Option<String>,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -170,6 +172,22 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
             say_out(&format!("metrics: Prometheus text on http://{addr}/metrics\n"));
             tokio::spawn(serve_metrics(l, service.clone()));
         }
+        // Remote MCP over Streamable HTTP, beside the socket, when an address is given.
+        let draining = CancellationToken::new();
+        let stop_all = CancellationToken::new();
+        let mut http_task = None;
+        if let Some(addr) = o.listen.as_ref().or(o.config.http.listen.as_ref()) {
+            let bound = crate::http::bind(&o.config.http, addr).await?;
+            say_out(&bound.describe());
+            http_task = Some(tokio::spawn(crate::http::serve(
+                bound,
+                service.clone(),
+                changed.clone(),
+                admin.clone(),
+                draining.clone(),
+                stop_all.clone(),
+            )));
+        }
         let limits = Limits::from_config(d);
         tracing::info!(
             nofile,
@@ -181,7 +199,6 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
         let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
         let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
-        let stop_all = CancellationToken::new();
         let mut sessions = tokio::task::JoinSet::new();
         let allowed = o.config.daemon.allowed_uids.clone();
         loop {
@@ -257,6 +274,7 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         // Stop accepting, let in-flight calls finish within the grace period, kill the rest.
         drop(bound.listener);
         let _ = std::fs::remove_file(&bound.path);
+        draining.cancel();
         let grace = Duration::from_secs(o.config.daemon.shutdown_grace_seconds);
         let t0 = Instant::now();
         while service.in_flight() > 0 && t0.elapsed() < grace {
@@ -265,6 +283,9 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         let left = service.in_flight();
         stop_all.cancel();
         sessions.shutdown().await;
+        if let Some(t) = http_task {
+            let _ = t.await;
+        }
         service.shutdown();
         say_err(&format!(
             "stsd stopped ({left} calls cut off after the grace period)\n"

@@ -10,6 +10,7 @@ pub mod check;
 pub mod daemon;
 pub mod egress;
 pub mod exec;
+pub mod http;
 pub mod lifecycle;
 pub mod lint;
 pub mod listener;

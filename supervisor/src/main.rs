@@ -51,6 +51,10 @@ struct DaemonArgs {
     /// A CJSON toolsets document (per-tool enabled / requiresApproval); repeatable.
     #[arg(long = "toolsets", global = true, value_name = "FILE")]
     toolsets: Vec<PathBuf>,
+    /// Also serve MCP over Streamable HTTP on ADDR:PORT (see [http] in the config: TLS,
+    /// tokens, client certificates, origins). The Unix socket is served either way.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Option<String>,
 }
 
 impl DaemonArgs {
@@ -101,6 +105,7 @@ impl DaemonArgs {
             worker_exe,
             reuse: self.worker_reuse,
             toolsets: self.toolsets.clone(),
+            listen: self.listen.clone(),
         })
     }
 }
@@ -261,9 +266,23 @@ enum Command {
         #[arg(long, default_value_t = stsd::daemon::BRIDGE_KEEPALIVE.as_millis() as u64, hide = true)]
         keepalive_ms: u64,
     },
+    /// Bearer tokens for MCP over HTTP.
+    #[command(subcommand)]
+    Token(TokenCmd),
     /// Internal: the sandboxed worker process (started by exec, never by hand).
     #[command(hide = true)]
     Worker,
+}
+
+#[derive(Subcommand, Debug)]
+enum TokenCmd {
+    /// Make a fresh token for principal NAME: printed once, only its SHA-256 is written.
+    Add {
+        name: String,
+        /// The tokens file (default: [http] tokens_file from the config).
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
 }
 
 /// `stsd approve` / `stsd deny`: one admin request to the running daemon.
@@ -508,6 +527,26 @@ fn main() -> ExitCode {
         }
         Command::Approve { id, reason } => decide(&cli.daemon.socket_path(), id, true, &reason),
         Command::Deny { id, reason } => decide(&cli.daemon.socket_path(), id, false, &reason),
+        Command::Token(TokenCmd::Add { name, file }) => {
+            let Some(file) = file.or(config.http.tokens_file.clone()) else {
+                eprintln!("stsd: no tokens file: give --file or set [http] tokens_file");
+                return ExitCode::from(EXIT_USAGE);
+            };
+            match stsd::http::auth::add_token(&file, &name) {
+                Ok(token) => {
+                    println!("{token}");
+                    eprintln!(
+                        "token for {name} added to {} (only its SHA-256 is kept; this is the one time it is shown)",
+                        file.display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("stsd: {e}");
+                    ExitCode::from(EXIT_INVALID)
+                }
+            }
+        }
         Command::Worker => ExitCode::from(EXIT_USAGE),
     }
 }

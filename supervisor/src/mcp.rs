@@ -35,6 +35,9 @@ struct Conn {
     closed: CancellationToken,
     /// Legacy `logging/setLevel` (the modern era carries a level per request).
     log_level: Mutex<LoggingLevel>,
+    /// HTTP: the principal a legacy session belongs to (its first authenticated request);
+    /// another principal presenting the session id is refused.
+    session_principal: std::sync::OnceLock<String>,
 }
 
 #[derive(Clone)]
@@ -121,11 +124,13 @@ impl Handler {
             conn: Arc::new(Conn {
                 caller: Caller {
                     peer_uid,
+                    principal: None,
                     transport,
                     session: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
                 },
                 closed,
                 log_level: Mutex::new(LoggingLevel::Info),
+                session_principal: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -167,6 +172,54 @@ impl Handler {
     }
 }
 
+/// A stable admission session per HTTP principal for stateless requests, so a principal's
+/// calls are bounded together (`max_calls_per_session`) and slots go round-robin across
+/// principals, as they do across socket sessions.
+fn principal_session(name: &str) -> u64 {
+    static SESSIONS: std::sync::OnceLock<Mutex<std::collections::HashMap<String, u64>>> =
+        std::sync::OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1 << 62);
+    let map = SESSIONS.get_or_init(Default::default);
+    let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
+    *m.entry(name.to_string())
+        .or_insert_with(|| NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The principal an HTTP transport authenticated for this request, if any.
+fn request_principal(ctx: &RequestContext<RoleServer>) -> Option<String> {
+    ctx.extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<crate::http::auth::Principal>())
+        .map(|p| p.name.clone())
+}
+
+impl Handler {
+    /// Who makes this request: the connection's caller, with the HTTP principal of the
+    /// request when there is one. A legacy HTTP session stays with its first principal.
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+        let mut caller = self.conn.caller.clone();
+        let Some(name) = request_principal(ctx) else {
+            return Ok(caller);
+        };
+        let modern = ctx
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        if !modern {
+            let owner = self.conn.session_principal.get_or_init(|| name.clone());
+            if *owner != name {
+                return Err(ErrorData::invalid_request(
+                    "this session belongs to another principal",
+                    None,
+                ));
+            }
+        } else {
+            caller.session = principal_session(&name);
+        }
+        caller.principal = Some(name);
+        Ok(caller)
+    }
+}
+
 impl Handler {
     /// The elicitor for a call whose tool asks the caller for approval, or the first round of
     /// a 2026-07-28 call (Err: `input_required` goes back at once, nothing runs).
@@ -176,6 +229,7 @@ impl Handler {
         args: &JsonObject,
         request: &CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
+        caller: &Caller,
     ) -> Result<Option<McpElicitor>, Box<CallToolResponse>> {
         let published = self.service.published();
         let Some(tool) = published.get(name) else {
@@ -204,7 +258,7 @@ impl Handler {
             }));
         }
         let book = states(&self.service);
-        let uid = self.conn.caller.peer_uid;
+        let who = crate::mcp_approval::StateOwner::of(caller);
         match &request.request_state {
             Some(state) => {
                 let responses: Option<std::collections::HashMap<String, Value>> = request
@@ -212,7 +266,7 @@ impl Handler {
                     .as_ref()
                     .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
                 let answer = match book {
-                    Ok(b) => b.redeem(uid, name, args, state, responses.as_ref()),
+                    Ok(b) => b.redeem(&who, name, args, state, responses.as_ref()),
                     Err(e) => Elicited::Failed(e.clone()),
                 };
                 Ok(Some(McpElicitor::Answered { client, answer }))
@@ -221,7 +275,7 @@ impl Handler {
                 let message = self.service.approval_prompt(tool, args);
                 let made = book
                     .map_err(|e| e.clone())
-                    .and_then(|b| b.input_required(uid, name, args, message));
+                    .and_then(|b| b.input_required(&who, name, args, message));
                 match made {
                     Ok(r) => Err(Box::new(CallToolResponse::InputRequired(r))),
                     Err(e) => Ok(Some(McpElicitor::Answered {
@@ -234,11 +288,16 @@ impl Handler {
     }
 }
 
-/// The process's approval-state book (its key is made once, at first use).
+/// The process's approval-state book: its key from `[approval] state_key_file` or
+/// `STSD_APPROVAL_STATE_KEY` (shared by replicas), else made once, at first use.
 fn states(service: &Service) -> Result<&'static StateBook, &'static String> {
     static BOOK: std::sync::OnceLock<Result<StateBook, String>> = std::sync::OnceLock::new();
     BOOK.get_or_init(|| {
-        StateBook::new(Duration::from_secs(service.config.approval.timeout_seconds))
+        let ttl = Duration::from_secs(service.config.approval.timeout_seconds);
+        match crate::mcp_approval::configured_key(&service.config.approval)? {
+            Some(key) => StateBook::with_key(key, ttl),
+            None => StateBook::new(ttl),
+        }
     })
     .as_ref()
 }
@@ -278,7 +337,8 @@ impl ServerHandler for Handler {
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         let args = request.arguments.clone().unwrap_or_default();
-        let elicitor = match self.elicitor_for(&name, &args, &request, &ctx) {
+        let caller = self.caller(&ctx)?;
+        let elicitor = match self.elicitor_for(&name, &args, &request, &ctx, &caller) {
             Ok(e) => e,
             Err(first_round) => return Ok(*first_round),
         };
@@ -326,7 +386,7 @@ impl ServerHandler for Handler {
             .call(
                 &name,
                 args,
-                &self.conn.caller,
+                &caller,
                 elicitor.as_ref().map(|e| e as &dyn Elicitor),
                 cancel,
                 sink,

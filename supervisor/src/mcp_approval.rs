@@ -2,8 +2,11 @@
 //! `elicitation/create` on the session. 2026-07-28 (no server-to-client requests): the first
 //! `tools/call` answers `input_required` with the elicitation and a sealed `requestState`; the
 //! client retries with its answer and the state. The state is HMAC-sealed (rmcp's
-//! `RequestStateCodec`, a key made at start), bound to the peer uid, the tool and a digest of
-//! the exact arguments, expires with `[approval] timeout_seconds`, and is single-use.
+//! `RequestStateCodec`; the key from `[approval] state_key_file` or `STSD_APPROVAL_STATE_KEY`
+//! so that replicas behind a load balancer open each other's states, else made at start),
+//! bound to the caller (peer uid, or HTTP principal), the tool and a digest of the exact
+//! arguments, expires with `[approval] timeout_seconds`, and is single-use within one
+//! process (replicas do not share the spent list: see the README).
 
 use crate::approval::{Elicited, Elicitor};
 use rmcp::model::{
@@ -112,14 +115,59 @@ fn canonical(v: &Value) -> Value {
     }
 }
 
-fn binding(uid: Option<u32>, tool: &str, args: &JsonObject) -> Vec<u8> {
+/// Whom a sealed state belongs to: the HTTP principal when there is one, else the peer uid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateOwner(String);
+
+impl StateOwner {
+    pub fn of(caller: &crate::service::Caller) -> StateOwner {
+        match &caller.principal {
+            Some(p) => StateOwner(format!("principal={p}")),
+            None => StateOwner::uid(caller.peer_uid),
+        }
+    }
+
+    pub fn uid(uid: Option<u32>) -> StateOwner {
+        StateOwner(format!("uid={}", uid.unwrap_or(u32::MAX)))
+    }
+}
+
+/// The environment variable that may carry the state key (at least 32 bytes).
+pub const STATE_KEY_ENV: &str = "STSD_APPROVAL_STATE_KEY";
+
+/// The configured state key: `[approval] state_key_file`, else `STSD_APPROVAL_STATE_KEY`;
+/// None when neither is set. Surrounding whitespace (a trailing newline) is not key.
+pub fn configured_key(
+    cfg: &stsd_profiles::approval::ApprovalConfig,
+) -> Result<Option<Vec<u8>>, String> {
+    let (key, from) = match (&cfg.state_key_file, std::env::var_os(STATE_KEY_ENV)) {
+        (Some(f), _) => (
+            std::fs::read(f).map_err(|e| {
+                format!("cannot read [approval] state_key_file {}: {e}", f.display())
+            })?,
+            format!("[approval] state_key_file {}", f.display()),
+        ),
+        (None, Some(v)) => (
+            std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()).to_vec(),
+            STATE_KEY_ENV.to_string(),
+        ),
+        (None, None) => return Ok(None),
+    };
+    let key = key.trim_ascii().to_vec();
+    if key.len() < 32 {
+        return Err(format!(
+            "the approval state key from {from} has {} bytes; at least 32 are needed \
+             (e.g. head -c 32 /dev/urandom | base64)",
+            key.len()
+        ));
+    }
+    Ok(Some(key))
+}
+
+fn binding(who: &StateOwner, tool: &str, args: &JsonObject) -> Vec<u8> {
     let text = serde_json::to_vec(&canonical(&Value::Object(args.clone()))).unwrap_or_default();
     let digest = ring::digest::digest(&ring::digest::SHA256, &text);
-    let mut ad = format!(
-        "stsd-approval/v1|uid={}|tool={tool}|args=",
-        uid.unwrap_or(u32::MAX)
-    )
-    .into_bytes();
+    let mut ad = format!("stsd-approval/v1|{}|tool={tool}|args=", who.0).into_bytes();
     ad.extend_from_slice(digest.as_ref());
     ad
 }
@@ -132,11 +180,17 @@ pub struct StateBook {
 }
 
 impl StateBook {
+    /// A book with a random key, private to this process.
     pub fn new(ttl: Duration) -> Result<StateBook, String> {
         let mut key = [0u8; 32];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
             .map_err(|_| "no randomness for the approval state key".to_string())?;
-        let codec = RequestStateCodec::try_new(key.to_vec()).map_err(|e| e.to_string())?;
+        StateBook::with_key(key.to_vec(), ttl)
+    }
+
+    /// A book with a given key (shared by replicas).
+    pub fn with_key(key: Vec<u8>, ttl: Duration) -> Result<StateBook, String> {
+        let codec = RequestStateCodec::try_new(key).map_err(|e| e.to_string())?;
         Ok(StateBook {
             codec,
             ttl,
@@ -147,7 +201,7 @@ impl StateBook {
     /// The first round's answer: the elicitation, and the sealed state bound to this call.
     pub fn input_required(
         &self,
-        uid: Option<u32>,
+        who: &StateOwner,
         tool: &str,
         args: &JsonObject,
         message: String,
@@ -156,7 +210,7 @@ impl StateBook {
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
             .map_err(|_| "no randomness for the approval state".to_string())?;
         let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
-        let ad = binding(uid, tool, args);
+        let ad = binding(who, tool, args);
         let sealed = self.codec.seal_with(
             nonce.as_bytes(),
             &SealOptions::new().associated_data(&ad).ttl(self.ttl),
@@ -172,13 +226,13 @@ impl StateBook {
     /// The retry: opens the state against this call and spends it; then reads the answer.
     pub fn redeem(
         &self,
-        uid: Option<u32>,
+        who: &StateOwner,
         tool: &str,
         args: &JsonObject,
         state: &str,
         responses: Option<&HashMap<String, Value>>,
     ) -> Elicited {
-        let ad = binding(uid, tool, args);
+        let ad = binding(who, tool, args);
         let nonce = match self.codec.open_with(state, &ad) {
             Ok(n) => String::from_utf8_lossy(&n).into_owned(),
             Err(e) => {
@@ -221,11 +275,60 @@ mod tests {
     }
 
     #[test]
+    fn replicas_with_one_key_open_each_others_states_and_other_keys_do_not() {
+        let key = b"0123456789abcdef0123456789abcdef".to_vec();
+        let ttl = Duration::from_secs(60);
+        let a = StateBook::with_key(key.clone(), ttl).unwrap_or_else(|e| panic!("{e}"));
+        let b = StateBook::with_key(key, ttl).unwrap_or_else(|e| panic!("{e}"));
+        let c = StateBook::new(ttl).unwrap_or_else(|e| panic!("{e}"));
+        let args = args(json!({"path": "x"}));
+        let alice = StateOwner("principal=alice".into());
+        let state = a
+            .input_required(&alice, "deleteFile", &args, "ok?".into())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .request_state
+            .unwrap_or_default();
+        let yes: HashMap<String, Value> =
+            [(INPUT_KEY.to_string(), json!({"action": "accept"}))].into();
+        assert!(matches!(
+            c.redeem(&alice, "deleteFile", &args, &state, Some(&yes)),
+            Elicited::Failed(_)
+        ));
+        let bob = StateOwner("principal=bob".into());
+        assert!(matches!(
+            b.redeem(&bob, "deleteFile", &args, &state, Some(&yes)),
+            Elicited::Failed(_)
+        ));
+        assert_eq!(
+            b.redeem(&alice, "deleteFile", &args, &state, Some(&yes)),
+            Elicited::Accepted
+        );
+    }
+
+    #[test]
+    fn a_short_configured_key_is_refused() {
+        let dir = std::env::temp_dir().join(format!("stsd-key-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let f = dir.join("k");
+        let _ = std::fs::write(&f, "short\n");
+        let cfg = stsd_profiles::approval::ApprovalConfig {
+            state_key_file: Some(f.clone()),
+            ..Default::default()
+        };
+        let e = configured_key(&cfg).err().unwrap_or_default();
+        assert!(e.contains("at least 32"), "{e}");
+        let _ = std::fs::write(&f, "0123456789abcdef0123456789abcdef\n");
+        let k = configured_key(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(k.map(|k| k.len()), Some(32));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_state_opens_once_for_the_same_call_only() {
         let book = StateBook::new(Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
         let a = args(json!({"path": "x.txt", "n": 1}));
         let r = book
-            .input_required(Some(0), "deleteFile", &a, "ok?".into())
+            .input_required(&StateOwner::uid(Some(0)), "deleteFile", &a, "ok?".into())
             .unwrap_or_else(|e| panic!("{e}"));
         let state = r.request_state.clone().unwrap_or_default();
         let yes: HashMap<String, Value> =
@@ -233,32 +336,62 @@ mod tests {
         // Other arguments, another uid, another tool: refused (and the state not spent).
         let other = args(json!({"path": "y.txt", "n": 1}));
         assert!(matches!(
-            book.redeem(Some(0), "deleteFile", &other, &state, Some(&yes)),
+            book.redeem(
+                &StateOwner::uid(Some(0)),
+                "deleteFile",
+                &other,
+                &state,
+                Some(&yes)
+            ),
             Elicited::Failed(_)
         ));
         assert!(matches!(
-            book.redeem(Some(7), "deleteFile", &a, &state, Some(&yes)),
+            book.redeem(
+                &StateOwner::uid(Some(7)),
+                "deleteFile",
+                &a,
+                &state,
+                Some(&yes)
+            ),
             Elicited::Failed(_)
         ));
         assert!(matches!(
-            book.redeem(Some(0), "readFile", &a, &state, Some(&yes)),
+            book.redeem(
+                &StateOwner::uid(Some(0)),
+                "readFile",
+                &a,
+                &state,
+                Some(&yes)
+            ),
             Elicited::Failed(_)
         ));
         // Key order does not matter; the exact arguments do.
         let reordered = args(json!({"n": 1, "path": "x.txt"}));
         assert_eq!(
-            book.redeem(Some(0), "deleteFile", &reordered, &state, Some(&yes)),
+            book.redeem(
+                &StateOwner::uid(Some(0)),
+                "deleteFile",
+                &reordered,
+                &state,
+                Some(&yes)
+            ),
             Elicited::Accepted
         );
         // Single use.
         assert!(
-            matches!(book.redeem(Some(0), "deleteFile", &a, &state, Some(&yes)), Elicited::Failed(m) if m.contains("already used"))
+            matches!(book.redeem(&StateOwner::uid(Some(0)), "deleteFile", &a, &state, Some(&yes)), Elicited::Failed(m) if m.contains("already used"))
         );
         // Altered.
         let mut altered = state.clone();
         altered.push('A');
         assert!(matches!(
-            book.redeem(Some(0), "deleteFile", &a, &altered, Some(&yes)),
+            book.redeem(
+                &StateOwner::uid(Some(0)),
+                "deleteFile",
+                &a,
+                &altered,
+                Some(&yes)
+            ),
             Elicited::Failed(_)
         ));
     }

@@ -321,13 +321,36 @@ impl ToolReply {
     }
 }
 
-/// Who is calling: the peer's uid, the transport, and the session (admission is fair across
-/// sessions).
+/// Who is calling: the peer's uid (Unix socket) or the authenticated principal (HTTP), the
+/// transport, and the session (admission is fair across sessions).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     pub peer_uid: Option<u32>,
+    pub principal: Option<String>,
     pub transport: &'static str,
     pub session: u64,
+}
+
+/// Who makes an admin request, with the rights the transport found for them: a local uid
+/// (checked against `[daemon] admin_uids` and `[approval] operator_uids`), or an HTTP
+/// principal (rights from `[http] admin_principals` and `approver_principals`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    Uid(u32),
+    Principal {
+        name: String,
+        admin: bool,
+        approver: bool,
+    },
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subject::Uid(u) => write!(f, "uid {u}"),
+            Subject::Principal { name, .. } => write!(f, "principal {name}"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -480,6 +503,7 @@ impl Service {
             elapsed_ms: 0,
             worker_pid: None,
             peer_uid: caller.peer_uid,
+            principal: caller.principal.clone(),
             limits_hit: Vec::new(),
             transport: caller.transport,
             egress: Vec::new(),

@@ -1,7 +1,9 @@
 //! The admin channel: JSON-RPC methods named `stsd/...` on the daemon's own socket, beside MCP.
-//! Every method checks the caller's uid (SO_PEERCRED, from the transport): reading needs
-//! `[daemon] admin_uids` (default: the daemon's own uid and root) or `[approval]
-//! operator_uids`; answering an approval needs `operator_uids`. The CLI verbs that talk to a
+//! Every method checks who is asking, as the transport established it: a uid (SO_PEERCRED)
+//! on the socket, a principal (token or client certificate) on `POST /admin` over HTTP.
+//! Reading needs `[daemon] admin_uids` (default: the daemon's own uid and root) or
+//! `[approval] operator_uids`; answering an approval needs `operator_uids`. HTTP principals
+//! get the same rights from `[http] admin_principals` and `approver_principals`. The CLI verbs that talk to a
 //! running daemon (`stsd approvals`, `stsd approve`, `stsd deny`) are thin clients of it
 //! ([`client`]).
 //!
@@ -16,7 +18,7 @@
 
 pub mod client;
 
-use crate::service::Service;
+use crate::service::{Service, Subject};
 use crate::transport::{AdminHandler, AdminReply};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -62,8 +64,19 @@ impl Admin {
         })
     }
 
-    fn may_read(&self, uid: u32) -> bool {
-        self.admin_uids.contains(&uid) || self.service.gate.config().operator_uids.contains(&uid)
+    fn is_admin(&self, who: &Subject) -> bool {
+        match who {
+            Subject::Uid(uid) => self.admin_uids.contains(uid),
+            Subject::Principal { admin, .. } => *admin,
+        }
+    }
+
+    fn may_read(&self, who: &Subject) -> bool {
+        self.is_admin(who)
+            || match who {
+                Subject::Uid(uid) => self.service.gate.config().operator_uids.contains(uid),
+                Subject::Principal { approver, .. } => *approver,
+            }
     }
 
     fn tool_entry(t: &crate::service::PublishedTool) -> Value {
@@ -96,14 +109,14 @@ impl Admin {
         })
     }
 
-    fn call(&self, uid: u32, method: &str, params: &Value) -> Result<Value, (i32, String)> {
+    fn call(&self, who: &Subject, method: &str, params: &Value) -> Result<Value, (i32, String)> {
         let admin_only = |what: &str| {
-            if self.admin_uids.contains(&uid) {
+            if self.is_admin(who) {
                 Ok(())
             } else {
                 Err((
                     NOT_ALLOWED,
-                    format!("uid {uid} may not {what} (it is not in [daemon] admin_uids)"),
+                    format!("{who} may not {what} (it is not in {})", admin_list(who)),
                 ))
             }
         };
@@ -150,8 +163,8 @@ impl Admin {
                 }
             }
             "stsd/approvals/list" => {
-                if !self.may_read(uid) {
-                    return Err((NOT_ALLOWED, format!("uid {uid} may not list approvals")));
+                if !self.may_read(who) {
+                    return Err((NOT_ALLOWED, format!("{who} may not list approvals")));
                 }
                 Ok(json!({"pending": self.service.gate.pending()}))
             }
@@ -178,9 +191,9 @@ impl Admin {
                 };
                 self.service
                     .gate
-                    .answer(id, approve, reason, uid)
+                    .answer(id, approve, reason, who)
                     .map_err(|e| {
-                        let code = if e.contains("operator_uids") {
+                        let code = if e.contains("may not answer") {
                             NOT_ALLOWED
                         } else {
                             NO_SUCH
@@ -195,15 +208,15 @@ impl Admin {
 }
 
 impl AdminHandler for Admin {
-    fn handle(&self, uid: u32, method: String, params: Value) -> AdminReply<'_> {
+    fn handle(&self, who: Subject, method: String, params: Value) -> AdminReply<'_> {
         Box::pin(async move {
             let r = if WRITES.contains(&method.as_str()) {
-                self.write(uid, &method, &params).await
+                self.write(&who, &method, &params).await
             } else {
-                self.call(uid, &method, &params)
+                self.call(&who, &method, &params)
             };
             if let Err((code, why)) = &r {
-                tracing::info!(uid, method, code, why, "admin request refused");
+                tracing::info!(who = %who, method, code, why, "admin request refused");
             }
             r
         })
@@ -222,6 +235,14 @@ const WRITES: &[&str] = &[
 
 /// A change the publish gate refused (the catalog is unchanged).
 pub const GATE_FAILED: i32 = -32003;
+
+/// The setting that would grant `who` admin rights.
+fn admin_list(who: &Subject) -> &'static str {
+    match who {
+        Subject::Uid(_) => "[daemon] admin_uids",
+        Subject::Principal { .. } => "[http] admin_principals",
+    }
+}
 
 fn name_param(params: &Value) -> Result<String, (i32, String)> {
     params
@@ -318,11 +339,19 @@ impl Admin {
         }
     }
 
-    async fn write(&self, uid: u32, method: &str, params: &Value) -> Result<Value, (i32, String)> {
-        if !self.admin_uids.contains(&uid) {
+    async fn write(
+        &self,
+        who: &Subject,
+        method: &str,
+        params: &Value,
+    ) -> Result<Value, (i32, String)> {
+        if !self.is_admin(who) {
             return Err((
                 NOT_ALLOWED,
-                format!("uid {uid} may not change tools (it is not in [daemon] admin_uids)"),
+                format!(
+                    "{who} may not change tools (it is not in {})",
+                    admin_list(who)
+                ),
             ));
         }
         let Some((managed, changed)) = &self.managed else {

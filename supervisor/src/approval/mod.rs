@@ -114,17 +114,23 @@ impl Gate {
         self.queue.list()
     }
 
-    /// An operator's answer; only uids in `[approval] operator_uids` may give one.
+    /// An operator's answer; only uids in `[approval] operator_uids` and principals in
+    /// `[http] approver_principals` may give one.
     pub fn answer(
         &self,
         id: u64,
         approved: bool,
         reason: String,
-        by_uid: u32,
+        by: &crate::service::Subject,
     ) -> Result<(), String> {
-        if !self.cfg.operator_uids.contains(&by_uid) {
+        use crate::service::Subject;
+        let allowed = match by {
+            Subject::Uid(uid) => self.cfg.operator_uids.contains(uid),
+            Subject::Principal { approver, .. } => *approver,
+        };
+        if !allowed {
             return Err(format!(
-                "uid {by_uid} may not answer approvals (it is not in [approval] operator_uids)"
+                "{by} may not answer approvals (it is not in [approval] operator_uids or [http] approver_principals)"
             ));
         }
         self.queue.answer(
@@ -132,7 +138,7 @@ impl Gate {
             operator::Answer {
                 approved,
                 reason,
-                by_uid,
+                by: by.to_string(),
             },
         )
     }
@@ -274,7 +280,7 @@ impl Gate {
             }
             Ok(Err(_)) => Err((Code::ApprovalError, "the approval queue was closed".into())),
             Ok(Ok(a)) => {
-                record.approver = format!("operator uid {}", a.by_uid);
+                record.approver = format!("operator {}", a.by);
                 Ok((a.approved, a.reason))
             }
         }

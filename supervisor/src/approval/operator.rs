@@ -14,7 +14,8 @@ use tokio::sync::oneshot;
 pub struct Answer {
     pub approved: bool,
     pub reason: String,
-    pub by_uid: u32,
+    /// "uid N" or "principal NAME".
+    pub by: String,
 }
 
 /// A waiting call as `stsd approvals` shows it (arguments masked).

@@ -19,11 +19,17 @@ use std::pin::Pin;
 pub type AdminReply<'a> =
     Pin<Box<dyn Future<Output = Result<serde_json::Value, (i32, String)>> + Send + 'a>>;
 
-/// The admin channel's handler (JSON-RPC methods `stsd/...` on the daemon's socket): the
-/// transport hands it the peer's uid, the method and the params, and writes back what it
-/// answers. Ok is the result; Err a JSON-RPC error code and message.
+/// The admin channel's handler (JSON-RPC methods `stsd/...` on the daemon's socket, or
+/// `POST /admin` over HTTP): the transport hands it who is asking (a peer uid, or an HTTP
+/// principal with its rights), the method and the params, and writes back what it answers.
+/// Ok is the result; Err a JSON-RPC error code and message.
 pub trait AdminHandler: Send + Sync {
-    fn handle(&self, uid: u32, method: String, params: serde_json::Value) -> AdminReply<'_>;
+    fn handle(
+        &self,
+        who: crate::service::Subject,
+        method: String,
+        params: serde_json::Value,
+    ) -> AdminReply<'_>;
 }
 pub use outbox::{Outbox, Writer};
 pub use registry::{Activity, Registry, Ticket};

@@ -165,7 +165,10 @@ impl<R: AsyncRead + Unpin + Send> SessionTransport<R> {
         };
         let out = self.out.clone();
         tokio::spawn(async move {
-            let reply = match admin.handle(uid, method, params).await {
+            let reply = match admin
+                .handle(crate::service::Subject::Uid(uid), method, params)
+                .await
+            {
                 Ok(result) => serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}),
                 Err((code, message)) => framing::error_reply(Some(&id), ErrorCode(code), &message),
             };

@@ -1,0 +1,456 @@
+//! MCP over Streamable HTTP (`--listen ADDR:PORT` or `[http] listen`): one more transport in
+//! front of the same MCP handler and service as the Unix socket. This module only decides
+//! who may talk (TLS, a bearer token or a client certificate, the `Origin` and `Host`
+//! checks) and hands each authenticated request to rmcp's Streamable HTTP service, with the
+//! principal in the request's extensions; it knows nothing of tools, approval or workers.
+//!
+//! | path | auth | what |
+//! |---|---|---|
+//! | `GET /healthz` | none | liveness: `ok` while the process serves HTTP |
+//! | `GET /readyz` | none | readiness: 200 once the pool has warmed and a catalog is served, 503 while draining |
+//! | `[http] path` (`/mcp`) | token or client cert | MCP: stateless 2026-07-28, and 2025-11-25 sessions when `legacy_sessions` |
+//! | `POST /admin` | token or client cert, a principal in `admin_principals`/`approver_principals` | the `stsd/...` admin methods (JSON-RPC) |
+
+pub mod auth;
+mod origin;
+pub mod tls;
+
+use crate::mcp::Handler;
+use crate::service::Service;
+use crate::transport::AdminHandler;
+use auth::{Principal, Tokens};
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use stsd_profiles::baseline::HttpConfig;
+use tokio::net::TcpListener;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// How long a client has for its TLS handshake and for its request head.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The listener, bound and configured, before it serves.
+pub struct Bound {
+    listener: TcpListener,
+    pub addr: SocketAddr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    tokens: Tokens,
+    config: HttpConfig,
+}
+
+impl Bound {
+    /// One line for the startup banner.
+    pub fn describe(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut auth = Vec::new();
+        if !self.tokens.is_empty() {
+            let p = self.tokens.principals();
+            auth.push(format!(
+                "{} bearer tokens for {} principals",
+                self.tokens.len(),
+                p.len()
+            ));
+        }
+        if self.config.client_ca.is_some() {
+            auth.push("client certificates".into());
+        }
+        format!(
+            "MCP over Streamable HTTP on {scheme}://{}{} (2026-07-28{}; auth: {}); health on /healthz, /readyz\n",
+            self.addr,
+            self.config.path,
+            if self.config.legacy_sessions {
+                " stateless, 2025-11-25 sessions"
+            } else {
+                " stateless only"
+            },
+            auth.join(", ")
+        )
+    }
+}
+
+/// Checks the `[http]` settings and binds. Refused: no way to authenticate, a certificate
+/// without its key, plain HTTP on a non-loopback address without `allow_plaintext`.
+pub async fn bind(config: &HttpConfig, listen: &str) -> Result<Bound, String> {
+    let addr: SocketAddr = tokio::net::lookup_host(listen)
+        .await
+        .map_err(|e| format!("--listen {listen}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("--listen {listen}: no address"))?;
+    if !config.path.starts_with('/') || config.path == "/healthz" || config.path == "/readyz" {
+        return Err(format!(
+            "[http] path {:?} must start with / and not be a health path",
+            config.path
+        ));
+    }
+    let tokens = match &config.tokens_file {
+        Some(f) => Tokens::load(f)?,
+        None => Tokens::default(),
+    };
+    if tokens.is_empty() && config.client_ca.is_none() {
+        return Err(
+            "MCP over HTTP needs a way to authenticate callers: [http] tokens_file \
+                    (with at least one token: stsd token add NAME) or client_ca"
+                .into(),
+        );
+    }
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(c), Some(k)) => Some(tokio_rustls::TlsAcceptor::from(tls::server_config(
+            c,
+            k,
+            config.client_ca.as_deref(),
+        )?)),
+        (None, None) => None,
+        _ => return Err("[http] tls_cert and tls_key go together".into()),
+    };
+    if tls.is_none() {
+        if config.client_ca.is_some() {
+            return Err("[http] client_ca needs TLS (tls_cert and tls_key)".into());
+        }
+        if !addr.ip().is_loopback() && !config.allow_plaintext {
+            return Err(format!(
+                "refusing plain HTTP on {addr}: bearer tokens would cross the network in clear; \
+                 set [http] tls_cert and tls_key, or allow_plaintext = true when a proxy in \
+                 front terminates TLS"
+            ));
+        }
+    }
+    for o in &config.allowed_origins {
+        origin::normalize(o)
+            .ok_or_else(|| format!("[http] allowed_origins: {o:?} is not scheme://host[:port]"))?;
+    }
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let addr = listener.local_addr().unwrap_or(addr);
+    Ok(Bound {
+        listener,
+        addr,
+        tls,
+        tokens,
+        config: config.clone(),
+    })
+}
+
+/// What every request shares.
+struct Shared {
+    service: Arc<Service>,
+    tokens: Tokens,
+    config: HttpConfig,
+    origins: Vec<String>,
+    mcp: StreamableHttpService<Handler, LocalSessionManager>,
+    admin: Arc<dyn AdminHandler>,
+    /// Cancelled when the daemon stops accepting: `/readyz` says so, so a load balancer
+    /// sends nothing new while in-flight calls finish.
+    draining: CancellationToken,
+    /// Latched once the pool has had a ready worker.
+    warmed: AtomicBool,
+}
+
+/// Serves until `draining` is cancelled (no new connection), and keeps answering requests
+/// on open connections until `stop` (after the daemon's grace period).
+pub async fn serve(
+    bound: Bound,
+    service: Arc<Service>,
+    changed: broadcast::Sender<()>,
+    admin: Arc<dyn AdminHandler>,
+    draining: CancellationToken,
+    stop: CancellationToken,
+) {
+    let mut mcp_config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(bound.config.legacy_sessions)
+        .with_cancellation_token(stop.clone())
+        .with_max_request_body_bytes(bound.config.max_request_bytes)
+        // Origin is checked before authentication, here (403 for any Origin not listed).
+        .disable_allowed_origins();
+    mcp_config = if !bound.config.allowed_hosts.is_empty() {
+        mcp_config.with_allowed_hosts(bound.config.allowed_hosts.clone())
+    } else if bound.addr.ip().is_loopback() {
+        let port = bound.addr.port();
+        mcp_config.with_allowed_hosts([
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            "::1".to_string(),
+            format!("localhost:{port}"),
+            format!("127.0.0.1:{port}"),
+            format!("[::1]:{port}"),
+        ])
+    } else {
+        mcp_config.disable_allowed_hosts()
+    };
+    let factory = {
+        let (service, changed, stop) = (service.clone(), changed.clone(), stop.clone());
+        move || {
+            Ok(Handler::new(
+                service.clone(),
+                changed.clone(),
+                None,
+                "http",
+                stop.child_token(),
+            ))
+        }
+    };
+    let mcp = StreamableHttpService::new(factory, Default::default(), mcp_config);
+    let shared = Arc::new(Shared {
+        service,
+        origins: bound
+            .config
+            .allowed_origins
+            .iter()
+            .filter_map(|o| origin::normalize(o))
+            .collect(),
+        tokens: bound.tokens,
+        config: bound.config,
+        mcp,
+        admin,
+        draining: draining.clone(),
+        warmed: AtomicBool::new(false),
+    });
+    let max_conns = Arc::new(tokio::sync::Semaphore::new(
+        shared.service.config.daemon.max_connections.max(1),
+    ));
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            a = bound.listener.accept() => a,
+            _ = draining.cancelled() => break,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "HTTP accept failed; backing off");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = max_conns.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "HTTP connection refused: max_connections reached");
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let (shared, tls, stop) = (shared.clone(), bound.tls.clone(), stop.clone());
+        conns.spawn(async move {
+            tokio::select! {
+                _ = connection(tcp, tls, shared) => {}
+                _ = stop.cancelled() => {}
+            }
+            drop(permit);
+        });
+        while conns.try_join_next().is_some() {}
+    }
+    drop(bound.listener);
+    stop.cancelled().await;
+    conns.shutdown().await;
+}
+
+/// One TCP connection: TLS if configured, then HTTP/1.1 requests.
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shared: Arc<Shared>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT);
+    match tls {
+        None => {
+            let svc = service_for(shared, None);
+            let _ = builder
+                .serve_connection(TokioIo::new(tcp), svc)
+                .with_upgrades()
+                .await;
+        }
+        Some(acceptor) => {
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let cert = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(tls::cert_principal);
+            let svc = service_for(shared, cert);
+            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+        }
+    }
+}
+
+fn service_for(
+    shared: Arc<Shared>,
+    cert: Option<String>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl std::future::Future<Output = Result<Response<Body>, Infallible>> + Send,
+> + Clone {
+    let cert = Arc::new(cert);
+    hyper::service::service_fn(move |req| {
+        let (shared, cert) = (shared.clone(), cert.clone());
+        async move { Ok(route(&shared, cert.as_deref(), req).await) }
+    })
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn unauthorized(error: Option<&'static str>) -> Response<Body> {
+    let (body, challenge) = match error {
+        None => (
+            "authentication required: Authorization: Bearer <token>\n",
+            "Bearer realm=\"stsd\"",
+        ),
+        Some(_) => (
+            "the token was not accepted\n",
+            "Bearer realm=\"stsd\", error=\"invalid_token\"",
+        ),
+    };
+    let mut r = text(StatusCode::UNAUTHORIZED, body);
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static(challenge),
+    );
+    r
+}
+
+async fn route(shared: &Shared, cert: Option<&str>, mut req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path();
+    if path == "/healthz" || path == "/readyz" {
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
+        }
+        return if path == "/healthz" {
+            text(StatusCode::OK, "ok\n")
+        } else if ready(shared) {
+            text(StatusCode::OK, "ready\n")
+        } else {
+            text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+        };
+    }
+    let is_mcp = path == shared.config.path;
+    let is_admin = path == "/admin";
+    if !is_mcp && !is_admin {
+        return text(StatusCode::NOT_FOUND, "not found\n");
+    }
+    // MCP spec (transports): an Origin that is present and not allowed is refused with 403,
+    // before anything else is looked at.
+    if let Some(o) = req.headers().get(header::ORIGIN) {
+        let ok = o
+            .to_str()
+            .ok()
+            .and_then(origin::normalize)
+            .is_some_and(|n| shared.origins.contains(&n));
+        if !ok {
+            tracing::info!(origin = ?o, "HTTP request refused: Origin not allowed");
+            return text(StatusCode::FORBIDDEN, "origin not allowed\n");
+        }
+    }
+    let principal = match auth::bearer(req.headers().get(header::AUTHORIZATION)) {
+        Some(token) => match shared.tokens.principal(token) {
+            Some(name) => Principal {
+                name: name.to_string(),
+                method: "token",
+            },
+            None => {
+                tracing::info!("HTTP request refused: unknown bearer token");
+                return unauthorized(Some("invalid_token"));
+            }
+        },
+        None => match cert {
+            Some(name) => Principal {
+                name: name.to_string(),
+                method: "client-cert",
+            },
+            None => {
+                if req.headers().contains_key(header::AUTHORIZATION) {
+                    return unauthorized(Some("invalid_token"));
+                }
+                return unauthorized(None);
+            }
+        },
+    };
+    if is_admin {
+        return admin(shared, principal, req).await;
+    }
+    req.extensions_mut().insert(principal);
+    shared.mcp.handle(req).await
+}
+
+fn ready(shared: &Shared) -> bool {
+    if shared.draining.is_cancelled() {
+        return false;
+    }
+    if !shared.warmed.load(Ordering::Relaxed) && shared.service.pool.ready_count() > 0 {
+        shared.warmed.store(true, Ordering::Relaxed);
+    }
+    shared.warmed.load(Ordering::Relaxed) && !shared.service.published().tools.is_empty()
+}
+
+/// `POST /admin`: one JSON-RPC request for the admin channel, answered as JSON. The rights
+/// are the principal's (`[http] admin_principals`, `approver_principals`).
+async fn admin(shared: &Shared, principal: Principal, req: Request<Incoming>) -> Response<Body> {
+    if req.method() != Method::POST {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "POST a JSON-RPC request\n");
+    }
+    let body = match Limited::new(req.into_body(), 1024 * 1024).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return text(StatusCode::PAYLOAD_TOO_LARGE, "request too large\n"),
+    };
+    let msg: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(_) => return text(StatusCode::BAD_REQUEST, "not JSON\n"),
+    };
+    let id = msg.get("id").cloned().unwrap_or(serde_json::Value::Null);
+    let method = msg
+        .get("method")
+        .and_then(|m| m.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let params = msg
+        .get("params")
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!({}));
+    let who = crate::service::Subject::Principal {
+        admin: shared.config.admin_principals.contains(&principal.name),
+        approver: shared.config.approver_principals.contains(&principal.name),
+        name: principal.name,
+    };
+    let reply = match shared.admin.handle(who, method, params).await {
+        Ok(result) => serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err((code, message)) => {
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+        }
+    };
+    let mut r = Response::new(Full::new(Bytes::from(reply.to_string())).boxed());
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
