@@ -1,0 +1,188 @@
+"""Remote MCP over Streamable HTTP (`--listen`), driven by the official Python SDK over HTTPS
+with a test CA made here: bearer tokens (hashed at rest) and client certificates, each mapped
+to a principal that the audit record names; no token, a wrong token and a wrong Origin are
+refused; health endpoints answer without authentication and say nothing more."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from conftest import CATALOG, Daemon, stsd_bin
+from httpkit import Pki, add_token, audit, client, free_port, get, wait_ready
+from mcp.shared.exceptions import MCPError
+
+ORIGIN = "https://app.example.com"
+
+
+def text_of(r) -> str:
+    return "".join(getattr(c, "text", "") for c in r.content)
+
+
+class Remote:
+    def __init__(self, tmp: Path, legacy_sessions: bool = True):
+        self.pki = Pki(tmp / "pki")
+        self.tokens = tmp / "tokens"
+        self.alice = add_token(self.tokens, "alice")
+        self.ops = add_token(self.tokens, "ops")
+        self.port = free_port()
+        self.base = f"https://127.0.0.1:{self.port}"
+        self.url = self.base + "/mcp"
+        self.ctx = self.pki.context()
+        cfg = (
+            f'[http]\ntls_cert = "{self.pki.cert}"\ntls_key = "{self.pki.key}"\n'
+            f'client_ca = "{self.pki.ca}"\ntokens_file = "{self.tokens}"\n'
+            f'allowed_origins = ["{ORIGIN}"]\nadmin_principals = ["ops"]\n'
+            f'legacy_sessions = {"true" if legacy_sessions else "false"}\n'
+        )
+        self.daemon = Daemon(tmp, extra_config=cfg, args=["--listen", f"127.0.0.1:{self.port}"]).start()
+        wait_ready(self.base, self.ctx, self.daemon.proc)
+
+    def stop(self):
+        if self.daemon.proc and self.daemon.proc.poll() is None:
+            self.daemon.stop()
+
+
+@pytest.fixture
+def remote(tmp_path: Path):
+    r = Remote(tmp_path)
+    yield r
+    r.stop()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_the_sdk_calls_tools_over_https_with_a_token_and_the_audit_names_the_principal(remote: Remote, mode: str):
+    async def main():
+        async with client(remote.url, mode, token=remote.alice, verify=remote.ctx) as c:
+            assert c.protocol_version == ("2026-07-28" if mode == "auto" else "2025-11-25")
+            names = [t.name for t in (await c.list_tools()).tools]
+            assert "echo-console" in names and "writer" in names
+            r = await c.call_tool("echo-console", {"text": f"over https {mode}"})
+            assert r.is_error is False and text_of(r) == f"echo: over https {mode}"
+            r = await c.call_tool("always-fails", {})
+            assert r.is_error is True and r.meta["stsd/errorCode"] == "JS_ERROR"
+    anyio.run(main)
+    recs = [r for r in audit(remote.daemon.audit) if r["name"] in ("echo-console", "always-fails")]
+    assert [(r["name"], r["outcome"]) for r in recs] == [("echo-console", "OK"), ("always-fails", "ERROR")]
+    for r in recs:
+        assert r["principal"] == "alice" and r["transport"] == "http" and r["peerUid"] is None, r
+    assert recs[0]["params"] == {"text": f"over https {mode}"}
+
+
+def test_no_token_a_wrong_token_and_a_wrong_origin_are_refused(remote: Remote):
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}).encode()
+    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    status, text = get(remote.url, remote.ctx, h, body)
+    assert status == 401 and "Bearer" in text, (status, text)
+    status, _ = get(remote.url, remote.ctx, {**h, "Authorization": "Bearer stsd_" + "0" * 64}, body)
+    assert status == 401
+    # The right token from a page on an origin not allowed: 403 before anything else.
+    status, _ = get(remote.url, remote.ctx,
+                    {**h, "Authorization": f"Bearer {remote.alice}", "Origin": "https://evil.example"}, body)
+    assert status == 403
+    # An allowed origin with the right token passes the HTTP gate.
+    status, _ = get(remote.url, remote.ctx,
+                    {**h, "Authorization": f"Bearer {remote.alice}", "Origin": ORIGIN}, body)
+    assert status not in (401, 403)
+
+    # The SDK sees the refusals as errors; nothing reached a tool.
+    async def refused(token, headers=None):
+        with pytest.raises(Exception) as e:
+            async with client(remote.url, "2026-07-28", token=token, verify=remote.ctx, headers=headers) as c:
+                await c.call_tool("echo-console", {"text": "must not run"})
+        return str(e.value)
+    async def main():
+        await refused(None)
+        await refused("stsd_wrong")
+        await refused(remote.alice, {"Origin": "https://evil.example"})
+    anyio.run(main)
+    assert not [r for r in audit(remote.daemon.audit) if r["name"] == "echo-console"]
+
+
+def test_plain_http_is_refused_by_the_tls_listener_and_an_untrusted_server_cert_by_the_client(remote: Remote):
+    with pytest.raises(Exception):
+        get(f"http://127.0.0.1:{remote.port}/healthz")
+    async def main():
+        with pytest.raises(Exception):
+            async with client(remote.url, "2026-07-28", token=remote.alice, verify=True) as c:
+                await c.list_tools()
+    anyio.run(main)
+
+
+def test_a_client_certificate_is_a_principal_too(remote: Remote, tmp_path: Path):
+    cert = remote.pki.client("build-agent")
+    async def main():
+        async with client(remote.url, "2026-07-28", verify=remote.pki.context(cert)) as c:
+            r = await c.call_tool("echo-console", {"text": "by cert"})
+            assert text_of(r) == "echo: by cert"
+    anyio.run(main)
+    rec = [r for r in audit(remote.daemon.audit) if r["params"] == {"text": "by cert"}]
+    assert len(rec) == 1 and rec[0]["principal"] == "build-agent"
+    # A certificate from another CA is not accepted (the handshake fails).
+    other = Pki(tmp_path / "other")
+    foreign = other.client("mallory")
+    ctx = remote.pki.context()
+    ctx.load_cert_chain(str(foreign[0]), str(foreign[1]))
+    with pytest.raises(Exception):
+        get(remote.base + "/healthz", ctx)
+
+
+def test_health_endpoints_need_no_auth_and_leak_nothing(remote: Remote):
+    assert get(remote.base + "/healthz", remote.ctx) == (200, "ok\n")
+    assert get(remote.base + "/readyz", remote.ctx) == (200, "ready\n")
+    status, text = get(remote.base + "/nothing-here", remote.ctx)
+    assert status == 404 and text == "not found\n"
+
+
+def test_admin_rights_belong_to_principals(remote: Remote):
+    body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "stsd/status"}).encode()
+    h = {"Content-Type": "application/json"}
+    status, text = get(remote.base + "/admin", remote.ctx, {**h, "Authorization": f"Bearer {remote.ops}"}, body)
+    assert status == 200
+    reply = json.loads(text)
+    assert reply["id"] == 7 and "pool" in json.dumps(reply["result"]), reply
+    status, text = get(remote.base + "/admin", remote.ctx, {**h, "Authorization": f"Bearer {remote.alice}"}, body)
+    reply = json.loads(text)
+    assert reply["error"]["code"] == -32001 and "principal alice" in reply["error"]["message"], reply
+    assert get(remote.base + "/admin", remote.ctx, h, body)[0] == 401
+
+
+def test_a_legacy_session_stays_with_its_principal(remote: Remote):
+    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    with httpx2.Client(verify=remote.ctx) as http:
+        r = http.post(remote.url, json=init, headers={**h, "Authorization": f"Bearer {remote.alice}"})
+        assert r.status_code == 200
+        sid = r.headers["mcp-session-id"]
+        sh = {**h, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+        http.post(remote.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                  headers={**sh, "Authorization": f"Bearer {remote.alice}"})
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "echo-console", "arguments": {"text": "mine"}}}
+        r = http.post(remote.url, json=call, headers={**sh, "Authorization": f"Bearer {remote.alice}"})
+        assert "echo: mine" in r.text, r.text
+        call["id"] = 3
+        call["params"]["arguments"]["text"] = "hijack"
+        r = http.post(remote.url, json=call, headers={**sh, "Authorization": f"Bearer {remote.ops}"})
+        assert "another principal" in r.text, r.text
+    assert not [r for r in audit(remote.daemon.audit) if r["params"] == {"text": "hijack"}]
+
+
+def test_the_daemon_refuses_to_start_without_auth_or_with_plain_http_off_loopback(tmp_path: Path):
+    def start(cfg: str, listen: str) -> str:
+        conf = tmp_path / "c.toml"
+        conf.write_text(f'[daemon]\naudit_log = "{tmp_path / "a.jsonl"}"\n{cfg}')
+        r = subprocess.run([stsd_bin(), "--config", str(conf), "--socket", str(tmp_path / "s.sock"),
+                            "--catalog", str(CATALOG), "--pool", "1", "--listen", listen],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0
+        return r.stderr
+    assert "authenticate" in start("", "127.0.0.1:0")
+    tokens = tmp_path / "tokens"
+    add_token(tokens, "a")
+    assert "plain HTTP" in start(f'[http]\ntokens_file = "{tokens}"\n', "0.0.0.0:0")
