@@ -177,15 +177,8 @@ pub async fn serve(
     mcp_config = if !bound.config.allowed_hosts.is_empty() {
         mcp_config.with_allowed_hosts(bound.config.allowed_hosts.clone())
     } else if bound.addr.ip().is_loopback() {
-        let port = bound.addr.port();
-        mcp_config.with_allowed_hosts([
-            "localhost".to_string(),
-            "127.0.0.1".to_string(),
-            "::1".to_string(),
-            format!("localhost:{port}"),
-            format!("127.0.0.1:{port}"),
-            format!("[::1]:{port}"),
-        ])
+        // Names without a port match any port (a proxy on loopback in front keeps its own).
+        mcp_config.with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
     } else {
         mcp_config.disable_allowed_hosts()
     };

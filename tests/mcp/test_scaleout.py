@@ -1,0 +1,215 @@
+"""Statelessness for real: three daemons on loopback HTTP behind HAProxy (Debian's package,
+installed by scripts/setup-test-deps), sharing one tokens file and one approval-state key and
+nothing else. The official Python SDK makes 300 tool calls in the 2026-07-28 era through the
+balancer; the calls spread over all three daemons (counted from their own audit logs) and
+none is lost. One daemon is killed (SIGKILL) mid-run: only the calls in flight on it fail,
+each with a classified error, and each succeeds when retried.
+
+The figures (calls, spread, errors) are printed and written to target/scaleout-figures.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from conftest import ROOT, Daemon
+from httpkit import add_token, audit, client, free_port, get, wait_ready
+
+CALLS = 300
+CONCURRENCY = 6
+KILL_AFTER = 100
+WORK_MS = 40
+
+# One tool whose answer names its call, so every call can be found in the audit logs.
+CATALOG = [{
+    "name": "work",
+    "description": "test tool: spins for ms milliseconds and returns its id",
+    "category": "OTHER",
+    "tags": [],
+    "params": [
+        {"name": "id", "description": "", "required": True, "type": "STRING", "testValue": "x"},
+        {"name": "ms", "description": "", "required": True, "type": "INTEGER", "testValue": "1"},
+    ],
+    "staticVariables": [],
+    "code": "const end = Date.now() + ms; while (Date.now() < end) {}\nreturn 'done ' + id;",
+    "codeType": "Javascript",
+    "draft": False,
+}]
+
+HAPROXY_CFG = """
+global
+    maxconn 256
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+    # A request whose connection to a server failed never reached it: safe to send elsewhere.
+    # A request already sent is not retried (a tool call is not idempotent): its client sees
+    # the failure.
+    retries 3
+    retry-on conn-failure
+    option redispatch 1
+    errorfile 502 {errors}/502.http
+    errorfile 503 {errors}/503.http
+    errorfile 504 {errors}/504.http
+frontend mcp
+    bind 127.0.0.1:{port}
+    default_backend stsd
+backend stsd
+    balance roundrobin
+    option httpchk GET /readyz
+    http-check expect status 200
+    default-server inter 200ms fall 1 rise 2
+{servers}
+"""
+
+
+def classify(e: BaseException) -> str:
+    """The class of a failed call: the balancer's errors carry one (deploy/haproxy/*.http)."""
+    data = getattr(getattr(e, "error", None), "data", None)
+    if isinstance(data, dict) and data.get("stsd/errorCode"):
+        return data["stsd/errorCode"]
+    return f"unclassified: {type(e).__name__}: {e}"[:200]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    if shutil.which("haproxy") is None:
+        pytest.fail("haproxy is not installed: scripts/setup-test-deps installs it")
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps(CATALOG))
+    tokens = tmp_path / "tokens"
+    token = add_token(tokens, "agent")
+    key = tmp_path / "approval-key"
+    key.write_bytes(os.urandom(32).hex().encode())
+    daemons = []
+    for i in range(3):
+        d = tmp_path / f"d{i}"
+        d.mkdir()
+        port = free_port()
+        cfg = (f'[approval]\nstate_key_file = "{key}"\n'
+               f'[http]\ntokens_file = "{tokens}"\nlegacy_sessions = false\n')
+        dm = Daemon(d, pool=2, extra_config=cfg, catalog=catalog,
+                    args=["--listen", f"127.0.0.1:{port}"]).start()
+        dm.port = port
+        wait_ready(f"http://127.0.0.1:{port}", proc=dm.proc)
+        daemons.append(dm)
+    lb_port = free_port()
+    servers = "\n".join(f"    server d{i} 127.0.0.1:{d.port} check" for i, d in enumerate(daemons))
+    (tmp_path / "haproxy.cfg").write_text(HAPROXY_CFG.format(
+        port=lb_port, servers=servers, errors=ROOT / "deploy" / "haproxy"))
+    lb = subprocess.Popen(["haproxy", "-db", "-f", str(tmp_path / "haproxy.cfg")],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{lb_port}"
+    deadline = time.time() + 20
+    while True:
+        assert lb.poll() is None, f"haproxy exited: {lb.stdout.read()}"
+        try:
+            if get(base + "/readyz")[0] == 200:
+                break
+        except OSError:
+            pass
+        assert time.time() < deadline, "haproxy did not come up"
+        time.sleep(0.05)
+    time.sleep(1)  # every server passes `rise 2` health checks
+    yield base, token, daemons
+    lb.terminate()
+    lb.wait(timeout=10)
+    for d in daemons:
+        if d.proc and d.proc.poll() is None:
+            d.stop()
+
+
+def test_the_example_haproxy_config_is_valid(tmp_path: Path):
+    if shutil.which("haproxy") is None:
+        pytest.fail("haproxy is not installed: scripts/setup-test-deps installs it")
+    cfg = (ROOT / "deploy" / "haproxy" / "haproxy.cfg").read_text()
+    cfg = cfg.replace("/etc/haproxy/stsd", str(ROOT / "deploy" / "haproxy"))
+    (tmp_path / "h.cfg").write_text(cfg)
+    r = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "h.cfg")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_three_daemons_behind_haproxy_share_300_calls_and_survive_a_kill(cluster):
+    base, token, daemons = cluster
+    victim = daemons[1]
+    done: list[str] = []
+    failures: list[tuple[str, str]] = []  # (call id, class)
+    retried_ok: list[str] = []
+    killed_at: list[float] = []
+
+    async def one(c, cid: str) -> None:
+        r = await c.call_tool("work", {"id": cid, "ms": WORK_MS})
+        assert r.is_error is False, r
+        assert "".join(getattr(x, "text", "") for x in r.content) == f"done {cid}"
+
+    async def worker(w: int, ids: list[str]) -> None:
+        async with client(base + "/mcp", "2026-07-28", token=token) as c:
+            for cid in ids:
+                try:
+                    with anyio.fail_after(30):
+                        await one(c, cid)
+                except Exception as e:  # noqa: BLE001 - every failure is classified below
+                    failures.append((cid, classify(e)))
+                    # The retry goes through the balancer again and lands on a live daemon.
+                    with anyio.fail_after(30):
+                        await one(c, cid)
+                    retried_ok.append(cid)
+                done.append(cid)
+                if len(done) == KILL_AFTER and not killed_at:
+                    victim.proc.send_signal(signal.SIGKILL)
+                    killed_at.append(time.time())
+
+    ids = [f"c{n:03d}" for n in range(CALLS)]
+    t0 = time.time()
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            for w in range(CONCURRENCY):
+                tg.start_soon(worker, w, ids[w::CONCURRENCY])
+    anyio.run(main)
+    elapsed = time.time() - t0
+
+    assert killed_at, "the victim was never killed"
+    assert sorted(done) == ids, "a call was lost"
+    per_daemon = []
+    seen: dict[str, int] = {}
+    for d in daemons:
+        recs = [r for r in audit(d.audit) if r["name"] == "work"]
+        assert all(r["principal"] == "agent" and r["transport"] == "http" for r in recs)
+        ok = [r["params"]["id"] for r in recs if r["outcome"] == "OK"]
+        per_daemon.append(len(ok))
+        for cid in ok:
+            seen[cid] = seen.get(cid, 0) + 1
+    # Every call ran and was audited; only a failed-then-retried call may have run twice
+    # (on the victim, its answer lost with it).
+    assert sorted(seen) == ids, set(ids) - set(seen)
+    twice = sorted(c for c, n in seen.items() if n > 1)
+    assert set(twice) <= {c for c, _ in failures}, twice
+    # Spread: every daemon served calls; the victim's share stops at the kill.
+    assert all(n > 0 for n in per_daemon), per_daemon
+    # Only calls in flight on the victim failed: at most one per concurrent client.
+    assert len(failures) <= CONCURRENCY, failures
+    assert sorted(retried_ok) == sorted(c for c, _ in failures)
+    assert all(cls == "UPSTREAM_LOST" for _, cls in failures), failures
+    figures = {
+        "calls": CALLS, "concurrency": CONCURRENCY, "era": "2026-07-28",
+        "killed": "d1 (SIGKILL) after %d calls had completed" % KILL_AFTER,
+        "served_per_daemon_from_audit": {f"d{i}": n for i, n in enumerate(per_daemon)},
+        "failed_then_retried_ok": len(failures),
+        "failure_classes": sorted({cls for _, cls in failures}),
+        "ran_twice": len(twice), "lost": CALLS - len(set(done)),
+        "elapsed_s": round(elapsed, 1),
+    }
+    print("\nscale-out figures:", json.dumps(figures))
+    out = ROOT / "target" / "scaleout-figures.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(figures, indent=1) + "\n")
