@@ -134,6 +134,9 @@ fn banner(service: &Service, what: &str) -> String {
 pub fn run(o: DaemonOptions) -> Result<(), String> {
     let rt = runtime()?;
     rt.block_on(async move {
+        // A configured approval-state key that cannot be used stops the start, not the first
+        // call that needs approval.
+        crate::mcp_approval::configured_key(&o.config.approval)?;
         let bound = listener::bind(&o.socket, o.config.daemon.socket_group)?;
         let managed = managed_catalog(&o)?;
         let service = build_service_with(&o, Some(&managed))?;
