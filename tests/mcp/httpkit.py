@@ -94,12 +94,12 @@ def wait_ready(base: str, ctx: ssl.SSLContext | None = None, proc=None, timeout:
 
 
 def client(url: str, mode: str, token: str | None = None, verify: ssl.SSLContext | bool = True,
-           headers: dict | None = None) -> Client:
+           headers: dict | None = None, **kw) -> Client:
     h = dict(headers or {})
     if token:
         h["Authorization"] = f"Bearer {token}"
     http = httpx2.AsyncClient(headers=h, verify=verify, timeout=httpx2.Timeout(30, read=60))
-    return Client(streamable_http_client(url, http_client=http), mode=mode)
+    return Client(streamable_http_client(url, http_client=http), mode=mode, **kw)
 
 
 def audit(path: Path) -> list[dict]:

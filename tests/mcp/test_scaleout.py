@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import anyio
+import mcp_types as types
 import pytest
 from conftest import ROOT, Daemon
 from httpkit import add_token, audit, client, free_port, get, wait_ready
@@ -47,6 +48,17 @@ CATALOG = [{
     "staticVariables": [],
     "code": "const end = Date.now() + ms; while (Date.now() < end) {}\nreturn 'done ' + id;",
     "codeType": "Javascript",
+    "draft": False,
+}, {
+    "name": "guarded",
+    "description": "test tool: needs the user's approval before it returns its id",
+    "category": "OTHER",
+    "tags": [],
+    "params": [{"name": "id", "description": "", "required": True, "type": "STRING", "testValue": "x"}],
+    "staticVariables": [],
+    "code": "return 'approved ' + id;",
+    "codeType": "Javascript",
+    "humanInTheLoop": {"mode": "REQUIRED"},
     "draft": False,
 }]
 
@@ -87,51 +99,64 @@ def classify(e: BaseException) -> str:
     return f"unclassified: {type(e).__name__}: {e}"[:200]
 
 
+class Cluster:
+    """Three daemons and HAProxy in front. `shared_key`: the daemons share one
+    approval-state key file (as the Kubernetes Secret gives them); else each makes its own."""
+
+    def __init__(self, tmp_path: Path, shared_key: bool = True):
+        lb_bin = haproxy()
+        catalog = tmp_path / "catalog.json"
+        catalog.write_text(json.dumps(CATALOG))
+        tokens = tmp_path / "tokens"
+        self.token = add_token(tokens, "agent")
+        key = tmp_path / "approval-key"
+        key.write_bytes(os.urandom(32).hex().encode())
+        self.daemons = []
+        self.lb = None
+        for i in range(3):
+            d = tmp_path / f"d{i}"
+            d.mkdir()
+            port = free_port()
+            cfg = (f'[approval]\nstate_key_file = "{key}"\n' if shared_key else "") + (
+                f'[http]\ntokens_file = "{tokens}"\nlegacy_sessions = false\n')
+            dm = Daemon(d, pool=2, extra_config=cfg, catalog=catalog,
+                        args=["--listen", f"127.0.0.1:{port}"]).start()
+            dm.port = port
+            self.daemons.append(dm)
+            wait_ready(f"http://127.0.0.1:{port}", proc=dm.proc)
+        lb_port = free_port()
+        servers = "\n".join(f"    server d{i} 127.0.0.1:{d.port} check" for i, d in enumerate(self.daemons))
+        (tmp_path / "haproxy.cfg").write_text(HAPROXY_CFG.format(
+            port=lb_port, servers=servers, errors=ROOT / "deploy" / "haproxy"))
+        self.lb = subprocess.Popen([lb_bin, "-db", "-f", str(tmp_path / "haproxy.cfg")],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.base = f"http://127.0.0.1:{lb_port}"
+        deadline = time.time() + 20
+        while True:
+            assert self.lb.poll() is None, f"haproxy exited: {self.lb.stdout.read()}"
+            try:
+                if get(self.base + "/readyz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.time() < deadline, "haproxy did not come up"
+            time.sleep(0.05)
+        time.sleep(1)  # every server passes `rise 2` health checks
+
+    def stop(self):
+        if self.lb is not None:
+            self.lb.terminate()
+            self.lb.wait(timeout=10)
+        for d in self.daemons:
+            if d.proc and d.proc.poll() is None:
+                d.stop()
+
+
 @pytest.fixture
 def cluster(tmp_path: Path):
-    lb_bin = haproxy()
-    catalog = tmp_path / "catalog.json"
-    catalog.write_text(json.dumps(CATALOG))
-    tokens = tmp_path / "tokens"
-    token = add_token(tokens, "agent")
-    key = tmp_path / "approval-key"
-    key.write_bytes(os.urandom(32).hex().encode())
-    daemons = []
-    for i in range(3):
-        d = tmp_path / f"d{i}"
-        d.mkdir()
-        port = free_port()
-        cfg = (f'[approval]\nstate_key_file = "{key}"\n'
-               f'[http]\ntokens_file = "{tokens}"\nlegacy_sessions = false\n')
-        dm = Daemon(d, pool=2, extra_config=cfg, catalog=catalog,
-                    args=["--listen", f"127.0.0.1:{port}"]).start()
-        dm.port = port
-        wait_ready(f"http://127.0.0.1:{port}", proc=dm.proc)
-        daemons.append(dm)
-    lb_port = free_port()
-    servers = "\n".join(f"    server d{i} 127.0.0.1:{d.port} check" for i, d in enumerate(daemons))
-    (tmp_path / "haproxy.cfg").write_text(HAPROXY_CFG.format(
-        port=lb_port, servers=servers, errors=ROOT / "deploy" / "haproxy"))
-    lb = subprocess.Popen([lb_bin, "-db", "-f", str(tmp_path / "haproxy.cfg")],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{lb_port}"
-    deadline = time.time() + 20
-    while True:
-        assert lb.poll() is None, f"haproxy exited: {lb.stdout.read()}"
-        try:
-            if get(base + "/readyz")[0] == 200:
-                break
-        except OSError:
-            pass
-        assert time.time() < deadline, "haproxy did not come up"
-        time.sleep(0.05)
-    time.sleep(1)  # every server passes `rise 2` health checks
-    yield base, token, daemons
-    lb.terminate()
-    lb.wait(timeout=10)
-    for d in daemons:
-        if d.proc and d.proc.poll() is None:
-            d.stop()
+    c = Cluster(tmp_path)
+    yield c.base, c.token, c.daemons
+    c.stop()
 
 
 def test_the_example_haproxy_config_is_valid(tmp_path: Path):
@@ -218,3 +243,38 @@ def test_three_daemons_behind_haproxy_share_300_calls_and_survive_a_kill(cluster
     out = ROOT / "target" / "scaleout-figures.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(figures, indent=1) + "\n")
+
+
+@pytest.mark.parametrize("shared_key", [True, False])
+def test_an_approval_sealed_by_one_replica_is_honoured_by_another(tmp_path: Path, shared_key: bool):
+    """2026-07-28 approval is a round trip: input_required with a sealed requestState, then a
+    retry. Through a round-robin balancer the retry lands on another replica: it opens the
+    state only with the shared key (the control run, each daemon with its own key, fails)."""
+    c = Cluster(tmp_path, shared_key=shared_key)
+    asked: list[str] = []
+
+    async def accept(ctx, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={})
+
+    results = []
+    async def main():
+        async with client(c.base + "/mcp", "2026-07-28", token=c.token, elicitation_callback=accept) as cl:
+            for n in range(6):
+                r = await cl.call_tool("guarded", {"id": f"g{n}"})
+                results.append((r.is_error, "".join(getattr(x, "text", "") for x in r.content)))
+    try:
+        anyio.run(main)
+    finally:
+        c.stop()
+    assert len(asked) == 6, asked
+    recs = [r for d in c.daemons for r in audit(d.audit) if r["name"] == "guarded"]
+    assert len(recs) == 6
+    if shared_key:
+        assert results == [(False, f"approved g{n}") for n in range(6)], results
+        assert all(r["outcome"] == "OK" and r["approval"]["decision"] == "approved" for r in recs), recs
+        # The retries were served by every replica, not one.
+        assert len({str(d.audit) for d in c.daemons for r in audit(d.audit) if r["name"] == "guarded"}) == 3
+    else:
+        assert all(err for err, _ in results), results
+        assert all("approval state was refused" in text for _, text in results), results
