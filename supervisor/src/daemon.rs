@@ -283,10 +283,17 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         while service.in_flight() > 0 && t0.elapsed() < grace {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // HTTP connections send the answers of the calls that just ended, then close.
+        if let Some(t) = http_task.as_mut() {
+            let rest = grace
+                .saturating_sub(t0.elapsed())
+                .max(Duration::from_millis(500));
+            let _ = tokio::time::timeout(rest, t).await;
+        }
         let left = service.in_flight();
         stop_all.cancel();
         sessions.shutdown().await;
-        if let Some(t) = http_task {
+        if let Some(t) = http_task.filter(|t| !t.is_finished()) {
             let _ = t.await;
         }
         service.shutdown();

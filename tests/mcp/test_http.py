@@ -24,7 +24,7 @@ def text_of(r) -> str:
 
 
 class Remote:
-    def __init__(self, tmp: Path, legacy_sessions: bool = True):
+    def __init__(self, tmp: Path, legacy_sessions: bool = True, extra: str = ""):
         self.pki = Pki(tmp / "pki")
         self.tokens = tmp / "tokens"
         self.alice = add_token(self.tokens, "alice")
@@ -38,7 +38,7 @@ class Remote:
             f'client_ca = "{self.pki.ca}"\ntokens_file = "{self.tokens}"\n'
             f'allowed_origins = ["{ORIGIN}"]\nadmin_principals = ["ops"]\n'
             f'legacy_sessions = {"true" if legacy_sessions else "false"}\n'
-        )
+        ) + extra
         self.daemon = Daemon(tmp, extra_config=cfg, args=["--listen", f"127.0.0.1:{self.port}"]).start()
         wait_ready(self.base, self.ctx, self.daemon.proc)
 
@@ -186,3 +186,26 @@ def test_the_daemon_refuses_to_start_without_auth_or_with_plain_http_off_loopbac
     tokens = tmp_path / "tokens"
     add_token(tokens, "a")
     assert "plain HTTP" in start(f'[http]\ntokens_file = "{tokens}"\n', "0.0.0.0:0")
+
+
+def test_sigterm_drains_a_call_in_flight_over_http(tmp_path: Path):
+    """At SIGTERM the listener stops taking connections while the call in flight finishes
+    and its answer reaches the client; then the daemon exits cleanly."""
+    import signal
+    import threading
+
+    # A step budget that lets `slow` spin for its 1.5 s.
+    remote = Remote(tmp_path, extra="[baseline]\nmax_steps = 100000000000\n")
+    got: list = []
+    async def main():
+        async with client(remote.url, "2026-07-28", token=remote.alice, verify=remote.ctx) as c:
+            await c.list_tools()
+            threading.Timer(0.5, lambda: remote.daemon.proc.send_signal(signal.SIGTERM)).start()
+            got.append(await c.call_tool("slow", {"ms": 1500}))
+    try:
+        anyio.run(main)
+    finally:
+        remote.stop()
+    assert got[0].is_error is False and text_of(got[0]) == "slept 1500"
+    assert remote.daemon.proc.wait(timeout=30) == 0
+    assert [r["outcome"] for r in audit(remote.daemon.audit) if r["name"] == "slow"] == ["OK"]

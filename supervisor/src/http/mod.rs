@@ -242,9 +242,18 @@ pub async fn serve(
         });
         while conns.try_join_next().is_some() {}
     }
+    // Draining: no new connection; open ones finish the requests they carry (idle ones
+    // close at once), until the daemon's grace period is over.
     drop(bound.listener);
-    stop.cancelled().await;
-    conns.shutdown().await;
+    loop {
+        tokio::select! {
+            next = conns.join_next() => if next.is_none() { break },
+            _ = stop.cancelled() => {
+                conns.shutdown().await;
+                break;
+            }
+        }
+    }
 }
 
 /// One TCP connection: TLS if configured, then HTTP/1.1 requests.
@@ -258,13 +267,12 @@ async fn connection(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(HANDSHAKE_TIMEOUT);
+    let draining = shared.draining.clone();
     match tls {
         None => {
             let svc = service_for(shared, None);
-            let _ = builder
-                .serve_connection(TokioIo::new(tcp), svc)
-                .with_upgrades()
-                .await;
+            let conn = builder.serve_connection(TokioIo::new(tcp), svc);
+            drain_when(conn, draining).await;
         }
         Some(acceptor) => {
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
@@ -282,7 +290,28 @@ async fn connection(
                 .and_then(|c| c.first())
                 .and_then(tls::cert_principal);
             let svc = service_for(shared, cert);
-            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            drain_when(conn, draining).await;
+        }
+    }
+}
+
+/// Serves a connection; once `draining`, it ends gracefully: the response in progress is
+/// finished, then the connection closes.
+async fn drain_when<I, S>(
+    conn: hyper::server::conn::http1::Connection<I, S>,
+    draining: CancellationToken,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S: hyper::service::HttpService<Incoming, ResBody = Body>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = draining.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
         }
     }
 }
