@@ -198,7 +198,7 @@ impl Daemon {
         }
     }
 
-    /// Children of the daemon: (pid, state, under seccomp).
+    /// The daemon's workers (its children but the zygote): (pid, state, under seccomp).
     pub fn children(&self) -> Vec<(i32, char, bool)> {
         let mut out = Vec::new();
         for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -209,9 +209,12 @@ impl Daemon {
                 continue;
             };
             // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r.to_string()) else {
+            let Some((head, rest)) = stat.rsplit_once(')') else {
                 continue;
             };
+            if head.ends_with("(stsd-zygote") {
+                continue;
+            }
             let f: Vec<&str> = rest.split_whitespace().collect();
             if f.len() < 2 || f[1].parse::<i32>().ok() != Some(self.pid()) {
                 continue;
