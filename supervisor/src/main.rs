@@ -272,6 +272,9 @@ enum Command {
     /// Internal: the sandboxed worker process (started by exec, never by hand).
     #[command(hide = true)]
     Worker,
+    /// Internal: the zygote that forks workers (started by the daemon, never by hand).
+    #[command(hide = true)]
+    Zygote,
 }
 
 #[derive(Subcommand, Debug)]
@@ -303,8 +306,12 @@ fn decide(socket: &std::path::Path, id: u64, approve: bool, reason: &str) -> Exi
 fn main() -> ExitCode {
     // The worker must not start a logging subscriber or touch anything before its sandbox:
     // dispatch it first.
-    if std::env::args_os().nth(1).is_some_and(|a| a == "worker") {
-        return ExitCode::from(stsd_worker::run().clamp(0, 255) as u8);
+    match std::env::args_os().nth(1) {
+        Some(a) if a == "worker" => return ExitCode::from(stsd_worker::run().clamp(0, 255) as u8),
+        Some(a) if a == "zygote" => {
+            return ExitCode::from(stsd_worker::run_zygote().clamp(0, 255) as u8)
+        }
+        _ => {}
     }
     // The HTTP client logs the URLs and headers it sends, which carry a tool's resolved
     // secrets; stsd's own lines are masked, a library's are not, so it is kept silent
@@ -547,6 +554,6 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Worker => ExitCode::from(EXIT_USAGE),
+        Command::Worker | Command::Zygote => ExitCode::from(EXIT_USAGE),
     }
 }
