@@ -349,6 +349,7 @@ fn approve(
             .as_ref()
             .and_then(|h| h.prompt_template.as_deref()),
         peer_uid: None,
+        principal: None,
         requirement: &req,
     };
     let rt = tokio::runtime::Builder::new_current_thread()

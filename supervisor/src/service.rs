@@ -559,6 +559,7 @@ impl Service {
                     .as_ref()
                     .and_then(|h| h.prompt_template.as_deref()),
                 peer_uid: caller.peer_uid,
+                principal: caller.principal.as_deref(),
                 requirement: &tool.approval,
             };
             let decision = tokio::select! {

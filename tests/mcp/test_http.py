@@ -209,3 +209,51 @@ def test_sigterm_drains_a_call_in_flight_over_http(tmp_path: Path):
     assert got[0].is_error is False and text_of(got[0]) == "slept 1500"
     assert remote.daemon.proc.wait(timeout=30) == 0
     assert [r["outcome"] for r in audit(remote.daemon.audit) if r["name"] == "slow"] == ["OK"]
+
+
+def test_an_approver_principal_answers_an_operator_approval_over_http(tmp_path: Path):
+    """A call over HTTP waits for an operator; `POST /admin` shows it with its principal to a
+    principal in approver_principals, who approves it; one who is not may not."""
+    import threading
+    import time
+
+    remote = Remote(tmp_path, extra=(
+        '\napprover_principals = ["ops"]\n'
+        '[[approval.rule]]\ntools = ["echo-console"]\nrequire = true\nstrategy = "operator"\n'))
+    h = {"Content-Type": "application/json"}
+
+    def admin(token: str, method: str, params: dict) -> dict:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+        return json.loads(get(remote.base + "/admin", remote.ctx, {**h, "Authorization": f"Bearer {token}"}, body)[1])
+
+    decided: list = []
+    def operator():
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            pending = admin(remote.ops, "stsd/approvals/list", {}).get("result", {}).get("pending", [])
+            if pending:
+                p = pending[0]
+                decided.append(p)
+                refused = admin(remote.alice, "stsd/approvals/decide", {"id": p["id"], "approve": True})
+                decided.append(refused)
+                decided.append(admin(remote.ops, "stsd/approvals/decide", {"id": p["id"], "approve": True}))
+                return
+            time.sleep(0.1)
+    t = threading.Thread(target=operator)
+    t.start()
+    got: list = []
+    async def main():
+        async with client(remote.url, "2026-07-28", token=remote.alice, verify=remote.ctx) as c:
+            got.append(await c.call_tool("echo-console", {"text": "approved by ops"}))
+    try:
+        anyio.run(main)
+        t.join(timeout=30)
+    finally:
+        remote.stop()
+    assert text_of(got[0]) == "echo: approved by ops", got
+    pending, refused, ok = decided
+    assert pending["principal"] == "alice" and pending["tool"] == "echo-console", pending
+    assert refused["error"]["code"] == -32001 and "principal alice may not answer" in refused["error"]["message"]
+    assert ok["result"] == {"id": pending["id"], "approved": True}
+    rec = [r for r in audit(remote.daemon.audit) if r["name"] == "echo-console"][0]
+    assert rec["principal"] == "alice" and rec["approval"]["approver"] == "operator principal ops", rec

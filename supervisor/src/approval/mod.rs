@@ -46,6 +46,8 @@ pub struct Ask<'a> {
     pub arguments: &'a Value,
     pub prompt_template: Option<&'a str>,
     pub peer_uid: Option<u32>,
+    /// The HTTP principal making the call, if any.
+    pub principal: Option<&'a str>,
     pub requirement: &'a Requirement,
 }
 
@@ -180,6 +182,7 @@ impl Gate {
                     "arguments": ask.arguments,
                     "prompt": prompt,
                     "peerUid": ask.peer_uid,
+                    "principal": ask.principal,
                     "source": req.source.as_str(),
                 });
                 let limit = Duration::from_millis(self.cfg.command_timeout_ms);
@@ -261,6 +264,7 @@ impl Gate {
             arguments: ask.arguments.clone(),
             prompt,
             peer_uid: ask.peer_uid,
+            principal: ask.principal.map(String::from),
             age_ms: 0,
         };
         let waiting = self

@@ -27,6 +27,9 @@ pub struct PendingView {
     pub arguments: Value,
     pub prompt: String,
     pub peer_uid: Option<u32>,
+    /// The HTTP principal making the call, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
     pub age_ms: u64,
 }
 
