@@ -45,6 +45,9 @@ pub struct Handler {
     service: Arc<Service>,
     changed: broadcast::Sender<()>,
     conn: Arc<Conn>,
+    /// Serve 2026-07-28 only (HTTP with `legacy_sessions = false`): an `initialize` for an
+    /// older version is refused, never served without a session.
+    modern_only: bool,
 }
 
 fn rank(l: LoggingLevel) -> u8 {
@@ -121,6 +124,7 @@ impl Handler {
         Handler {
             service,
             changed,
+            modern_only: false,
             conn: Arc::new(Conn {
                 caller: Caller {
                     peer_uid,
@@ -133,6 +137,12 @@ impl Handler {
                 session_principal: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// This handler serves the 2026-07-28 era only.
+    pub fn modern_only(mut self) -> Handler {
+        self.modern_only = true;
+        self
     }
 
     /// Sends one console line as `notifications/message` on the request's own stream.
@@ -303,6 +313,14 @@ fn states(service: &Service) -> Result<&'static StateBook, &'static String> {
 }
 
 impl ServerHandler for Handler {
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        if self.modern_only {
+            std::borrow::Cow::Owned(vec![ProtocolVersion::V_2026_07_28])
+        } else {
+            std::borrow::Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        }
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()

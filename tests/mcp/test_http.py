@@ -257,3 +257,22 @@ def test_an_approver_principal_answers_an_operator_approval_over_http(tmp_path: 
     assert ok["result"] == {"id": pending["id"], "approved": True}
     rec = [r for r in audit(remote.daemon.audit) if r["name"] == "echo-console"][0]
     assert rec["principal"] == "alice" and rec["approval"]["approver"] == "operator principal ops", rec
+
+
+def test_without_legacy_sessions_only_the_2026_07_28_era_is_served(tmp_path: Path):
+    remote = Remote(tmp_path, legacy_sessions=False)
+    try:
+        async def modern():
+            async with client(remote.url, "auto", token=remote.alice, verify=remote.ctx) as c:
+                assert c.protocol_version == "2026-07-28"
+                return text_of(await c.call_tool("echo-console", {"text": "modern"}))
+        assert anyio.run(modern) == "echo: modern"
+
+        async def legacy():
+            async with client(remote.url, "legacy", token=remote.alice, verify=remote.ctx) as c:
+                await c.call_tool("echo-console", {"text": "legacy"})
+        with pytest.raises(Exception):
+            anyio.run(legacy)
+    finally:
+        remote.stop()
+    assert [r["params"]["text"] for r in audit(remote.daemon.audit) if r["name"] == "echo-console"] == ["modern"]

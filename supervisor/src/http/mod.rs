@@ -184,14 +184,16 @@ pub async fn serve(
     };
     let factory = {
         let (service, changed, stop) = (service.clone(), changed.clone(), stop.clone());
+        let legacy = bound.config.legacy_sessions;
         move || {
-            Ok(Handler::new(
+            let h = Handler::new(
                 service.clone(),
                 changed.clone(),
                 None,
                 "http",
                 stop.child_token(),
-            ))
+            );
+            Ok(if legacy { h } else { h.modern_only() })
         }
     };
     let mcp = StreamableHttpService::new(factory, Default::default(), mcp_config);
