@@ -137,6 +137,22 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         // A configured approval-state key that cannot be used stops the start, not the first
         // call that needs approval.
         crate::mcp_approval::configured_key(&o.config.approval)?;
+        // The TCP listeners are bound before the socket appears: a bad [http] section fails
+        // the start before anything is created, and once the socket exists every endpoint
+        // takes connections (they wait in the backlog until the service is up).
+        let http_bound = match o.listen.as_ref().or(o.config.http.listen.as_ref()) {
+            Some(addr) => Some(crate::http::bind(&o.config.http, addr).await?),
+            None => None,
+        };
+        let metrics_listener = match &o.config.metrics.listen {
+            Some(addr) => Some((
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?,
+                addr,
+            )),
+            None => None,
+        };
         let bound = listener::bind(&o.socket, o.config.daemon.socket_group)?;
         let managed = managed_catalog(&o)?;
         let service = build_service_with(&o, Some(&managed))?;
@@ -168,10 +184,7 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
             service.clone(),
             Some((managed.clone(), changed.clone())),
         );
-        if let Some(addr) = &o.config.metrics.listen {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
+        if let Some((l, addr)) = metrics_listener {
             say_out(&format!("metrics: Prometheus text on http://{addr}/metrics\n"));
             tokio::spawn(serve_metrics(l, service.clone()));
         }
@@ -179,8 +192,7 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         let draining = CancellationToken::new();
         let stop_all = CancellationToken::new();
         let mut http_task = None;
-        if let Some(addr) = o.listen.as_ref().or(o.config.http.listen.as_ref()) {
-            let bound = crate::http::bind(&o.config.http, addr).await?;
+        if let Some(bound) = http_bound {
             say_out(&bound.describe());
             http_task = Some(tokio::spawn(crate::http::serve(
                 bound,
