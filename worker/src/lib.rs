@@ -257,7 +257,17 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
             return if sent.is_err() { 74 } else { 0 };
         }
         drop(engine);
-        // The next call's context, made now, while nobody waits.
+        // The next call's context, made now, while nobody waits; Ready again says it is made
+        // (the supervisor gives the next call to a reused worker that has said so).
         warm = engine::Warm::new();
+        if channel
+            .send(&FromWorker::Ready {
+                pid: std::process::id(),
+                cpu_us: usage().1,
+            })
+            .is_err()
+        {
+            return 75;
+        }
     }
 }
