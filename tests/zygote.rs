@@ -284,3 +284,22 @@ fn math_random_differs_in_every_forked_worker() {
         "forked workers repeated a Math.random sequence"
     );
 }
+
+/// `stsd status` names the spawn mode and the zygote's pid.
+#[test]
+fn status_names_the_spawn_mode_and_the_zygote() {
+    for mode in ["zygote", "exec"] {
+        let d = Daemon::start(1, &format!("[worker]\nspawn = \"{mode}\"\n"));
+        let z = (mode == "zygote").then(|| wait_for_zygote(&d, None));
+        let out = std::process::Command::new(stsd_tests::stsd_bin())
+            .arg("--socket")
+            .arg(&d.socket)
+            .args(["status", "--json"])
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let s: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s["pool"]["spawn"], mode, "{s}");
+        assert_eq!(s["pool"]["zygotePid"].as_i64().map(|p| p as i32), z, "{s}");
+    }
+}
