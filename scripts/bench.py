@@ -182,6 +182,8 @@ async function call() {
 
 
 def bench_ivm(mode):
+    if os.environ.get("ONLY") == "stsd":
+        return None
     mod = os.path.join(ROOT, "target/bench/node_modules/isolated-vm")
     if not os.path.isdir(mod) or not shutil.which("node"):
         return None
@@ -197,6 +199,8 @@ def bench_ivm(mode):
 
 # ---------------------------------------------------------------- bubblewrap + node per call
 def bench_bwrap():
+    if os.environ.get("ONLY") == "stsd":
+        return None
     if not shutil.which("bwrap") or not shutil.which("node"):
         return None
     src = "(async function(numbers){\n" + BODY + "\n})(" + json.dumps(ARGS["numbers"]) + ").then(r=>console.log(JSON.stringify(r)))"
@@ -279,7 +283,8 @@ def main():
         print(f"{name:<32} {ms(r['trivial']):12.3f} {ms(r['floor']):9.3f} {gap:7.3f} {cpu:13.0f} {pss:13.2f} {rss:8.1f}")
         if zygote:
             print(f"{'  (the zygote itself)':<32} {'':>12} {'':>9} {'':>7} {'':>13} {zygote[1]/1024:13.2f} {zygote[0]/1024:8.1f}")
-    run_breakdown()
+    if os.environ.get("ONLY") != "stsd":
+        run_breakdown()
 
 
 main()

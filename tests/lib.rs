@@ -69,6 +69,7 @@ pub fn stsd_bin() -> PathBuf {
 /// The spawn mode `STSD_TEST_SPAWN` asks for (`exec` or `zygote`), if any.
 pub fn spawn_mode_from_env() -> Option<stsd_profiles::baseline::SpawnMode> {
     match std::env::var("STSD_TEST_SPAWN").ok()?.as_str() {
+        "" => None,
         "exec" => Some(stsd_profiles::baseline::SpawnMode::Exec),
         "zygote" => Some(stsd_profiles::baseline::SpawnMode::Zygote),
         other => panic!("STSD_TEST_SPAWN={other}: expected exec or zygote"),

@@ -242,3 +242,64 @@ fn a_binary_replaced_on_disk_does_not_break_the_running_daemon() {
         }
     }
 }
+
+/// Workers forked from one zygote inherit one context; Math.random must still differ in
+/// each (the engine seeds its state once per context, from the clock), and look like the
+/// builtin.
+#[test]
+fn math_random_differs_in_every_forked_worker() {
+    let opts = stsd_tests::exec_options_in(stsd_profiles::baseline::SpawnMode::Zygote);
+    let base = stsd_tests::scratch_base();
+    let j = stsd_tests::job(
+        "const d = Object.getOwnPropertyDescriptor(Math, 'random');
+         return [Math.random(), Math.random(), Math.random.name, Math.random.length,
+                 d.enumerable, d.writable, d.configurable];",
+        stsd_protocol::frames::FsAccess::None,
+        base.path(),
+    );
+    let mut firsts = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        let out = stsd::exec::run_job(&j, &opts, &mut |_| {});
+        let v: serde_json::Value = match &out.result {
+            Ok(stsd::exec::CallValue::Json(t)) => {
+                serde_json::from_str(t).unwrap_or_else(|e| panic!("{e}"))
+            }
+            other => panic!("{other:?}"),
+        };
+        let (a, b) = (v[0].as_f64().unwrap_or(-1.0), v[1].as_f64().unwrap_or(-1.0));
+        assert!(
+            (0.0..1.0).contains(&a) && (0.0..1.0).contains(&b) && a != b,
+            "{v}"
+        );
+        assert_eq!(v[2], "random");
+        assert_eq!(v[3], 0);
+        assert_eq!(v[4], false);
+        assert_eq!(v[5], true);
+        assert_eq!(v[6], true);
+        firsts.insert(a.to_bits());
+    }
+    assert_eq!(
+        firsts.len(),
+        6,
+        "forked workers repeated a Math.random sequence"
+    );
+}
+
+/// `stsd status` names the spawn mode and the zygote's pid.
+#[test]
+fn status_names_the_spawn_mode_and_the_zygote() {
+    for mode in ["zygote", "exec"] {
+        let d = Daemon::start(1, &format!("[worker]\nspawn = \"{mode}\"\n"));
+        let z = (mode == "zygote").then(|| wait_for_zygote(&d, None));
+        let out = std::process::Command::new(stsd_tests::stsd_bin())
+            .arg("--socket")
+            .arg(&d.socket)
+            .args(["status", "--json"])
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let s: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s["pool"]["spawn"], mode, "{s}");
+        assert_eq!(s["pool"]["zygotePid"].as_i64().map(|p| p as i32), z, "{s}");
+    }
+}

@@ -105,16 +105,19 @@ fn set_name(name: &std::ffi::CStr) {
     unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) };
 }
 
-/// `stsd worker`: an exec'd worker's whole life. Returns the process exit code.
+/// `stsd worker`: an exec'd worker's whole life. Returns the process exit code, which the
+/// caller passes to `_exit` (nothing is left to flush or tear down).
 pub fn run() -> i32 {
     init_process();
     let (uid, gid) = ids_from_args();
-    serve(uid, gid)
+    serve(uid, gid, engine::Warm::new())
 }
 
 /// A worker's life from its socket on fd 3 to its exit code: the posture-independent half of
-/// the profile, a warm context, Ready, then jobs.
-fn serve(uid: u32, gid: u32) -> i32 {
+/// the profile, Ready, then jobs. `warm` is the context for the first job: made by this
+/// process (exec), or inherited from the zygote (fork), which made it before it forked and
+/// never used it.
+fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) -> i32 {
     // A forked worker's parent is the supervisor too (the zygote forks with CLONE_PARENT).
     let parent = nix::unistd::getppid().as_raw() as u32;
     // SAFETY: the supervisor (or the zygote) placed the socket on fd 3 and nothing else in
@@ -122,7 +125,6 @@ fn serve(uid: u32, gid: u32) -> i32 {
     let fd = unsafe { OwnedFd::from_raw_fd(WORKER_SOCKET_FD) };
     // Everything that does not depend on the tool happens before Ready, off the request path.
     let prepared = os::prepare(uid, gid, parent);
-    let mut warm = engine::Warm::new();
     let channel = Rc::new(Channel::new(fd));
     if channel
         .send(&FromWorker::Ready {
@@ -247,15 +249,25 @@ fn serve(uid: u32, gid: u32) -> i32 {
             cpu_us: cpu_after.saturating_sub(cpu_before),
             heap_bytes,
         }));
-        drop(engine);
-        if sent.is_err() {
-            return 74;
-        }
         // Only a call that ended cleanly leaves a worker fit for another.
-        if !job.keep_alive || !clean {
-            return 0;
+        if sent.is_err() || !job.keep_alive || !clean {
+            // The process ends here and the kernel frees its memory at once; tearing the
+            // runtime down first (a full GC, then every free) would only cost CPU.
+            std::mem::forget(engine);
+            return if sent.is_err() { 74 } else { 0 };
         }
-        // The next call's context, made now, while nobody waits.
+        drop(engine);
+        // The next call's context, made now, while nobody waits; Ready again says it is made
+        // (the supervisor gives the next call to a reused worker that has said so).
         warm = engine::Warm::new();
+        if channel
+            .send(&FromWorker::Ready {
+                pid: std::process::id(),
+                cpu_us: usage().1,
+            })
+            .is_err()
+        {
+            return 75;
+        }
     }
 }

@@ -71,9 +71,11 @@ pub fn run() -> i32 {
     // then applies it again itself (cheap, and a failure here is reported by each worker as
     // SANDBOX_UNAVAILABLE when its job comes, just as an exec'd worker would).
     let _ = os::prepare(uid, gid, parent);
-    // One runtime, made and dropped: QuickJS's and the globals' one-time initialisation and
-    // the allocator's arenas are then inherited, not redone, by every worker.
-    drop(super::engine::Warm::new());
+    // The first job's runtime and context, with the runtime globals installed, made once
+    // here and inherited by every worker (copy-on-write) instead of made by each. The zygote
+    // never uses it: no tool code ever runs here. What a context would otherwise get fresh
+    // per worker, Math.random's state, is seeded per call (see engine::Engine::bind).
+    let warm = super::engine::Warm::new();
     let mut req = [0u8; 8];
     loop {
         match recv(ctrl.as_raw_fd(), &mut req, MsgFlags::empty()) {
@@ -106,10 +108,13 @@ pub fn run() -> i32 {
             // SAFETY: plain fd numbers; the OwnedFds on this copy of the stack are never
             // dropped (the worker leaves through process::exit).
             if unsafe { libc::dup2(mine.as_raw_fd(), WORKER_SOCKET_FD) } < 0 {
-                std::process::exit(70);
+                // SAFETY: as below.
+                unsafe { libc::_exit(70) };
             }
             super::set_name(c"stsd-worker");
-            std::process::exit(super::serve(uid, gid));
+            let code = super::serve(uid, gid, warm);
+            // SAFETY: _exit ends this process; nothing in it needs flushing or tearing down.
+            unsafe { libc::_exit(code) };
         }
         let cpu_ns = process_cpu_ns().saturating_sub(cpu0);
         drop(mine);

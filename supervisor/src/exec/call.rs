@@ -190,6 +190,8 @@ pub struct ReadyWorker {
     pub spawn_cpu_us: u64,
     /// Calls this worker has served (reuse).
     pub served: u32,
+    /// Reuse: the worker is making its next context and will say Ready when it has.
+    making_context: bool,
 }
 
 impl ReadyWorker {
@@ -201,12 +203,88 @@ impl ReadyWorker {
     pub fn is_alive(&mut self) -> bool {
         self.proc.is_alive()
     }
+
+    /// Reuse: whether the worker's next context is made (it said Ready again), without
+    /// waiting. A worker that has not served a call is always ready.
+    pub fn is_warm(&mut self) -> bool {
+        if !self.making_context {
+            return true;
+        }
+        let mut buf = [0u8; 256];
+        if let Ok(n) = recv(
+            self.socket.as_raw_fd(),
+            &mut buf,
+            MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT,
+        ) {
+            if n > 0
+                && n <= buf.len()
+                && matches!(frames::decode(&buf[..n]), Ok(FromWorker::Ready { .. }))
+            {
+                self.making_context = false;
+                return true;
+            }
+            // Anything else from an idle worker: unfit; it is killed when dropped.
+            self.proc.kill_and_reap();
+        }
+        false
+    }
+
+    /// Reuse: waits for the Ready that says the next context is made.
+    fn await_context(&mut self) -> Result<(), String> {
+        if !self.making_context {
+            return Ok(());
+        }
+        let mut buf = [0u8; 256];
+        match recv_until(&self.socket, Instant::now() + READY_TIMEOUT, &mut buf) {
+            Recv::Frame(FromWorker::Ready { .. }) => {
+                self.making_context = false;
+                Ok(())
+            }
+            Recv::Frame(other) => Err(format!("expected Ready, got {other:?}")),
+            Recv::Eof => Err("the reused worker exited while idle".into()),
+            Recv::Timeout => Err("the reused worker did not make its next context in time".into()),
+            Recv::Broken(e) => Err(e),
+        }
+    }
 }
 
 impl Drop for ReadyWorker {
     fn drop(&mut self) {
         // An unused worker is killed and reaped: no zombie outlives its handle.
         self.proc.kill_and_reap();
+    }
+}
+
+/// A receive buffer for worker frames, kept per thread: calls run on a few long-lived
+/// threads, and a 128 KiB zeroed allocation per call is pure waste.
+struct FrameBuf(Vec<u8>);
+
+thread_local! {
+    static FRAME_BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl FrameBuf {
+    fn take() -> FrameBuf {
+        let mut b = FRAME_BUF.take();
+        b.resize(MAX_FRAME_BYTES + 1, 0);
+        FrameBuf(b)
+    }
+
+    fn give_back(self) {
+        FRAME_BUF.set(self.0);
+    }
+}
+
+impl std::ops::Deref for FrameBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for FrameBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
     }
 }
 
@@ -246,6 +324,7 @@ pub fn spawn_ready(opts: &ExecOptions) -> Result<ReadyWorker, CallError> {
         spawn_us: 0,
         spawn_cpu_us: maker_cpu_ns / 1000,
         served: 0,
+        making_context: false,
     };
     let mut buf = [0u8; 256];
     let problem = match recv_until(&w.socket, t0 + READY_TIMEOUT, &mut buf) {
@@ -334,10 +413,12 @@ pub fn run_keeping(
     let mut killed_at_deadline = false;
     let mut cancelled = false;
     let mut protocol_error: Option<String> = None;
-    let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
+    let mut buf = FrameBuf::take();
     let mut settled: Option<Result<CallValue, CallError>> = None;
-    match frames::encode_job(job) {
-        Ok(parts) => {
+    let job_parts = w.await_context().map(|()| frames::encode_job(job));
+    match job_parts {
+        Err(e) => protocol_error = Some(e),
+        Ok(Ok(parts)) => {
             for b in parts {
                 if let Err(e) = send(w.socket.as_raw_fd(), &b, MsgFlags::MSG_NOSIGNAL) {
                     protocol_error = Some(format!("cannot send the job: {e}"));
@@ -346,7 +427,7 @@ pub fn run_keeping(
             }
         }
         // Larger than any request the daemon accepts: the caller's input, not the worker.
-        Err(e) => {
+        Ok(Err(e)) => {
             settled = Some(Err(CallError::new(
                 Code::InvalidInput,
                 format!("the call is too large to run: {e}"),
@@ -517,6 +598,8 @@ pub fn run_keeping(
     if settled.is_some() && protocol_error.is_none() && !killed_at_deadline {
         if job.keep_alive && clean && w.is_alive() {
             w.served += 1;
+            // It makes its next context now, and says Ready when it has.
+            w.making_context = true;
             kept = Some(w);
         } else {
             // The outcome is known; killing and reaping need not delay the reply.
@@ -555,6 +638,7 @@ pub fn run_keeping(
         )),
         (None, None) => Err(death_cause(status)),
     };
+    buf.give_back();
     (out, kept)
 }
 
