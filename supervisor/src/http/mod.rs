@@ -344,16 +344,18 @@ fn text(status: StatusCode, body: &'static str) -> Response<Body> {
     r
 }
 
-fn unauthorized(error: Option<&'static str>) -> Response<Body> {
-    let (body, challenge) = match error {
-        None => (
-            "authentication required: Authorization: Bearer <token>\n",
-            "Bearer realm=\"stsd\"",
-        ),
-        Some(_) => (
+/// 401 with the RFC 6750 challenge: no credential at all, or one that was not accepted.
+fn unauthorized(invalid_token: bool) -> Response<Body> {
+    let (body, challenge) = if invalid_token {
+        (
             "the token was not accepted\n",
             "Bearer realm=\"stsd\", error=\"invalid_token\"",
-        ),
+        )
+    } else {
+        (
+            "authentication required: Authorization: Bearer <token>\n",
+            "Bearer realm=\"stsd\"",
+        )
     };
     let mut r = text(StatusCode::UNAUTHORIZED, body);
     r.headers_mut().insert(
@@ -403,7 +405,7 @@ async fn route(shared: &Shared, cert: Option<&str>, mut req: Request<Incoming>) 
             },
             None => {
                 tracing::info!("HTTP request refused: unknown bearer token");
-                return unauthorized(Some("invalid_token"));
+                return unauthorized(true);
             }
         },
         None => match cert {
@@ -413,9 +415,9 @@ async fn route(shared: &Shared, cert: Option<&str>, mut req: Request<Incoming>) 
             },
             None => {
                 if req.headers().contains_key(header::AUTHORIZATION) {
-                    return unauthorized(Some("invalid_token"));
+                    return unauthorized(true);
                 }
-                return unauthorized(None);
+                return unauthorized(false);
             }
         },
     };
