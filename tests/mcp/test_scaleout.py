@@ -22,6 +22,7 @@ import mcp_types as types
 import pytest
 from conftest import ROOT, Daemon
 from httpkit import add_token, audit, client, free_port, get, wait_ready
+from mcp.shared.exceptions import MCPError
 
 def haproxy() -> str:
     found = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
@@ -91,12 +92,25 @@ backend stsd
 """
 
 
+def leaves(e: BaseException):
+    if isinstance(e, BaseExceptionGroup):
+        for x in e.exceptions:
+            yield from leaves(x)
+    else:
+        yield e
+
+
 def classify(e: BaseException) -> str:
-    """The class of a failed call: the balancer's errors carry one (deploy/haproxy/*.http)."""
-    data = getattr(getattr(e, "error", None), "data", None)
-    if isinstance(data, dict) and data.get("stsd/errorCode"):
-        return data["stsd/errorCode"]
-    return f"unclassified: {type(e).__name__}: {e}"[:200]
+    """The class of a failed call. The balancer's own errors carry one (deploy/haproxy/*.http);
+    a connection that closed with no answer at all is CONNECTION_LOST. Either way the call
+    may have run."""
+    for x in leaves(e):
+        data = getattr(getattr(x, "error", None), "data", None)
+        if isinstance(data, dict) and data.get("stsd/errorCode"):
+            return data["stsd/errorCode"]
+        if type(x).__name__ in ("RemoteProtocolError", "ReadError", "ConnectError"):
+            return "CONNECTION_LOST"
+    return f"unclassified: {type(e).__name__}: {e}"[:300]
 
 
 class Cluster:
@@ -117,8 +131,11 @@ class Cluster:
             d = tmp_path / f"d{i}"
             d.mkdir()
             port = free_port()
+            # `work` spins on Date.now(): a step budget that never ends it early, whatever
+            # the machine's speed (this test is about where calls go, not about limits).
             cfg = (f'[approval]\nstate_key_file = "{key}"\n' if shared_key else "") + (
-                f'[http]\ntokens_file = "{tokens}"\nlegacy_sessions = false\n')
+                f'[http]\ntokens_file = "{tokens}"\nlegacy_sessions = false\n'
+                '[baseline]\nmax_steps = 100000000000\n')
             dm = Daemon(d, pool=2, extra_config=cfg, catalog=catalog,
                         args=["--listen", f"127.0.0.1:{port}"]).start()
             dm.port = port
@@ -182,21 +199,34 @@ def test_three_daemons_behind_haproxy_share_300_calls_and_survive_a_kill(cluster
         assert "".join(getattr(x, "text", "") for x in r.content) == f"done {cid}"
 
     async def worker(w: int, ids: list[str]) -> None:
-        async with client(base + "/mcp", "2026-07-28", token=token) as c:
-            for cid in ids:
-                try:
-                    with anyio.fail_after(30):
-                        await one(c, cid)
-                except Exception as e:  # noqa: BLE001 - every failure is classified below
-                    failures.append((cid, classify(e)))
-                    # The retry goes through the balancer again and lands on a live daemon.
-                    with anyio.fail_after(30):
-                        await one(c, cid)
-                    retried_ok.append(cid)
-                done.append(cid)
-                if len(done) == KILL_AFTER and not killed_at:
-                    victim.proc.send_signal(signal.SIGKILL)
-                    killed_at.append(time.time())
+        pending = list(ids)
+        retry: set[str] = set()
+        while pending:
+            try:
+                async with client(base + "/mcp", "2026-07-28", token=token) as c:
+                    while pending:
+                        cid = pending[0]
+                        try:
+                            with anyio.fail_after(30):
+                                await one(c, cid)
+                        except (MCPError, AssertionError, TimeoutError) as e:
+                            # An error answer: the client is still usable; retry once.
+                            failures.append((cid, classify(e)))
+                            retry.add(cid)
+                            with anyio.fail_after(30):
+                                await one(c, cid)
+                        if cid in retry:
+                            retried_ok.append(cid)
+                        pending.pop(0)
+                        done.append(cid)
+                        if len(done) == KILL_AFTER and not killed_at:
+                            victim.proc.send_signal(signal.SIGKILL)
+                            killed_at.append(time.time())
+            except Exception as e:  # noqa: BLE001 - the connection died under the client
+                cid = pending[0]
+                assert cid not in retry, f"{cid} failed again on retry: {e!r}"
+                failures.append((cid, classify(e)))
+                retry.add(cid)  # a fresh client retries it
 
     ids = [f"c{n:03d}" for n in range(CALLS)]
     t0 = time.time()
@@ -229,7 +259,7 @@ def test_three_daemons_behind_haproxy_share_300_calls_and_survive_a_kill(cluster
     # Only calls in flight on the victim failed: at most one per concurrent client.
     assert len(failures) <= CONCURRENCY, failures
     assert sorted(retried_ok) == sorted(c for c, _ in failures)
-    assert all(cls == "UPSTREAM_LOST" for _, cls in failures), failures
+    assert all(cls in ("UPSTREAM_LOST", "CONNECTION_LOST") for _, cls in failures), failures
     figures = {
         "calls": CALLS, "concurrency": CONCURRENCY, "era": "2026-07-28",
         "killed": "d1 (SIGKILL) after %d calls had completed" % KILL_AFTER,
