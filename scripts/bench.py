@@ -19,7 +19,7 @@ def pct(xs, q):
 
 # ---------------------------------------------------------------- stsd over the socket
 TRIVIAL = {"name": "trivial", "description": "Returns one; the floor of a call with a body",
-           "params": [], "codeType": "Javascript", "code": "return 1;"}
+           "params": [], "codeType": "Javascript", "code": "return 1;", "draft": False}
 
 
 def stsd_daemon(reuse, spawn):
@@ -44,6 +44,12 @@ def stsd_daemon(reuse, spawn):
     return p, sock
 
 
+def die(msg):
+    """Ends the whole run (sys.exit in a client thread would end only that thread)."""
+    print(msg, file=sys.stderr, flush=True)
+    os._exit(1)
+
+
 def stsd_client(sock, n, lat, i0=0, tool="stats-summary", args=ARGS, method="tools/call", cpu=None):
     s = socket.socket(socket.AF_UNIX)
     s.connect(sock)
@@ -59,13 +65,13 @@ def stsd_client(sock, n, lat, i0=0, tool="stats-summary", args=ARGS, method="too
         lat.append(time.perf_counter() - t)
         if method == "tools/call":
             if b'"isError":false' not in line:
-                sys.exit(f"stsd call failed: {line[:300]}")
+                die(f"stsd call failed: {line[:300]}")
             if cpu is not None:
                 m = re.search(rb'"spawnCpuUs":(\d+)', line)
                 if m and int(m.group(1)) > 0:
                     cpu.append(int(m.group(1)))
         elif b'"result"' not in line:
-            sys.exit(f"stsd {method} failed: {line[:300]}")
+            die(f"stsd {method} failed: {line[:300]}")
     s.close()
 
 

@@ -222,7 +222,9 @@ fn proc_status_in(mode: stsd_profiles::baseline::SpawnMode) {
                 if s.lines()
                     .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Seccomp:", "2"])
                 {
-                    return Some(s);
+                    let limits =
+                        std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
+                    return Some((s, limits));
                 }
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -235,7 +237,7 @@ fn proc_status_in(mode: stsd_profiles::baseline::SpawnMode) {
         }
     });
     assert!(out.result.is_ok(), "{mode:?}: {out:?}");
-    let status = watcher
+    let (status, limits) = watcher
         .join()
         .ok()
         .flatten()
@@ -248,6 +250,19 @@ fn proc_status_in(mode: stsd_profiles::baseline::SpawnMode) {
             .unwrap_or_default()
     };
     assert_eq!(field("NoNewPrivs:"), "1");
+    // The posture-independent limits (set before Ready) and the posture's.
+    for (name, want) in [
+        ("Max processes", "0 0"),
+        ("Max core file size", "0 0"),
+        ("Max file size", "0 0"),
+    ] {
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{mode:?}: no {name} in {limits}"));
+        let got: Vec<&str> = line[name.len()..].split_whitespace().take(2).collect();
+        assert_eq!(got.join(" "), want, "{mode:?}: {line}");
+    }
     assert_eq!(field("Seccomp:"), "2");
     for set in ["CapEff:", "CapPrm:", "CapInh:", "CapAmb:"] {
         assert_eq!(field(set), "0000000000000000", "{set}");

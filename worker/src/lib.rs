@@ -124,7 +124,7 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
     // this process owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(WORKER_SOCKET_FD) };
     // Everything that does not depend on the tool happens before Ready, off the request path.
-    let prepared = os::prepare(uid, gid, parent);
+    let prepared = os::prepare_worker(uid, gid, parent);
     let channel = Rc::new(Channel::new(fd));
     if channel
         .send(&FromWorker::Ready {

@@ -162,10 +162,11 @@ impl Manager {
 
     fn exec_zygote(&self) -> std::io::Result<Live> {
         let (ctrl, child_end) = seqpacket_pair()?;
-        let child = self
-            .exe
-            .command("zygote", self.uid, self.gid, &child_end)
-            .spawn()?;
+        let mut cmd = self.exe.command("zygote", self.uid, self.gid, &child_end);
+        // The shared libraries' own symbols are bound at start (stsd itself is linked with
+        // BIND_NOW): once, here, instead of lazily in every forked worker.
+        cmd.env("LD_BIND_NOW", "1");
+        let child = cmd.spawn()?;
         drop(child_end);
         let proc = ChildProc::from_pid(child.id());
         drop(child);
