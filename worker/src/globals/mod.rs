@@ -6,6 +6,7 @@ mod fetch;
 pub(crate) mod fs;
 mod host;
 mod html;
+mod intl;
 mod parser;
 
 use rquickjs::context::EvalOptions;
@@ -46,7 +47,6 @@ pub(crate) fn helper_error(ctx: &Ctx<'_>, kind: &str, msg: impl AsRef<str>) -> r
 }
 
 const PRELUDE: &str = include_str!("prelude.js");
-const INTL: &str = include_str!("intl.js");
 const URL: &str = include_str!("url.js");
 const HTML: &str = include_str!("html.js");
 const WEB: &str = include_str!("web.js");
