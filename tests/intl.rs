@@ -80,6 +80,10 @@ const KNOWN: &[(&str, &str, &str)] = &[
     ("new Date(Date.UTC(2024, 0, 5, 15, 4, 5, 123)).toLocaleString('ja', {timeZone: 'Europe/Paris'})", "2024/01/05 16:04:05", "2024/1/5 16:04:05"),
     ("new Date(Date.UTC(2024, 0, 5, 15, 4, 5, 123)).toLocaleString('de', {timeZone: 'Europe/Paris'})", "05.01.2024, 16:04:05", "5.1.2024, 16:04:05"),
     ("new Date(Date.UTC(2024, 0, 5, 15, 4, 5, 123)).toLocaleDateString('de', {timeZone: 'UTC'})", "05.01.2024", "5.1.2024"),
+    // ICU4X 2.3's range formatter writes both ends in full within a month.
+    ("new Intl.DateTimeFormat('en-US', {dateStyle: 'medium', timeZone: 'UTC'}).formatRange(new Date(0), new Date(86400000 * 3))", "Jan 1, 1970\u{2009}\u{2013}\u{2009}Jan 4, 1970", "Jan 1\u{2009}\u{2013}\u{2009}4, 1970"),
+    // ICU4X's compact formatter rounds half-even; ECMA-402 (and node) half-expand.
+    ("new Intl.NumberFormat('en', {notation: 'compact'}).format(1650)", "1.6K", "1.7K"),
     // Spanish medium time: ICU4X writes a two-digit hour.
     ("new Intl.DateTimeFormat('es', {timeStyle: 'medium', timeZone: 'Asia/Seoul'}).format(new Date(Date.UTC(2024, 0, 5, 15, 4, 5, 123)))", "00:04:05", "0:04:05"),
 ];
@@ -137,6 +141,7 @@ fn number_format_matches_node() {
         "new Intl.NumberFormat('en', {style: 'currency', currency: 'EUR', currencyDisplay: 'name'}).format(2)",
         "new Intl.NumberFormat('en-CA', {style: 'currency', currency: 'USD', currencyDisplay: 'narrowSymbol'}).format(5)",
         "new Intl.NumberFormat('en', {notation: 'compact'}).format(1234567)",
+        "new Intl.NumberFormat('en', {notation: 'compact'}).format(1650)",
         "new Intl.NumberFormat('en', {notation: 'compact', compactDisplay: 'long'}).format(1234567)",
         "new Intl.NumberFormat('ko', {notation: 'compact'}).format(123456)",
         "new Intl.NumberFormat('de', {notation: 'compact'}).format(1234)",
@@ -183,6 +188,9 @@ fn date_time_format_matches_node() {
             format!("new Intl.DateTimeFormat('en-US', {{timeZone: 'UTC', hour: 'numeric', minute: '2-digit', second: '2-digit', fractionalSecondDigits: 3}}).formatToParts({D})"),
             format!("new Intl.DateTimeFormat('de', {{timeZone: 'UTC', weekday: 'long', year: 'numeric', month: 'long', day: 'numeric'}}).formatToParts({D})"),
             format!("new Intl.DateTimeFormat('en-US', {{dateStyle: 'medium', timeZone: 'UTC'}}).formatRange({D}, {D})"),
+            "new Intl.DateTimeFormat('en-US', {dateStyle: 'medium', timeZone: 'UTC'}).formatRange(new Date(0), new Date(86400000 * 400))".to_string(),
+            "new Intl.DateTimeFormat('ko', {dateStyle: 'medium', timeZone: 'UTC'}).formatRange(new Date(0), new Date(86400000 * 400))".to_string(),
+            "new Intl.DateTimeFormat('en-US', {dateStyle: 'medium', timeZone: 'UTC'}).formatRange(new Date(0), new Date(86400000 * 3))".to_string(),
             format!("{D}.toLocaleDateString('de', {{timeZone: 'UTC'}})"),
             format!("{D}.toLocaleTimeString('ja', {{timeZone: 'Asia/Tokyo'}})"),
             format!("{D}.toLocaleString('ko-KR', {{timeZone: 'Asia/Seoul'}})"),
