@@ -68,7 +68,9 @@
   Object.defineProperty(u, "NumberFormat", { get: () => load("number") });
 
   const method = (obj, name, fn) => Object.defineProperty(obj, name, { value: fn, writable: true, configurable: true });
-  for (const [name, fn] of Object.entries(load("datetime").dateMethods)) method(Date.prototype, name, fn);
+  for (const name of ["toLocaleString", "toLocaleDateString", "toLocaleTimeString"]) {
+    method(Date.prototype, name, function (...args) { return load("datetime").dateMethods[name].apply(this, args); });
+  }
 
   // One formatter and one collator for the argument-less calls a sort or a loop makes.
   let plainNumber, plainCollator;
