@@ -84,6 +84,10 @@ const KNOWN: &[(&str, &str, &str)] = &[
     ("new Intl.DateTimeFormat('en-US', {dateStyle: 'medium', timeZone: 'UTC'}).formatRange(new Date(0), new Date(86400000 * 3))", "Jan 1, 1970\u{2009}\u{2013}\u{2009}Jan 4, 1970", "Jan 1\u{2009}\u{2013}\u{2009}4, 1970"),
     // ICU4X's compact formatter rounds half-even; ECMA-402 (and node) half-expand.
     ("new Intl.NumberFormat('en', {notation: 'compact'}).format(1650)", "1.6K", "1.7K"),
+    // timeStyle full: ICU4X has no "full" time length; it writes its long time with the long
+    // zone name (ja 9:00:00, not 9時00分00秒; zh without the space before the time).
+    ("new Intl.DateTimeFormat('ja', {timeZone: 'Asia/Tokyo', dateStyle: 'full', timeStyle: 'full'}).format(0)", "1970年1月1日木曜日 9:00:00 日本標準時", "1970年1月1日木曜日 9時00分00秒 日本標準時"),
+    ("new Intl.DateTimeFormat('zh', {timeZone: 'Asia/Shanghai', dateStyle: 'full', timeStyle: 'full'}).format(0)", "1970年1月1日星期四 中国标准时间08:00:00", "1970年1月1日星期四 中国标准时间 08:00:00"),
     // Spanish medium time: ICU4X writes a two-digit hour.
     ("new Intl.DateTimeFormat('es', {timeStyle: 'medium', timeZone: 'Asia/Seoul'}).format(new Date(Date.UTC(2024, 0, 5, 15, 4, 5, 123)))", "00:04:05", "0:04:05"),
 ];
@@ -194,6 +198,11 @@ fn date_time_format_matches_node() {
             format!("{D}.toLocaleDateString('de', {{timeZone: 'UTC'}})"),
             format!("{D}.toLocaleTimeString('ja', {{timeZone: 'Asia/Tokyo'}})"),
             format!("{D}.toLocaleString('ko-KR', {{timeZone: 'Asia/Seoul'}})"),
+            "new Intl.DateTimeFormat('ja', {timeZone: 'Asia/Tokyo', dateStyle: 'full', timeStyle: 'full'}).format(0)".to_string(),
+            "new Intl.DateTimeFormat('zh', {timeZone: 'Asia/Shanghai', dateStyle: 'full', timeStyle: 'full'}).format(0)".to_string(),
+            "new Intl.DateTimeFormat('en-US', {timeZone: 'America/New_York', timeZoneName: 'longGeneric', hour: 'numeric'}).format(0)".to_string(),
+            "new Intl.DateTimeFormat('de', {timeZone: 'America/New_York', timeZoneName: 'shortGeneric', hour: 'numeric'}).format(0)".to_string(),
+            "Intl.getCanonicalLocales(['EN-us', 'ko-kr'])".to_string(),
             // Daylight saving after 2099 follows the zone's rule (Europe/Paris, July 2101).
             "new Date(Date.UTC(2101, 6, 1, 12)).toLocaleString('en-US', {timeZone: 'Europe/Paris', timeZoneName: 'shortOffset'})".to_string(),
             "new Date(Date.UTC(2101, 0, 1, 12)).toLocaleString('fr', {timeZone: 'Europe/Paris'})".to_string(),
@@ -222,6 +231,9 @@ fn collation_plural_list_relative_segmenter_and_case_match_node() {
         "['a', 'á', 'A'].map((x) => 'a'.localeCompare(x, 'en', {sensitivity: 'variant'}))",
         "['하늘', '가방', 'banana', '나무', 'Apple', '다리'].sort(new Intl.Collator('ko').compare)",
         "new Intl.Collator('de').resolvedOptions()",
+        "['b', 'B', 'a', 'A'].sort(new Intl.Collator('en', {caseFirst: 'upper'}).compare)",
+        "['a-b', 'ab', 'a b'].sort(new Intl.Collator('en', {ignorePunctuation: true}).compare)",
+        "[...new Intl.Segmenter('ja', {granularity: 'word'}).segment('今日は良い天気です')].map((s) => s.segment)",
         "[0, 1, 2, 1.5].map((x) => new Intl.PluralRules('en').select(x))",
         "[1, 2, 3, 4, 11, 22].map((x) => new Intl.PluralRules('en', {type: 'ordinal'}).select(x))",
         "[0, 1, 2, 5].map((x) => new Intl.PluralRules('fr').select(x))",
