@@ -273,7 +273,7 @@ pub fn encoded_forms(secret: &str) -> Vec<String> {
             if lead == 0 {
                 // The whole encoding, padded, when the secret is encoded on its own.
                 let mut whole = enc.clone();
-                while whole.len() % 4 != 0 {
+                while !whole.len().is_multiple_of(4) {
                     whole.push('=');
                 }
                 forms.push(whole);

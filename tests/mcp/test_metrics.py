@@ -4,6 +4,8 @@ moving with calls made by the official MCP SDK."""
 from __future__ import annotations
 
 import socket
+import time
+import urllib.error
 import urllib.request
 
 import anyio
@@ -22,7 +24,17 @@ def free_port() -> int:
 
 
 def scrape(port: int) -> dict:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    # The daemon binds its socket before it builds the service and then the metrics listener,
+    # so right after start the port may not be listening yet: retry refusals for a while.
+    deadline = time.time() + 20
+    while True:
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            break
+        except urllib.error.URLError as e:
+            if not isinstance(e.reason, ConnectionRefusedError) or time.time() > deadline:
+                raise
+            time.sleep(0.05)
     out = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:

@@ -8,40 +8,6 @@ use rquickjs::{Ctx, Exception, Function, Object, TypedArray};
 use sha1::Sha1;
 use sha2::{Digest, Sha256, Sha384, Sha512};
 
-/// Wall-clock fields of an instant in an IANA zone (tz data compiled in; nothing read at run
-/// time), for Intl.DateTimeFormat.
-fn tz_fields<'js>(ctx: &Ctx<'js>, epoch_ms: f64, zone: &str) -> rquickjs::Result<Object<'js>> {
-    use chrono::{Datelike, Offset, TimeZone, Timelike};
-    let tz = chrono_tz::Tz::from_str_insensitive(zone).map_err(|_| {
-        Exception::throw_range(ctx, &format!("Invalid time zone specified: {zone}"))
-    })?;
-    if !epoch_ms.is_finite() {
-        return Err(Exception::throw_range(ctx, "Invalid time value"));
-    }
-    let ms = epoch_ms.floor() as i64;
-    let utc = chrono::DateTime::from_timestamp_millis(ms)
-        .ok_or_else(|| Exception::throw_range(ctx, "Invalid time value"))?;
-    let local = utc.with_timezone(&tz);
-    let o = Object::new(ctx.clone())?;
-    o.set("zone", tz.name())?;
-    o.set("year", local.year())?;
-    o.set("month", local.month())?;
-    o.set("day", local.day())?;
-    o.set("hour", local.hour())?;
-    o.set("minute", local.minute())?;
-    o.set("second", local.second())?;
-    o.set("millisecond", ms.rem_euclid(1000))?;
-    o.set("weekday", local.weekday().num_days_from_sunday())?;
-    o.set(
-        "offsetSeconds",
-        tz.offset_from_utc_datetime(&utc.naive_utc())
-            .fix()
-            .local_minus_utc(),
-    )?;
-    o.set("abbreviation", local.format("%Z").to_string())?;
-    Ok(o)
-}
-
 /// Copies a Uint8Array's bytes out of the engine.
 pub(crate) fn bytes_of(ctx: &Ctx<'_>, a: &TypedArray<'_, u8>) -> rquickjs::Result<Vec<u8>> {
     match a.as_raw() {
@@ -178,11 +144,10 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
         "randomUUID",
         Function::new(ctx.clone(), || uuid::Uuid::new_v4().to_string())?,
     )?;
+    // Intl's ICU4X functions, made the first time intl.js loads (see globals/intl).
     host.set(
-        "tzFields",
-        Function::new(ctx.clone(), |ctx: Ctx<'js>, ms: f64, zone: String| {
-            tz_fields(&ctx, ms, &zone)
-        })?,
+        "intlHost",
+        Function::new(ctx.clone(), |ctx: Ctx<'js>| super::intl::host_object(&ctx))?,
     )?;
     host.set(
         "digest",
@@ -340,7 +305,11 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
             ctx.clone(),
             |ctx: Ctx<'js>, name: String| -> rquickjs::Result<Function<'js>> {
                 let (src, file) = match name.as_str() {
-                    "intl" => (super::INTL, "stsd-intl.js"),
+                    "intl" => (super::intl::CORE_JS, "stsd-intl.js"),
+                    other if other.starts_with("intl-") => match super::intl::class_js(other) {
+                        Some(found) => found,
+                        None => return Err(Exception::throw_type(&ctx, "unknown runtime module")),
+                    },
                     "url" => (super::URL, "stsd-url.js"),
                     "html" => (super::HTML, "stsd-html.js"),
                     "web" => (super::WEB, "stsd-web.js"),

@@ -7,6 +7,7 @@ pub(crate) mod fs;
 mod host;
 pub(crate) use host::install_math_random;
 mod html;
+mod intl;
 mod parser;
 
 use rquickjs::context::EvalOptions;
@@ -47,7 +48,6 @@ pub(crate) fn helper_error(ctx: &Ctx<'_>, kind: &str, msg: impl AsRef<str>) -> r
 }
 
 const PRELUDE: &str = include_str!("prelude.js");
-const INTL: &str = include_str!("intl.js");
 const URL: &str = include_str!("url.js");
 const HTML: &str = include_str!("html.js");
 const WEB: &str = include_str!("web.js");

@@ -27,13 +27,20 @@
   lazy("Intl", () => load("intl").Intl);
   lazy("URL", () => load("url").URL);
   lazy("URLSearchParams", () => load("url").URLSearchParams);
-  for (const m of ["toLocaleString", "toLocaleDateString", "toLocaleTimeString"]) {
-    // Loading intl.js replaces these with the real methods.
-    Object.defineProperty(Date.prototype, m, {
-      writable: true,
-      configurable: true,
-      value: function (...args) { load("intl"); return Date.prototype[m].apply(this, args); },
-    });
+  // The locale-sensitive methods load intl.js, which replaces them with the real ones.
+  const localeMethods = [
+    [Date.prototype, ["toLocaleString", "toLocaleDateString", "toLocaleTimeString"]],
+    [Number.prototype, ["toLocaleString"]],
+    [String.prototype, ["localeCompare", "toLocaleUpperCase", "toLocaleLowerCase"]],
+  ];
+  for (const [proto, names] of localeMethods) {
+    for (const m of names) {
+      Object.defineProperty(proto, m, {
+        writable: true,
+        configurable: true,
+        value: function (...args) { load("intl"); return proto[m].apply(this, args); },
+      });
+    }
   }
 
   for (const name of ["TextEncoder", "TextDecoder", "atob", "btoa", "crypto", "structuredClone"]) {
