@@ -172,7 +172,7 @@ fn check_params(spec: &ToolSpec, out: &mut Vec<Diagnostic>) {
                 Code::SpecInvariant,
                 tv_at,
                 format!(
-                    "required param {:?} has a blank testValue; blank arguments count as missing, so the Local Pass could never run it",
+                    "required param {:?} has a blank testValue; the Local Pass would run it with a blank string, which is not a representative sample (§6.3)",
                     p.name
                 ),
             )),
