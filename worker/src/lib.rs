@@ -7,6 +7,7 @@ mod channel;
 mod console;
 mod engine;
 mod globals;
+mod jsstring;
 
 // Compiled only into debug (test) builds, even when a workspace build unifies the feature on.
 #[cfg(all(feature = "attack", debug_assertions))]
