@@ -38,7 +38,7 @@ fn input_error(d: &Diagnostic, json_out: bool) -> ExitCode {
 fn render(v: &CallValue) -> String {
     match v {
         CallValue::Undefined => "undefined".into(),
-        CallValue::Json(text) => match serde_json::from_str::<Value>(text) {
+        CallValue::Json(text) => match stsd_protocol::json::parse_js_json(text) {
             Ok(Value::String(s)) => s,
             _ => text.clone(),
         },
@@ -238,13 +238,7 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
     match out.result {
         Ok(v) => {
             if json_out {
-                let result: Value = match &v {
-                    CallValue::Undefined => Value::Null,
-                    CallValue::Json(t) => {
-                        serde_json::from_str(&secrets.mask(t)).unwrap_or(Value::Null)
-                    }
-                };
-                println!("{}", json!({"ok": true, "result": result}));
+                println!("{}", json_reply(&v, secrets));
             } else {
                 println!("{}", secrets.mask(&render(&v)));
             }
@@ -521,8 +515,18 @@ pub fn test(
 
 /// A call's value as JSON for reports.
 fn render_value(v: &CallValue) -> Value {
-    match v {
-        CallValue::Undefined => Value::Null,
-        CallValue::Json(t) => serde_json::from_str(t).unwrap_or(Value::Null),
+    v.to_value()
+}
+
+/// `stsd run --json`'s success line. The result goes out as the tool's own JSON text once it
+/// is known to be JSON, so a lone surrogate stays the `\ud83d` escape JSON.stringify wrote
+/// (a serde_json value cannot hold one).
+fn json_reply(v: &CallValue, secrets: &stsd_protocol::envvar::SecretSet) -> String {
+    if let CallValue::Json(t) = v {
+        let masked = secrets.mask(t);
+        if stsd_protocol::json::parse_js_json(&masked).is_ok() {
+            return format!("{{\"ok\":true,\"result\":{}}}", masked.trim());
+        }
     }
+    json!({"ok": true, "result": Value::Null}).to_string()
 }

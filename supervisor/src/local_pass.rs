@@ -227,9 +227,10 @@ pub fn run_case(
         let out = exec::run_job(&prepared.job, opts, &mut |_| {});
         match out.result {
             Ok(CallValue::Undefined) => Ok(Value::Null),
-            Ok(CallValue::Json(t)) => {
-                Ok(serde_json::from_str(&prepared.secrets.mask(&t)).unwrap_or(Value::Null))
-            }
+            Ok(CallValue::Json(t)) => Ok(stsd_protocol::json::parse_js_json(
+                &prepared.secrets.mask(&t),
+            )
+            .unwrap_or(Value::Null)),
             Err(e) => Err((e.code.to_string(), prepared.secrets.mask(&e.message))),
         }
     })();

@@ -339,9 +339,10 @@ fn classify(e: CaughtError<'_>) -> Failure {
         CaughtError::Exception(ex) => {
             let obj: &Object = ex.as_object();
             let text = |key: &str| {
-                obj.get::<_, Value>(key)
-                    .ok()
-                    .and_then(|v| v.as_string().and_then(|s| crate::jsstring::lossless(s).ok()))
+                obj.get::<_, Value>(key).ok().and_then(|v| {
+                    v.as_string()
+                        .and_then(|s| crate::jsstring::lossless(s).ok())
+                })
             };
             let name = text("name").unwrap_or_else(|| "Error".into());
             let message = text("message").unwrap_or_default();
@@ -383,7 +384,10 @@ fn classify(e: CaughtError<'_>) -> Failure {
 /// DOMException or another error-like object is reported as `Name: message`, as node prints
 /// it; anything else by its JSON (or, when that says nothing, its string) form.
 fn thrown_value(v: Value<'_>) -> Failure {
-    let text_of = |x: Value<'_>| x.as_string().and_then(|s| crate::jsstring::lossless(s).ok());
+    let text_of = |x: Value<'_>| {
+        x.as_string()
+            .and_then(|s| crate::jsstring::lossless(s).ok())
+    };
     if let Some(obj) = v.as_object() {
         let name = obj.get::<_, Value>("name").ok().and_then(text_of);
         let message = obj.get::<_, Value>("message").ok().and_then(text_of);

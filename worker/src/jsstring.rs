@@ -27,7 +27,8 @@ pub fn from_wtf8(bytes: &[u8]) -> String {
             && (0x80..=0xBF).contains(&bytes[i + 2])
         {
             out.push_str(&String::from_utf8_lossy(&bytes[start..i]));
-            let unit = 0xD000 | (u32::from(bytes[i + 1] & 0x3F) << 6) | u32::from(bytes[i + 2] & 0x3F);
+            let unit =
+                0xD000 | (u32::from(bytes[i + 1] & 0x3F) << 6) | u32::from(bytes[i + 2] & 0x3F);
             out.push_str(&format!("\\u{unit:04x}"));
             i += 3;
             start = i;
