@@ -361,6 +361,7 @@ pub fn test(
     write: bool,
     json_out: bool,
     only_case: Option<usize>,
+    in_place: bool,
 ) -> ExitCode {
     if let Some(missing) = paths.iter().find(|p| !p.exists()) {
         return usage(format!("no such file or directory: {}", missing.display()));
@@ -384,6 +385,12 @@ pub fn test(
         }
     }
     let env = config.baseline.env();
+    let place = if in_place {
+        warn_in_place(&cat, config);
+        local_pass::PassPlace::InPlace
+    } else {
+        local_pass::PassPlace::Scratch
+    };
     let mut passed = Vec::new();
     let mut failed_specs = cat.problems.len();
     for (i, e) in cat.entries.iter().enumerate() {
@@ -395,7 +402,7 @@ pub fn test(
             .map(|s| s.name.clone())
             .unwrap_or_default();
         if only_case.is_none() {
-            let report = local_pass::run_entry(&cat, e, config, &env, &opts);
+            let report = local_pass::run_entry(&cat, e, config, &env, &opts, place);
             let ms = report.elapsed.as_millis() as u64;
             let (success, result, reason) = match &report.outcome {
                 Ok(v) => (
@@ -446,7 +453,7 @@ pub fn test(
                     if only_case.is_some_and(|k| k != n) {
                         continue;
                     }
-                    let r = local_pass::run_case(spec, config, &env, &opts, case);
+                    let r = local_pass::run_case(spec, config, &env, &opts, case, place);
                     if !json_out {
                         println!(
                             "{}   case {n} {:<22} {:>5} ms",
@@ -511,6 +518,30 @@ pub fn test(
     } else {
         ExitCode::from(EXIT_INVALID)
     }
+}
+
+/// `--in-place`: says, before anything runs, which specs will write where.
+fn warn_in_place(cat: &Catalog, config: &Config) {
+    let mut writers = Vec::new();
+    let mut paths = std::collections::BTreeSet::new();
+    for spec in cat.entries.iter().filter_map(|e| e.validated.spec.as_ref()) {
+        let Ok(r) = resolve(spec, config) else {
+            continue;
+        };
+        let safety = &r.tool_safety.capabilities;
+        if safety.file_read || safety.file_write {
+            paths.insert(r.fs_base_path.display().to_string());
+        }
+        if safety.file_write {
+            writers.push(spec.name.as_str());
+        }
+    }
+    eprintln!(
+        "stsd: --in-place: file tools run against {} itself, not a scratch copy; {} can create, overwrite, move or delete files there: {}",
+        if paths.is_empty() { "their base path".to_string() } else { paths.into_iter().collect::<Vec<_>>().join(", ") },
+        if writers.is_empty() { "no spec here".to_string() } else { format!("{} specs with write access", writers.len()) },
+        if writers.is_empty() { "-".to_string() } else { writers.join(", ") }
+    );
 }
 
 /// A call's value as JSON for reports.
