@@ -240,3 +240,39 @@ fn lone_surrogates_survive_mcp() {
         "{r}"
     );
 }
+
+/// For every catalog tool and every STRING param, an empty, a blank and a tab argument: the
+/// advertised inputSchema (what a model is shown) and the argument check give the same
+/// verdict, and it is "accepted".
+#[test]
+fn the_argument_check_and_the_advertised_schema_agree_on_blank_strings() {
+    let mut checked = 0;
+    for file in stsd_tests::catalog_spec_files() {
+        let cat = stsd::store::Catalog::load(&[file]);
+        for spec in cat.entries.iter().filter_map(|e| e.validated.spec.as_ref()) {
+            let schema = stsd::service::input_schema(spec);
+            let validator = jsonschema::draft202012::new(&schema).unwrap_or_else(|e| panic!("{e}"));
+            let base = stsd::exec::job::test_arguments(spec).unwrap_or_default();
+            for p in spec
+                .params
+                .iter()
+                .filter(|p| p.ty.json_schema_name() == "string")
+            {
+                for blank in ["", " ", "\t"] {
+                    let mut args = base.clone();
+                    args.insert(p.name.clone(), json!(blank));
+                    let by_schema = validator.is_valid(&Value::Object(args.clone()));
+                    let by_check = stsd::exec::job::check_arguments(spec, &args).is_ok();
+                    assert!(
+                        by_schema && by_check,
+                        "{}.{} = {blank:?}: schema {by_schema}, check {by_check}",
+                        spec.name,
+                        p.name
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 600, "{checked}");
+}
