@@ -263,6 +263,9 @@ fn worker_reuse_serves_k_calls_per_worker_each_in_a_fresh_context() {
         c.call(i, "leaky", json!({}));
         // A fresh context each time: state set by one call is never seen by the next.
         assert_eq!(text(&c.response()), "1");
+        // Time to make that next context: a call that finds its worker still at it goes to
+        // a fresh worker (tests/reuse.rs), which would blur the count here.
+        std::thread::sleep(Duration::from_millis(200));
     }
     let pids: Vec<i64> = d
         .audit_records()

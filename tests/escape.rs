@@ -4,10 +4,11 @@
 //! works exactly where the posture grants it.
 
 use std::path::Path;
+use stsd::exec::ExecOptions;
 use stsd::exec::{run_job, CallOutcome};
 use stsd_protocol::frames::{FsAccess, ProbeOutcome};
 use stsd_protocol::Code;
-use stsd_tests::{exec_options, is_root, job, scratch_base};
+use stsd_tests::{exec_options, exec_options_in, is_root, job, scratch_base, SPAWN_MODES};
 
 /// Every hostile probe the worker knows (worker/src/attack.rs).
 const HOSTILE: &[&str] = stsd_worker::ATTACK_PROBES;
@@ -21,9 +22,13 @@ fn fixture() -> tempfile::TempDir {
 }
 
 fn probe(name: &str, fs: FsAccess, base: &Path) -> CallOutcome {
+    probe_with(&exec_options(), name, fs, base)
+}
+
+fn probe_with(opts: &ExecOptions, name: &str, fs: FsAccess, base: &Path) -> CallOutcome {
     let mut j = job("", fs, base);
     j.attack = Some(name.to_string());
-    run_job(&j, &exec_options(), &mut |_| {})
+    run_job(&j, opts, &mut |_| {})
 }
 
 /// Denied means: the kernel refused (EACCES or EPERM from Landlock/DAC, ENOSYS from the
@@ -53,24 +58,28 @@ fn every_hostile_syscall_is_denied_under_every_posture() {
     let base = fixture();
     let mut killed = 0;
     let mut errno = 0;
-    for fs in [
-        FsAccess::None,
-        FsAccess::ReadOnly,
-        FsAccess::WriteOnly,
-        FsAccess::ReadWrite,
-    ] {
-        for name in HOSTILE {
-            let out = probe(name, fs, base.path());
-            assert_denied(name, fs, &out);
-            let how = match &out.probe {
-                Some(ProbeOutcome::Denied { errno }) => format!("errno {errno}"),
-                _ => "SIGSYS".to_string(),
-            };
-            eprintln!("{fs:?} {name}: {how}");
-            if out.probe.is_some() {
-                errno += 1;
-            } else {
-                killed += 1;
+    // Forked from the zygote and exec'd fresh alike.
+    for mode in SPAWN_MODES {
+        let opts = exec_options_in(mode);
+        for fs in [
+            FsAccess::None,
+            FsAccess::ReadOnly,
+            FsAccess::WriteOnly,
+            FsAccess::ReadWrite,
+        ] {
+            for name in HOSTILE {
+                let out = probe_with(&opts, name, fs, base.path());
+                assert_denied(name, fs, &out);
+                let how = match &out.probe {
+                    Some(ProbeOutcome::Denied { errno }) => format!("errno {errno}"),
+                    _ => "SIGSYS".to_string(),
+                };
+                eprintln!("{mode:?} {fs:?} {name}: {how}");
+                if out.probe.is_some() {
+                    errno += 1;
+                } else {
+                    killed += 1;
+                }
             }
         }
     }
@@ -190,6 +199,12 @@ fn reading_and_writing_inside_the_base_follow_the_posture() {
 
 #[test]
 fn proc_status_shows_the_confined_worker() {
+    for mode in SPAWN_MODES {
+        proc_status_in(mode);
+    }
+}
+
+fn proc_status_in(mode: stsd_profiles::baseline::SpawnMode) {
     let base = fixture();
     // Spin for a while so the test can look at the running worker.
     let mut j = job(
@@ -207,24 +222,26 @@ fn proc_status_shows_the_confined_worker() {
                 if s.lines()
                     .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Seccomp:", "2"])
                 {
-                    return Some(s);
+                    let limits =
+                        std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
+                    return Some((s, limits));
                 }
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         None
     });
-    let out = run_job(&j, &exec_options(), &mut |ev| {
+    let out = run_job(&j, &exec_options_in(mode), &mut |ev| {
         if let stsd::exec::Event::Started(pid) = ev {
             let _ = tx.send(pid);
         }
     });
-    assert!(out.result.is_ok(), "{out:?}");
-    let status = watcher
+    assert!(out.result.is_ok(), "{mode:?}: {out:?}");
+    let (status, limits) = watcher
         .join()
         .ok()
         .flatten()
-        .unwrap_or_else(|| panic!("never saw the worker under seccomp"));
+        .unwrap_or_else(|| panic!("{mode:?}: never saw the worker under seccomp"));
     let field = |k: &str| {
         status
             .lines()
@@ -233,6 +250,19 @@ fn proc_status_shows_the_confined_worker() {
             .unwrap_or_default()
     };
     assert_eq!(field("NoNewPrivs:"), "1");
+    // The posture-independent limits (set before Ready) and the posture's.
+    for (name, want) in [
+        ("Max processes", "0 0"),
+        ("Max core file size", "0 0"),
+        ("Max file size", "0 0"),
+    ] {
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{mode:?}: no {name} in {limits}"));
+        let got: Vec<&str> = line[name.len()..].split_whitespace().take(2).collect();
+        assert_eq!(got.join(" "), want, "{mode:?}: {line}");
+    }
     assert_eq!(field("Seccomp:"), "2");
     for set in ["CapEff:", "CapPrm:", "CapInh:", "CapAmb:"] {
         assert_eq!(field(set), "0000000000000000", "{set}");

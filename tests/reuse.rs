@@ -53,6 +53,9 @@ fn the_cpu_limit_is_per_call_on_a_reused_worker() {
         let r = c.response();
         assert!(!is_error(&r), "call {i}: {r}");
         assert_eq!(text(&r), "slept 800");
+        // Time for the worker to make its next context: a call that finds the parked worker
+        // still at it goes to a fresh one instead (tested below), which is not this test.
+        std::thread::sleep(Duration::from_millis(200));
     }
     let pids = worker_pids(&d);
     assert_eq!(pids.len(), 8);
@@ -160,4 +163,26 @@ fn a_posture_change_takes_a_fresh_worker() {
     assert_eq!(text(&r), "function");
     let pids = worker_pids(&d);
     assert_ne!(pids[1], first, "the old-posture worker served the call");
+}
+
+/// Back-to-back calls on reused workers: each finds a worker whose next context is made
+/// (or a fresh one), never a context an earlier call used, and never an error.
+#[test]
+fn back_to_back_reused_calls_each_get_a_fresh_context() {
+    for pool in [1, 2] {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let d = Daemon::start_with(dir, pool, "", CATALOG, &["--worker-reuse", "100"]);
+        let mut c = d.connect();
+        for i in 0..40 {
+            c.call(i, "leaky", json!({}));
+            let r = c.response();
+            assert_eq!(text(&r), "1", "pool {pool}, call {i}: {r}");
+        }
+        let pids = worker_pids(&d);
+        let reused = pids.len() - pids.iter().collect::<std::collections::BTreeSet<_>>().len();
+        assert!(
+            reused >= 20,
+            "pool {pool}: workers were not reused: {pids:?}"
+        );
+    }
 }

@@ -155,11 +155,15 @@ pub fn status(socket: &Path, json_out: bool) -> ExitCode {
         }
         Ok(v) => {
             println!(
-                "stsd {} up {} s; pool {} ({} ready); calls in flight {}, waiting {}; tools served {}, withheld {}; approvals pending {}; Landlock ABI {}, seccomp {}",
+                "stsd {} up {} s; pool {} ({} ready, {}); calls in flight {}, waiting {}; tools served {}, withheld {}; approvals pending {}; Landlock ABI {}, seccomp {}",
                 v["version"].as_str().unwrap_or("?"),
                 v["uptimeSeconds"],
                 v["pool"]["size"],
                 v["pool"]["ready"],
+                match v["pool"]["zygotePid"].as_u64() {
+                    Some(pid) => format!("forked by zygote pid {pid}"),
+                    None => format!("spawn {}", v["pool"]["spawn"].as_str().unwrap_or("?")),
+                },
                 v["calls"]["inFlight"],
                 v["calls"]["waiting"],
                 v["catalog"]["served"],

@@ -268,6 +268,9 @@ enum Command {
     /// Internal: the sandboxed worker process (started by exec, never by hand).
     #[command(hide = true)]
     Worker,
+    /// Internal: the zygote that forks workers (started by the daemon, never by hand).
+    #[command(hide = true)]
+    Zygote,
 }
 
 /// `stsd approve` / `stsd deny`: one admin request to the running daemon.
@@ -288,8 +291,17 @@ fn decide(socket: &std::path::Path, id: u64, approve: bool, reason: &str) -> Exi
 fn main() -> ExitCode {
     // The worker must not start a logging subscriber or touch anything before its sandbox:
     // dispatch it first.
-    if std::env::args_os().nth(1).is_some_and(|a| a == "worker") {
-        return ExitCode::from(stsd_worker::run().clamp(0, 255) as u8);
+    match std::env::args_os().nth(1) {
+        Some(a) if a == "worker" => {
+            let code = stsd_worker::run();
+            // SAFETY: _exit ends the worker; it has nothing to flush or tear down, and
+            // skipping the runtime's teardown and the exit handlers saves each call CPU.
+            unsafe { libc::_exit(code.clamp(0, 255)) }
+        }
+        Some(a) if a == "zygote" => {
+            return ExitCode::from(stsd_worker::run_zygote().clamp(0, 255) as u8)
+        }
+        _ => {}
     }
     // The HTTP client logs the URLs and headers it sends, which carry a tool's resolved
     // secrets; stsd's own lines are masked, a library's are not, so it is kept silent
@@ -513,6 +525,6 @@ fn main() -> ExitCode {
         }
         Command::Approve { id, reason } => decide(&cli.daemon.socket_path(), id, true, &reason),
         Command::Deny { id, reason } => decide(&cli.daemon.socket_path(), id, false, &reason),
-        Command::Worker => ExitCode::from(EXIT_USAGE),
+        Command::Worker | Command::Zygote => ExitCode::from(EXIT_USAGE),
     }
 }

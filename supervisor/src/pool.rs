@@ -201,19 +201,31 @@ impl Pool {
         }
     }
 
-    /// A worker parked under `key` by an earlier call (reuse), else [`Pool::take`].
+    /// A worker parked under `key` by an earlier call (reuse) whose next context is made;
+    /// else a warm pool worker (its first call; parked afterwards, so at a steady rate two
+    /// parked workers take turns and no call waits for a context to be made); else a parked
+    /// worker still making its context; else a freshly made one.
     pub fn take_for(&self, key: &str) -> Result<ReadyWorker, CallError> {
         let mut unfit = Vec::new();
         let parked = {
             let mut st = self.lock();
             let mut found = None;
+            let pool_has_one = !st.ready.is_empty();
             if let Some(list) = st.parked.get_mut(key) {
-                while let Some(mut p) = list.pop() {
-                    if p.w.is_alive() && p.since.elapsed() < self.opts.reuse_idle {
-                        found = Some(p.w);
+                let mut i = list.len();
+                while i > 0 {
+                    i -= 1;
+                    let p = &mut list[i];
+                    if !p.w.is_alive() || p.since.elapsed() >= self.opts.reuse_idle {
+                        unfit.push(list.remove(i).w);
+                    } else if p.w.is_warm() {
+                        found = Some(list.remove(i).w);
                         break;
                     }
-                    unfit.push(p.w);
+                }
+                // None is ready: all left are alive and still making their contexts.
+                if found.is_none() && !pool_has_one {
+                    found = list.pop().map(|p| p.w);
                 }
                 let taken = unfit.len() + usize::from(found.is_some());
                 if list.is_empty() {

@@ -639,6 +639,7 @@ impl Service {
                     wall_ms: 0,
                     cpu_us: out.timings.worker.cpu_us,
                     peak_rss_kib: out.peak_rss_kib.unwrap_or(0),
+                    spawn_cpu_us: out.timings.spawn_cpu_us,
                     heap_bytes: out.timings.worker.heap_bytes,
                     console_lines: out.console_lines,
                 });

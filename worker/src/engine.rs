@@ -152,6 +152,7 @@ impl Engine {
         );
         context
             .with(|ctx| -> rquickjs::Result<()> {
+                crate::globals::install_math_random(&ctx)?;
                 console::install(&ctx, &console)?;
                 let fs = job.sandbox.fs;
                 if fs != stsd_protocol::frames::FsAccess::None {
@@ -450,5 +451,47 @@ pub fn send_result(channel: &Channel, r: &Returned) -> Result<(), String> {
             }
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod cost {
+    use super::*;
+
+    /// Where a warm context's time goes (a measurement, not a check):
+    /// `cargo test -p stsd-worker --release warm_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn warm_cost() {
+        let n = 300;
+        let t = Instant::now();
+        let rts: Vec<Runtime> = (0..n).filter_map(|_| Runtime::new().ok()).collect();
+        let rt_us = t.elapsed().as_micros() / n;
+        let t = Instant::now();
+        let ctxs: Vec<Context> = rts
+            .iter()
+            .filter_map(|rt| Context::custom::<Intrinsics>(rt).ok())
+            .collect();
+        let ctx_us = t.elapsed().as_micros() / n;
+        let t = Instant::now();
+        for c in &ctxs {
+            let _ = c.with(|ctx| crate::globals::install(&ctx));
+        }
+        let glob_us = t.elapsed().as_micros() / n;
+        let t = Instant::now();
+        drop(ctxs);
+        drop(rts);
+        let free_us = t.elapsed().as_micros() / n;
+        let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+        let t = Instant::now();
+        let more: Vec<Context> = (0..n)
+            .filter_map(|_| Context::custom::<Intrinsics>(&rt).ok())
+            .collect();
+        let shared_ctx_us = t.elapsed().as_micros() / n;
+        drop(more);
+        eprintln!(
+            "runtime {rt_us} us, context {ctx_us} us, globals {glob_us} us, free {free_us} us; \
+             a context in an existing runtime {shared_ctx_us} us"
+        );
     }
 }

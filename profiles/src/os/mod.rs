@@ -101,6 +101,15 @@ pub fn prepare(uid: u32, gid: u32, parent_pid: u32) -> Result<Prepared, SandboxU
     Ok(Prepared { uid, gid })
 }
 
+/// [`prepare`] plus the rlimits that do not depend on the posture: a worker's whole
+/// posture-independent half, applied before it says Ready. (The zygote applies only
+/// [`prepare`]: it must still fork.)
+pub fn prepare_worker(uid: u32, gid: u32, parent_pid: u32) -> Result<Prepared, SandboxUnavailable> {
+    let p = prepare(uid, gid, parent_pid)?;
+    privileges::apply_fixed_rlimits().map_err(SandboxUnavailable)?;
+    Ok(p)
+}
+
 /// The posture's half, applied when the job arrives and before its code is parsed: rlimits,
 /// Landlock, then seccomp. After this returns Ok, the process can never regain anything.
 pub fn confine(

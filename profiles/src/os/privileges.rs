@@ -133,12 +133,18 @@ pub struct RLimits {
     pub file_size: u64,
 }
 
+/// The limits that do not depend on any posture: no core dump, no new process. Set by every
+/// worker before it says Ready (never by the zygote, which must fork).
+pub fn apply_fixed_rlimits() -> Result<(), String> {
+    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(|e| format!("setrlimit CORE: {e}"))?;
+    setrlimit(Resource::RLIMIT_NPROC, 0, 0).map_err(|e| format!("setrlimit NPROC: {e}"))
+}
+
+/// The posture's limits (the fixed ones are in force since [`apply_fixed_rlimits`]).
 pub fn apply_rlimits(l: &RLimits) -> Result<(), String> {
     let set = |r: Resource, v: u64, name: &str| {
         setrlimit(r, v, v).map_err(|e| format!("setrlimit {name}: {e}"))
     };
-    set(Resource::RLIMIT_CORE, 0, "CORE")?;
-    set(Resource::RLIMIT_NPROC, 0, "NPROC")?;
     set(Resource::RLIMIT_NOFILE, l.nofile, "NOFILE")?;
     set(Resource::RLIMIT_AS, l.address_space, "AS")?;
     // Soft below hard so the kernel sends SIGXCPU (classified TIMEOUT) before SIGKILL.

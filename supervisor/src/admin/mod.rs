@@ -85,10 +85,19 @@ impl Admin {
     fn status(&self) -> Value {
         let p = self.service.published();
         let sandbox = stsd_profiles::os::landlock::abi_version();
+        let spawner = self.service.exec_options().spawner;
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "uptimeSeconds": self.started.elapsed().as_secs(),
-            "pool": {"size": self.service.pool.target(), "ready": self.service.pool.ready_count()},
+            "pool": {
+                "size": self.service.pool.target(),
+                "ready": self.service.pool.ready_count(),
+                "spawn": match spawner.mode() {
+                    stsd_profiles::baseline::SpawnMode::Zygote => "zygote",
+                    stsd_profiles::baseline::SpawnMode::Exec => "exec",
+                },
+                "zygotePid": spawner.zygote_pid(),
+            },
             "calls": {"inFlight": self.service.in_flight(), "waiting": self.service.waiting()},
             "catalog": {"served": p.tools.len(), "withheld": p.withheld.len()},
             "approvalsPending": self.service.gate.pending().len(),

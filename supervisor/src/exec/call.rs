@@ -1,12 +1,10 @@
 //! One call, supervisor side: spawn, wait for Ready, send the job, read the streamed frames,
 //! SIGKILL at the deadline plus a grace period, reap, and classify the outcome.
 
-use super::spawn::{spawn_worker, Spawned};
+use super::spawn::{ChildProc, Spawned, Spawner};
 use crate::egress::{self, Broker, HopRecord};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{kill, Signal};
 use nix::sys::socket::{recv, send, MsgFlags};
-use nix::unistd::Pid;
 use serde_json::Value;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::ExitStatusExt;
@@ -24,8 +22,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct ExecOptions {
-    /// The stsd binary to exec as a worker.
-    pub worker_exe: PathBuf,
+    /// Makes workers (the zygote, or exec of the stsd binary held open since start).
+    pub spawner: Arc<Spawner>,
     pub kill_grace: Duration,
     /// The user a worker switches to when the supervisor runs as root.
     pub uid: u32,
@@ -39,10 +37,17 @@ pub struct ExecOptions {
 }
 
 impl ExecOptions {
-    /// Fails when the egress configuration cannot be loaded (an unreadable CA file).
+    /// Fails when the stsd binary cannot be opened or the egress configuration cannot be
+    /// loaded (an unreadable CA file).
     pub fn new(worker_exe: PathBuf, config: &stsd_profiles::Config) -> Result<ExecOptions, String> {
+        let spawner = Spawner::new(&worker_exe, &config.worker).map_err(|e| {
+            format!(
+                "cannot open the worker binary {}: {e}",
+                worker_exe.display()
+            )
+        })?;
         Ok(ExecOptions {
-            worker_exe,
+            spawner: Arc::new(spawner),
             kill_grace: Duration::from_millis(config.worker.kill_grace_ms),
             uid: config.worker.uid,
             gid: config.worker.gid,
@@ -91,8 +96,10 @@ impl CallError {
 /// Where the time of a call went, in microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CallTimings {
-    /// spawn() until the worker's Ready frame (exec, dynamic loading, main).
+    /// spawn() until the worker's Ready frame (fork or exec, and the worker's start).
     pub spawn_us: u64,
+    /// CPU time making the worker cost (0 for a reused worker), microseconds.
+    pub spawn_cpu_us: u64,
     pub worker: WorkerTimings,
     /// spawn() until the worker was reaped.
     pub total_us: u64,
@@ -185,34 +192,111 @@ const WORKER_CODES: &[Code] = &[
 /// the job outright).
 const PRE_CONFINEMENT_CODES: &[Code] = &[Code::SandboxUnavailable, Code::InvalidInput];
 
-/// A worker that has been exec'd and reported Ready: waiting for its one job.
+/// A worker that has been made and reported Ready: waiting for its one job.
 pub struct ReadyWorker {
-    child: std::process::Child,
+    proc: ChildProc,
     socket: std::os::fd::OwnedFd,
     /// spawn() until Ready, in microseconds.
     pub spawn_us: u64,
+    /// CPU time making this worker cost (its maker's share and its own until Ready), µs.
+    pub spawn_cpu_us: u64,
     /// Calls this worker has served (reuse).
     pub served: u32,
+    /// Reuse: the worker is making its next context and will say Ready when it has.
+    making_context: bool,
 }
 
 impl ReadyWorker {
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.proc.id()
     }
 
     /// False when the process has died while idle (killed, crashed).
     pub fn is_alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        self.proc.is_alive()
+    }
+
+    /// Reuse: whether the worker's next context is made (it said Ready again), without
+    /// waiting. A worker that has not served a call is always ready.
+    pub fn is_warm(&mut self) -> bool {
+        if !self.making_context {
+            return true;
+        }
+        let mut buf = [0u8; 256];
+        if let Ok(n) = recv(
+            self.socket.as_raw_fd(),
+            &mut buf,
+            MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT,
+        ) {
+            if n > 0
+                && n <= buf.len()
+                && matches!(frames::decode(&buf[..n]), Ok(FromWorker::Ready { .. }))
+            {
+                self.making_context = false;
+                return true;
+            }
+            // Anything else from an idle worker: unfit; it is killed when dropped.
+            self.proc.kill_and_reap();
+        }
+        false
+    }
+
+    /// Reuse: waits for the Ready that says the next context is made.
+    fn await_context(&mut self) -> Result<(), String> {
+        if !self.making_context {
+            return Ok(());
+        }
+        let mut buf = [0u8; 256];
+        match recv_until(&self.socket, Instant::now() + READY_TIMEOUT, &mut buf) {
+            Recv::Frame(FromWorker::Ready { .. }) => {
+                self.making_context = false;
+                Ok(())
+            }
+            Recv::Frame(other) => Err(format!("expected Ready, got {other:?}")),
+            Recv::Eof => Err("the reused worker exited while idle".into()),
+            Recv::Timeout => Err("the reused worker did not make its next context in time".into()),
+            Recv::Broken(e) => Err(e),
+        }
     }
 }
 
 impl Drop for ReadyWorker {
     fn drop(&mut self) {
         // An unused worker is killed and reaped: no zombie outlives its handle.
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
-            let _ = self.child.wait();
-        }
+        self.proc.kill_and_reap();
+    }
+}
+
+/// A receive buffer for worker frames, kept per thread: calls run on a few long-lived
+/// threads, and a 128 KiB zeroed allocation per call is pure waste.
+struct FrameBuf(Vec<u8>);
+
+thread_local! {
+    static FRAME_BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl FrameBuf {
+    fn take() -> FrameBuf {
+        let mut b = FRAME_BUF.take();
+        b.resize(MAX_FRAME_BYTES + 1, 0);
+        FrameBuf(b)
+    }
+
+    fn give_back(self) {
+        FRAME_BUF.set(self.0);
+    }
+}
+
+impl std::ops::Deref for FrameBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for FrameBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
     }
 }
 
@@ -234,21 +318,32 @@ fn reap_later(w: ReadyWorker) {
     }
 }
 
-/// Execs a worker and waits for its Ready frame.
+/// Makes a worker and waits for its Ready frame.
 pub fn spawn_ready(opts: &ExecOptions) -> Result<ReadyWorker, CallError> {
     let t0 = Instant::now();
-    let Spawned { child, socket } = spawn_worker(&opts.worker_exe, opts.uid, opts.gid)
+    let Spawned {
+        proc,
+        socket,
+        maker_cpu_ns,
+    } = opts
+        .spawner
+        .spawn()
         .map_err(|e| CallError::new(Code::WorkerCrashed, format!("cannot start a worker: {e}")))?;
     // From here on, dropping `w` kills and reaps the process.
     let mut w = ReadyWorker {
-        child,
+        proc,
         socket,
         spawn_us: 0,
+        spawn_cpu_us: maker_cpu_ns / 1000,
         served: 0,
+        making_context: false,
     };
-    let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
+    let mut buf = [0u8; 256];
     let problem = match recv_until(&w.socket, t0 + READY_TIMEOUT, &mut buf) {
-        Recv::Frame(FromWorker::Ready { .. }) => None,
+        Recv::Frame(FromWorker::Ready { cpu_us, .. }) => {
+            w.spawn_cpu_us += cpu_us;
+            None
+        }
         Recv::Frame(other) => Some(format!("expected Ready, got {other:?}")),
         Recv::Eof => Some("worker exited before it was ready".into()),
         Recv::Timeout => Some("worker did not become ready in time".into()),
@@ -318,6 +413,7 @@ pub fn run_keeping(
         console_truncated: false,
         timings: CallTimings {
             spawn_us: w.spawn_us,
+            spawn_cpu_us: if w.served == 0 { w.spawn_cpu_us } else { 0 },
             ..CallTimings::default()
         },
         probe: None,
@@ -329,10 +425,12 @@ pub fn run_keeping(
     let mut killed_at_deadline = false;
     let mut cancelled = false;
     let mut protocol_error: Option<String> = None;
-    let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
+    let mut buf = FrameBuf::take();
     let mut settled: Option<Result<CallValue, CallError>> = None;
-    match frames::encode_job(job) {
-        Ok(parts) => {
+    let job_parts = w.await_context().map(|()| frames::encode_job(job));
+    match job_parts {
+        Err(e) => protocol_error = Some(e),
+        Ok(Ok(parts)) => {
             for b in parts {
                 if let Err(e) = send(w.socket.as_raw_fd(), &b, MsgFlags::MSG_NOSIGNAL) {
                     protocol_error = Some(format!("cannot send the job: {e}"));
@@ -341,7 +439,7 @@ pub fn run_keeping(
             }
         }
         // Larger than any request the daemon accepts: the caller's input, not the worker.
-        Err(e) => {
+        Ok(Err(e)) => {
             settled = Some(Err(CallError::new(
                 Code::InvalidInput,
                 format!("the call is too large to run: {e}"),
@@ -512,6 +610,8 @@ pub fn run_keeping(
     if settled.is_some() && protocol_error.is_none() && !killed_at_deadline {
         if job.keep_alive && clean && w.is_alive() {
             w.served += 1;
+            // It makes its next context now, and says Ready when it has.
+            w.making_context = true;
             kept = Some(w);
         } else {
             // The outcome is known; killing and reaping need not delay the reply.
@@ -519,13 +619,13 @@ pub fn run_keeping(
         }
     } else {
         // No outcome: the exit status says what happened.
-        let pid = Pid::from_raw(w.pid() as i32);
-        status = match w.child.try_wait() {
+        status = match w.proc.try_wait() {
             Ok(Some(s)) => Some(s),
-            _ => {
-                let _ = kill(pid, Signal::SIGKILL);
-                w.child.wait().ok()
+            Ok(None) => {
+                w.proc.kill_and_reap();
+                w.proc.try_wait().ok().flatten()
             }
+            Err(_) => None,
         };
         drop(w);
     }
@@ -550,6 +650,7 @@ pub fn run_keeping(
         )),
         (None, None) => Err(death_cause(status)),
     };
+    buf.give_back();
     (out, kept)
 }
 
