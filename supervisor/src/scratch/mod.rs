@@ -9,7 +9,11 @@
 
 mod seed;
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use nix::fcntl::{openat, readlinkat, AtFlags, OFlag};
+use nix::sys::stat::{fstatat, Mode, SFlag};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use stsd_profiles::Config;
 use stsd_protocol::frames::{FsAccess, SandboxSpec};
@@ -55,7 +59,9 @@ pub fn prepare(
         .tempdir()
         .map_err(|e| format!("cannot create a scratch workspace: {e}"))?;
     let owner = worker_owner(config);
-    chown(dir.path(), owner)?;
+    // The scratch root stays stsd's own (0700) while it is filled, and goes to the worker user
+    // only at the end: no other process of that user can plant a symlink where a copy is about
+    // to be written as root.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
         .map_err(|e| format!("{}: {e}", dir.path().display()))?;
     let source = match real.symlink_metadata() {
@@ -78,8 +84,11 @@ pub fn prepare(
             };
             // Measured first (metadata only), so an oversized base path is refused before a
             // single byte is copied.
-            measure(&src, &mut budget())
-                .and_then(|()| copy_tree(&src, dir.path(), owner, &mut budget()))
+            open_dir_at(None, &src)
+                .and_then(|fd| {
+                    walk(&fd, None, owner, &mut budget())?;
+                    walk(&fd, Some(dir.path()), owner, &mut budget())
+                })
                 .map_err(|e| {
                 format!(
                     "{e} (the Local Pass runs file tools in a scratch copy of {}; `stsd test --in-place` runs them there directly)",
@@ -89,6 +98,7 @@ pub fn prepare(
         }
         _ => seed::write(dir.path(), owner)?,
     }
+    chown(dir.path(), owner)?;
     let path = dir
         .path()
         .canonicalize()
@@ -131,60 +141,96 @@ impl Budget {
     }
 }
 
-/// Charges every entry under `src` to `budget` (symlinks are not followed).
-fn measure(src: &Path, budget: &mut Budget) -> Result<(), String> {
-    let entries = std::fs::read_dir(src).map_err(|e| format!("{}: {e}", src.display()))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("{}: {e}", src.display()))?;
-        let meta = entry
-            .path()
-            .symlink_metadata()
-            .map_err(|e| format!("{}: {e}", entry.path().display()))?;
-        budget.charge(if meta.is_file() { meta.len() } else { 0 })?;
-        if meta.is_dir() {
-            measure(&entry.path(), budget)?;
-        }
+/// A directory of the real base path, opened without following a symlink. The walk below
+/// goes from directory descriptor to directory descriptor (openat with O_NOFOLLOW, one name
+/// at a time): stsd may run as root while a worker of the same base path renames things in
+/// it, and a path re-resolved from the top could then be sent through a planted symlink to a
+/// file outside the base path, which the copy would hand to the tool under test.
+fn open_dir_at(dir: Option<&OwnedFd>, name: &Path) -> Result<OwnedFd, String> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    match dir {
+        Some(d) => openat(d, name, flags, Mode::empty()),
+        None => nix::fcntl::open(name, flags, Mode::empty()),
     }
-    Ok(())
+    .map_err(|e| format!("{}: {e}", name.display()))
 }
 
-/// Copies `src` into the existing directory `dst`: files (reflinked by the kernel's
-/// copy_file_range where the filesystem can), directories and symlinks (as symlinks, never
-/// followed); other file types (sockets, fifos, devices) are left out.
-fn copy_tree(
-    src: &Path,
-    dst: &Path,
+/// The names in an open directory (`.` and `..` left out).
+fn names(dir: &OwnedFd) -> Result<Vec<std::ffi::OsString>, String> {
+    let dup = dir.try_clone().map_err(|e| format!("dup: {e}"))?;
+    let mut d = nix::dir::Dir::from_fd(dup).map_err(|e| format!("readdir: {e}"))?;
+    let mut out = Vec::new();
+    for entry in d.iter() {
+        let entry = entry.map_err(|e| format!("readdir: {e}"))?;
+        let name = std::ffi::OsStr::from_bytes(entry.file_name().to_bytes());
+        if name != "." && name != ".." {
+            out.push(name.to_os_string());
+        }
+    }
+    Ok(out)
+}
+
+/// Walks the open directory `src`: charges every entry to `budget` and, when `dst` is given,
+/// copies it there: files (std's File-to-File copy uses copy_file_range, which reflinks where
+/// the filesystem can), directories with their modes, symlinks as symlinks (never followed);
+/// other file types (sockets, fifos, devices) are left out.
+fn walk(
+    src: &OwnedFd,
+    dst: Option<&Path>,
     owner: Option<(u32, u32)>,
     budget: &mut Budget,
 ) -> Result<(), String> {
-    let entries = std::fs::read_dir(src).map_err(|e| format!("{}: {e}", src.display()))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("{}: {e}", src.display()))?;
-        let (from, to) = (entry.path(), dst.join(entry.file_name()));
-        let meta = from
-            .symlink_metadata()
-            .map_err(|e| format!("{}: {e}", from.display()))?;
-        let ft = meta.file_type();
-        if ft.is_symlink() {
+    for name in names(src)? {
+        let name = Path::new(&name);
+        let st = fstatat(src, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map_err(|e| format!("{}: {e}", name.display()))?;
+        let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+        let to = dst.map(|d| d.join(name));
+        if kind == SFlag::S_IFLNK {
             budget.charge(0)?;
-            let target =
-                std::fs::read_link(&from).map_err(|e| format!("{}: {e}", from.display()))?;
-            std::os::unix::fs::symlink(&target, &to)
-                .map_err(|e| format!("{}: {e}", to.display()))?;
-        } else if ft.is_dir() {
+            if let Some(to) = &to {
+                let target =
+                    readlinkat(src, name).map_err(|e| format!("{}: {e}", name.display()))?;
+                std::os::unix::fs::symlink(&target, to)
+                    .map_err(|e| format!("{}: {e}", to.display()))?;
+            }
+        } else if kind == SFlag::S_IFDIR {
             budget.charge(0)?;
-            std::fs::create_dir(&to).map_err(|e| format!("{}: {e}", to.display()))?;
-            copy_tree(&from, &to, owner, budget)?;
-            // After its contents: a read-only directory is copied read-only.
-            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(meta.mode() & 0o7777))
-                .map_err(|e| format!("{}: {e}", to.display()))?;
-        } else if ft.is_file() {
-            budget.charge(meta.len())?;
-            std::fs::copy(&from, &to).map_err(|e| format!("{}: {e}", from.display()))?;
+            let sub = open_dir_at(Some(src), name)?;
+            if let Some(to) = &to {
+                std::fs::create_dir(to).map_err(|e| format!("{}: {e}", to.display()))?;
+            }
+            walk(&sub, to.as_deref(), owner, budget)?;
+            if let Some(to) = &to {
+                // After its contents: a read-only directory is copied read-only.
+                std::fs::set_permissions(to, std::fs::Permissions::from_mode(st.st_mode & 0o7777))
+                    .map_err(|e| format!("{}: {e}", to.display()))?;
+            }
+        } else if kind == SFlag::S_IFREG {
+            budget.charge(st.st_size.max(0) as u64)?;
+            if let Some(to) = &to {
+                let flags =
+                    OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+                let fd = openat(src, name, flags, Mode::empty())
+                    .map_err(|e| format!("{}: {e}", name.display()))?;
+                let mut from = std::fs::File::from(fd);
+                // Swapped for something else since the stat: not copied.
+                if !from.metadata().is_ok_and(|m| m.is_file()) {
+                    continue;
+                }
+                let mut out =
+                    std::fs::File::create_new(to).map_err(|e| format!("{}: {e}", to.display()))?;
+                std::io::copy(&mut from, &mut out)
+                    .map_err(|e| format!("{}: {e}", name.display()))?;
+                std::fs::set_permissions(to, std::fs::Permissions::from_mode(st.st_mode & 0o7777))
+                    .map_err(|e| format!("{}: {e}", to.display()))?;
+            }
         } else {
             continue;
         }
-        chown(&to, owner)?;
+        if let Some(to) = &to {
+            chown(to, owner)?;
+        }
     }
     Ok(())
 }
