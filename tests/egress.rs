@@ -526,12 +526,26 @@ fn catalog_network_specs_earn_their_local_pass_through_host_overrides() {
         }
         if spec.static_variables.iter().any(|s| s.value.contains("${")) {
             needs_env.push(spec.name.clone());
-            let r = run_entry(&cat, e, &c, &no_env, &o);
+            let r = run_entry(
+                &cat,
+                e,
+                &c,
+                &no_env,
+                &o,
+                stsd::local_pass::PassPlace::Scratch,
+            );
             let err = r.outcome.err().map(|d| d.message).unwrap_or_default();
             assert!(err.contains("MISSING_REQUIREMENTS"), "{}: {err}", spec.name);
             continue;
         }
-        let r = run_entry(&cat, e, &c, &no_env, &o);
+        let r = run_entry(
+            &cat,
+            e,
+            &c,
+            &no_env,
+            &o,
+            stsd::local_pass::PassPlace::Scratch,
+        );
         let text = match r.outcome {
             Ok(CallValue::Json(t)) => t,
             other => panic!("{}: {other:?}", spec.name),

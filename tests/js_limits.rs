@@ -338,6 +338,8 @@ fn many_microtask_chains_do_not_outlive_the_step_budget() {
     let code = "let n = 0; for (let c = 0; c < 20000; c++) { const spin = () => { n++; queueMicrotask(spin); }; queueMicrotask(spin); }\nawait new Promise(() => {});";
     let (mut j, _b) = base_job(code);
     j.limits.timeout_ms = 5000;
+    // The mechanism is under test, not the default budget's size.
+    j.limits.max_steps = 500_000;
     let t0 = Instant::now();
     let out = run(&j);
     assert_eq!(err_code(&out), Code::StepLimit, "{out:?}");
@@ -497,5 +499,110 @@ fn host_allocations_count_against_the_memory_limit() {
             "{what}: peak RSS {} MiB",
             peak >> 20
         );
+    }
+}
+
+/// The step budget against the reference's statement limit: each loop below is sized so that
+/// the reference runtime (GraalJS, 500,000 statements) would just accept it, counting every
+/// statement of the body and one for the loop's own test. Each runs under the old budget of
+/// 500,000 steps and under the default; the default must accept all of them (the old one did
+/// not: call-heavy loops cost several steps a statement). Prints steps per statement bounds.
+#[test]
+fn code_under_the_reference_statement_limit_passes_the_default_step_budget() {
+    const STATEMENTS: u64 = 490_000;
+    let default_budget = stsd_profiles::Config::default().baseline.max_steps;
+    // (label, statements per iteration, setup, body)
+    let loops: &[(&str, u64, &str, &str)] = &[
+        ("1 simple statement", 2, "let x = 0;", "x = x + 1;"),
+        (
+            "10 simple statements",
+            11,
+            "let a = 0, b = 0, c = 0;",
+            "a++; b += a; c = a ^ b; a = a % 7; b = b % 11; c += 1; a += c & 1; b -= 1; c = c | 0; a = a + 0;",
+        ),
+        (
+            "2 statements, 4 builtin calls",
+            3,
+            "const out = []; let s = 0;",
+            "out.push(Math.floor(i / 3)); s += String(i).length;",
+        ),
+        (
+            "1 statement, 5 builtin calls",
+            2,
+            "let s = 0;",
+            "s += Math.max(Math.min(i, 5), Math.abs(-i)) + Math.floor(i / 2) + Math.round(i / 3);",
+        ),
+        (
+            "own function calls",
+            4,
+            "const f = (x) => { return x + 1; }; let s = 0;",
+            "s = f(f(s));",
+        ),
+        (
+            "Set and Date calls (cronNext's loop)",
+            4,
+            "const set = new Set([0]); const d = new Date(0); let hits = 0;",
+            "if (set.has(d.getUTCMinutes()) && set.has(d.getUTCHours())) hits++; d.setUTCMinutes(d.getUTCMinutes() + 1);",
+        ),
+    ];
+    let mut old_refused = 0;
+    for (label, per_iter, setup, body) in loops {
+        let n = STATEMENTS / per_iter;
+        let code = format!("{setup} for (let i = 0; i < {n}; i++) {{ {body} }} return 'done';");
+        let mut outcomes = Vec::new();
+        for budget in [500_000, default_budget] {
+            let (mut j, _b) = base_job(&code);
+            j.limits.max_steps = budget;
+            let out = run(&j);
+            outcomes.push(matches!(&out.result, Ok(CallValue::Json(t)) if t == "\"done\""));
+            if budget == default_budget {
+                assert!(
+                    outcomes[1],
+                    "{label}: {} statements refused by the default budget: {:?}",
+                    n * per_iter,
+                    out.result
+                );
+            }
+        }
+        if !outcomes[0] {
+            old_refused += 1;
+        }
+        eprintln!(
+            "{label}: {} reference statements; 500000 steps: {}, {default_budget} steps: {}",
+            n * per_iter,
+            if outcomes[0] { "pass" } else { "STEP_LIMIT" },
+            if outcomes[1] { "pass" } else { "STEP_LIMIT" }
+        );
+    }
+    assert!(
+        old_refused >= 3,
+        "the old budget should refuse the call-heavy loops"
+    );
+
+    // The catalog's cronNext, the next two monthly runs from the worst start (62 days to walk,
+    // about 89,000 minutes and 360,000 statements in the reference).
+    let cat = stsd::store::Catalog::load(&[
+        stsd_tests::catalog_dir().join("default-tool-specs-builtin.json")
+    ]);
+    let spec = cat
+        .entries
+        .iter()
+        .filter_map(|e| e.validated.spec.as_ref())
+        .find(|s| s.name == "cronNext")
+        .unwrap_or_else(|| panic!("cronNext missing"));
+    for (budget, want_ok) in [(500_000, false), (default_budget, true)] {
+        let (mut j, _b) = base_job(&spec.code);
+        j.args_json = serde_json::json!({"expression": "0 0 1 * *", "from": "2026-07-01T00:01:00Z", "count": 2}).to_string();
+        j.declared = vec!["expression".into(), "from".into(), "count".into()];
+        j.limits.max_steps = budget;
+        let out = run(&j);
+        if want_ok {
+            assert_eq!(
+                ok_json(&out),
+                serde_json::json!(["2026-08-01T00:00:00.000Z", "2026-09-01T00:00:00.000Z"])
+            );
+        } else {
+            assert_eq!(err_code(&out), Code::StepLimit, "{out:?}");
+        }
     }
 }

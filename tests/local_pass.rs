@@ -15,7 +15,14 @@ fn local_pass(file: &str) -> (Vec<String>, Vec<(String, String)>) {
     let cat = Catalog::load(&[catalog_dir().join(file)]);
     let (mut ok, mut failed) = (Vec::new(), Vec::new());
     for e in &cat.entries {
-        let r = run_entry(&cat, e, &Config::default(), &no_env, &exec_options());
+        let r = run_entry(
+            &cat,
+            e,
+            &Config::default(),
+            &no_env,
+            &exec_options(),
+            stsd::local_pass::PassPlace::Scratch,
+        );
         match r.outcome {
             Ok(_) => ok.push(r.name),
             Err(d) => failed.push((r.name, d.message)),
@@ -287,4 +294,170 @@ fn stsd_run_and_local_passes_are_audited_when_a_log_is_configured() {
     );
     assert_eq!(recs[0]["params"]["x"], "yo");
     assert_eq!(recs[2]["error"]["code"], "LOCAL_PASS_FAILED");
+}
+
+/// Every entry under `dir`: relative path -> (kind, contents or link target, mode, mtime).
+fn snapshot(
+    dir: &std::path::Path,
+) -> std::collections::BTreeMap<String, (char, Vec<u8>, u32, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(dir).unwrap_or(&p).display().to_string();
+            let m = p.symlink_metadata().unwrap_or_else(|e| panic!("{e}"));
+            let (kind, body) = if m.file_type().is_symlink() {
+                (
+                    'l',
+                    std::fs::read_link(&p)
+                        .map(|t| t.display().to_string().into_bytes())
+                        .unwrap_or_default(),
+                )
+            } else if m.is_dir() {
+                stack.push(p.clone());
+                ('d', Vec::new())
+            } else {
+                ('f', std::fs::read(&p).unwrap_or_else(|e| panic!("{e}")))
+            };
+            out.insert(
+                rel,
+                (
+                    kind,
+                    body,
+                    m.mode(),
+                    m.mtime_nsec() + m.mtime() * 1_000_000_000,
+                ),
+            );
+        }
+    }
+    out
+}
+
+fn config_file(dir: &std::path::Path, workspace: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("stsd.toml");
+    let toml = format!(
+        "[baseline]\nfs_base_path = {:?}\n",
+        workspace.display().to_string()
+    );
+    std::fs::write(&path, toml).unwrap_or_else(|e| panic!("{e}"));
+    path
+}
+
+fn stsd_test(config: &std::path::Path, extra: &[&str]) -> (i32, String, String) {
+    let out = Command::new(stsd_bin())
+        .arg("--config")
+        .arg(config)
+        .arg("test")
+        .args(extra)
+        .arg(catalog_dir().join("default-tool-specs-builtin-fs.json"))
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn builtin_fs_passes_18_of_18_on_a_fresh_install_without_creating_the_workspace() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let workspace = dir.path().join("workspace");
+    let config = config_file(dir.path(), &workspace);
+    let (rc, out, err) = stsd_test(&config, &[]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(out.contains("18 specs passed, 0 failed"), "{out}");
+    assert!(
+        !workspace.exists(),
+        "a Local Pass must not create or seed the workspace"
+    );
+}
+
+#[test]
+fn the_local_pass_leaves_a_users_workspace_byte_identical() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let ws = stsd_tests::scratch_base();
+    // A user's files that happen to carry the names the write and delete tools' testValues use.
+    let w = |p: &str, s: &str| {
+        let path = ws.path().join(p);
+        if let Some(parent) = path.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        std::fs::write(&path, s).unwrap_or_else(|e| panic!("{e}"));
+    };
+    w("README.md", "my notes\nTODO: call Bob\n");
+    w(
+        "report.md",
+        "# old title\nQ3 numbers the user cares about\n",
+    );
+    w("log.txt", "2026-01-01 started\n");
+    w("obsolete.txt", "not obsolete to me\n");
+    w("draft.md", "my draft\n");
+    w("data.csv", "a,b,c\n1,2,3\n");
+    w("uploads/data.csv", "x,y\n");
+    w("tmp/keep.txt", "precious\n");
+    w("deep/er/file.bin", "\u{0}\u{1}binary");
+    let _ = std::os::unix::fs::symlink("README.md", ws.path().join("link.md"));
+    if stsd_tests::is_root() {
+        let _ = Command::new("chown")
+            .args(["-R", &format!("{0}:{0}", stsd_tests::WORKER_UID)])
+            .arg(ws.path())
+            .status();
+    }
+    let before = snapshot(ws.path());
+    assert!(before.len() >= 13, "{}", before.len());
+    let config = config_file(dir.path(), ws.path());
+    let (_, out, err) = stsd_test(&config, &[]);
+    // The write and delete tools ran (in their scratch copies) and passed.
+    for name in [
+        "writeTextFile",
+        "appendTextFile",
+        "editTextFile",
+        "moveFile",
+        "deleteFile",
+        "deleteDir",
+    ] {
+        assert!(out.contains(&format!("PASS {name} ")), "{name}: {out}{err}");
+    }
+    assert_eq!(snapshot(ws.path()), before, "the workspace changed: {out}");
+}
+
+#[test]
+fn in_place_says_what_it_will_touch_and_touches_it() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let ws = stsd_tests::scratch_base();
+    let config = config_file(dir.path(), ws.path());
+    let (_, out, err) = stsd_test(&config, &["--in-place"]);
+    let real = ws.path().canonicalize().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        err.contains("--in-place")
+            && err.contains(&ws.path().display().to_string())
+            && err.contains("deleteFile"),
+        "{err}"
+    );
+    // The old behaviour: the workspace was written (the README seeded, report.md written).
+    assert!(real.join("report.md").exists(), "{out}{err}");
+}
+
+#[test]
+fn an_oversized_workspace_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let ws = stsd_tests::scratch_base();
+    for i in 0..(stsd::scratch::MAX_COPY_ENTRIES + 1) {
+        std::fs::write(ws.path().join(format!("f{i}")), "").unwrap_or_else(|e| panic!("{e}"));
+    }
+    let config = config_file(dir.path(), ws.path());
+    let (rc, out, _) = stsd_test(&config, &[]);
+    assert_eq!(rc, 1);
+    assert!(
+        out.contains("SANDBOX_UNAVAILABLE")
+            && out.contains("over the scratch copy's limit")
+            && out.contains("--in-place"),
+        "{out}"
+    );
 }

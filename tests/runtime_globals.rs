@@ -57,6 +57,9 @@ fn atob_and_btoa_follow_the_browsers() {
     assert_eq!(ok("return btoa('hello world');"), "aGVsbG8gd29ybGQ=");
     assert_eq!(ok("return btoa(String.fromCharCode(255, 0, 128));"), "/wCA");
     assert_eq!(ok("return atob(' aGVs\\nbG8= ');"), "hello");
+    // Non-zero trailing bits are forgiven (WHATWG forgiving-base64, as node and browsers).
+    assert_eq!(ok("return atob('SGVsbG8gV29ybGR=');"), "Hello World");
+    assert_eq!(ok("return atob('YQ') + atob('YR==');"), "aa");
     assert_eq!(
         ok("return atob('aGVsbG8');"),
         "hello",

@@ -52,7 +52,14 @@ fn all_18_file_tools_earn_their_local_pass() {
         seed(ws.path());
         let mut cfg = Config::default();
         cfg.baseline.fs_base_path = Some(ws.path().to_path_buf());
-        let r = run_entry(&cat, e, &cfg, &no_env, &exec_options());
+        let r = run_entry(
+            &cat,
+            e,
+            &cfg,
+            &no_env,
+            &exec_options(),
+            stsd::local_pass::PassPlace::Scratch,
+        );
         assert!(r.outcome.is_ok(), "{}: {:?}", r.name, r.outcome);
         passed.push(r.name);
     }

@@ -323,7 +323,7 @@ impl Default for Baseline {
             fs_base_path: None,
             allowed_base_roots: Vec::new(),
             timeout_seconds: 30,
-            max_steps: 500_000,
+            max_steps: 5_000_000,
             memory_limit_mib: 128,
             env_allow: Vec::new(),
             max_write_bytes: 64 * 1024 * 1024,
@@ -538,7 +538,7 @@ mod tests {
         let b = Baseline::default();
         assert_eq!(b.network_mode, NetworkMode::Blocked);
         assert!(!b.file_read && !b.file_write);
-        assert_eq!((b.timeout_seconds, b.max_steps), (30, 500_000));
+        assert_eq!((b.timeout_seconds, b.max_steps), (30, 5_000_000));
         assert_eq!(b.deny_classes.len(), 12);
         assert_eq!(b.allow_classes.len(), 5);
     }

@@ -39,7 +39,7 @@ fn no_overrides_is_the_baseline() {
     );
     assert_eq!(r.risk, RiskLevel::L0);
     assert_eq!(r.limits.timeout_ms, 30_000);
-    assert_eq!(r.limits.max_steps, 500_000);
+    assert_eq!(r.limits.max_steps, 5_000_000);
     // An empty block is the same as no block (§10.1).
     let empty = resolve(&spec(json!({})), &Config::default()).unwrap_or_else(|d| panic!("{d}"));
     assert_eq!(empty, r);

@@ -87,7 +87,7 @@ impl Default for JobLimits {
     fn default() -> Self {
         JobLimits {
             timeout_ms: 30_000,
-            max_steps: 500_000,
+            max_steps: 5_000_000,
             memory_bytes: 128 * 1024 * 1024,
             stack_bytes: 1024 * 1024,
             max_result_bytes: 1024 * 1024,

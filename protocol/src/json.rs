@@ -160,3 +160,83 @@ mod tests {
         assert!(v.is_ok());
     }
 }
+
+/// Parses JSON as `JSON.stringify` writes it. JavaScript strings may hold lone surrogates,
+/// which `JSON.stringify` writes as `\ud83d` and serde_json refuses; here such an escape is
+/// kept as its six characters of text (the string holds a backslash, `u` and four hex
+/// digits), so a result with half an emoji stays a result instead of becoming an error.
+pub fn parse_js_json(text: &str) -> serde_json::Result<Value> {
+    match serde_json::from_str(text) {
+        Err(e) if text.contains("\\u") => {
+            serde_json::from_str(&escape_lone_surrogates(text)).map_err(|_| e)
+        }
+        other => other,
+    }
+}
+
+/// Rewrites each `\uXXXX` escape of a lone surrogate as `\\uXXXX` (an escaped backslash).
+fn escape_lone_surrogates(text: &str) -> String {
+    let hex = |s: &str| -> Option<u32> {
+        let h = s.get(..4)?;
+        if h.bytes().all(|b| b.is_ascii_hexdigit()) {
+            u32::from_str_radix(h, 16).ok()
+        } else {
+            None
+        }
+    };
+    let is_high = |u: u32| (0xD800..0xDC00).contains(&u);
+    let is_low = |u: u32| (0xDC00..0xE000).contains(&u);
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut rest = text;
+    while let Some(i) = rest.find('\\') {
+        out.push_str(&rest[..i]);
+        let esc = &rest[i..];
+        let unit = esc.strip_prefix("\\u").and_then(hex);
+        match unit {
+            Some(u) if is_high(u) => {
+                let pair = esc[6..].strip_prefix("\\u").and_then(hex);
+                if pair.is_some_and(is_low) {
+                    out.push_str(&esc[..12]);
+                    rest = &esc[12..];
+                } else {
+                    out.push('\\');
+                    out.push_str(&esc[..6]);
+                    rest = &esc[6..];
+                }
+            }
+            Some(u) if is_low(u) => {
+                out.push('\\');
+                out.push_str(&esc[..6]);
+                rest = &esc[6..];
+            }
+            // Any other escape (`\\`, `\"`, `\n`, a BMP `\u`) is copied whole, so an escaped
+            // backslash is never read as the start of another escape.
+            _ => {
+                let n = esc.chars().nth(1).map_or(1, |c| 1 + c.len_utf8());
+                out.push_str(&esc[..n]);
+                rest = &esc[n..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod js_json_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn lone_surrogates_are_kept_as_text() {
+        let v = parse_js_json(r#"["\ud83d","\ude00","a","\ud83d\ude00","\\ud83d"]"#).ok();
+        assert_eq!(v, Some(json!(["\\ud83d", "\\ude00", "a", "😀", "\\ud83d"])));
+        assert_eq!(parse_js_json(r#""x\udfff""#).ok(), Some(json!("x\\udfff")));
+        assert_eq!(
+            parse_js_json(r#"{"\ud800":1}"#).ok(),
+            Some(json!({"\\ud800": 1}))
+        );
+        assert!(parse_js_json(r#"["\ud83d"#).is_err());
+        assert!(parse_js_json("nope").is_err());
+    }
+}

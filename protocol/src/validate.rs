@@ -172,7 +172,7 @@ fn check_params(spec: &ToolSpec, out: &mut Vec<Diagnostic>) {
                 Code::SpecInvariant,
                 tv_at,
                 format!(
-                    "required param {:?} has a blank testValue; blank arguments count as missing, so the Local Pass could never run it",
+                    "required param {:?} has a blank testValue; the Local Pass would run it with a blank string, which is not a representative sample (§6.3)",
                     p.name
                 ),
             )),
@@ -236,24 +236,68 @@ fn check_static_variables(spec: &ToolSpec, out: &mut Vec<Diagnostic>) {
     }
 }
 
-/// A hostsAllow entry is a host name (optionally `*` or `*.domain`), never a URL.
-pub fn host_entry_problem(host: &str) -> Option<&'static str> {
+/// A hostsAllow entry is a host name or address (optionally `*` or `*.domain`): never a URL,
+/// a scheme, a port or a network range, each of which would match no request at run time.
+/// The problem says what to write instead.
+pub fn host_entry_problem(host: &str) -> Option<String> {
     if host.trim().is_empty() {
-        return Some("is empty");
+        return Some("is empty".into());
     }
-    if host.contains("://") {
-        return Some("is a URL; write only the host name (api.example.com)");
+    if let Some((scheme, rest)) = host.split_once("://") {
+        let name = rest
+            .split(['/', '?', '#'])
+            .next()
+            .unwrap_or_default()
+            .rsplit('@')
+            .next()
+            .unwrap_or_default();
+        let name = strip_port(name).unwrap_or(name);
+        return Some(format!(
+            "is a URL with the scheme {scheme:?}; hostsAllow matches host names for http and https alike, so write only the host: {name:?}"
+        ));
+    }
+    if let Some((net, bits)) = host.split_once('/') {
+        if net.parse::<std::net::IpAddr>().is_ok() && bits.bytes().all(|b| b.is_ascii_digit()) {
+            return Some(format!(
+                "is a network range (CIDR); hostsAllow matches host names and single addresses only: list each host the tool calls (e.g. \"api.example.com\" or \"{net}\"), and for private services the operator sets [egress] trusted_ranges"
+            ));
+        }
     }
     if host.contains(['/', '?', '#', '@']) {
-        return Some("holds a path, query or user part; write only the host name");
+        return Some("holds a path, query or user part; write only the host name".into());
     }
     if host.chars().any(char::is_whitespace) {
-        return Some("contains whitespace");
+        return Some("contains whitespace".into());
+    }
+    if let Some(name) = strip_port(host) {
+        return Some(format!(
+            "has a port; hostsAllow matches host names on any port, so write {name:?}"
+        ));
+    }
+    if let Some(scheme) = ["http:", "https:"].iter().find(|s| host.starts_with(**s)) {
+        return Some(format!(
+            "starts with the scheme {scheme:?}; write only the host name: {:?}",
+            &host[scheme.len()..]
+        ));
     }
     if host != "*" && host.trim_start_matches("*.").contains('*') {
-        return Some("has a `*` other than a leading `*.` label");
+        return Some("has a `*` other than a leading `*.` label".into());
     }
     None
+}
+
+/// `host:port` or `[v6]:port` without its port; None when there is no port (a bare IPv6
+/// address has colons but no port).
+fn strip_port(host: &str) -> Option<&str> {
+    if let Some(rest) = host.strip_prefix('[') {
+        let (addr, tail) = rest.split_once(']')?;
+        let port = tail.strip_prefix(':')?;
+        return (!port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+            .then_some(&host[..addr.len() + 2]);
+    }
+    let (name, port) = host.rsplit_once(':')?;
+    (!name.contains(':') && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(name)
 }
 
 fn check_overrides(spec: &ToolSpec, out: &mut Vec<Diagnostic>) {
@@ -325,5 +369,27 @@ mod tests {
         assert!(host_entry_problem("https://api.github.com").is_some());
         assert!(host_entry_problem("api.*.com").is_some());
         assert!(host_entry_problem("").is_some());
+        // Each wrong form says what to write instead.
+        let said = |h: &str| host_entry_problem(h).unwrap_or_default();
+        assert!(
+            said("example.com:443").contains("write \"example.com\""),
+            "{}",
+            said("example.com:443")
+        );
+        assert!(
+            said("[::1]:8443").contains("write \"[::1]\""),
+            "{}",
+            said("[::1]:8443")
+        );
+        assert_eq!(
+            host_entry_problem("2001:db8::1"),
+            None,
+            "a bare IPv6 address has no port"
+        );
+        assert!(
+            said("10.0.0.0/8").contains("CIDR") && said("10.0.0.0/8").contains("trusted_ranges")
+        );
+        assert!(said("https://api.github.com:443/repos").contains("\"api.github.com\""));
+        assert!(said("http:example.com").contains("\"example.com\""));
     }
 }

@@ -136,10 +136,9 @@ pub fn call(
         });
     }
     if json_out {
-        let result = r
-            .get("structuredContent")
-            .cloned()
-            .unwrap_or_else(|| serde_json::from_str(&text).unwrap_or(Value::String(text.clone())));
+        let result = r.get("structuredContent").cloned().unwrap_or_else(|| {
+            stsd_protocol::json::parse_js_json(&text).unwrap_or(Value::String(text.clone()))
+        });
         println!("{}", json!({"ok": true, "result": result}));
     } else {
         println!("{text}");

@@ -38,7 +38,7 @@ fn input_error(d: &Diagnostic, json_out: bool) -> ExitCode {
 fn render(v: &CallValue) -> String {
     match v {
         CallValue::Undefined => "undefined".into(),
-        CallValue::Json(text) => match serde_json::from_str::<Value>(text) {
+        CallValue::Json(text) => match stsd_protocol::json::parse_js_json(text) {
             Ok(Value::String(s)) => s,
             _ => text.clone(),
         },
@@ -238,13 +238,7 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
     match out.result {
         Ok(v) => {
             if json_out {
-                let result: Value = match &v {
-                    CallValue::Undefined => Value::Null,
-                    CallValue::Json(t) => {
-                        serde_json::from_str(&secrets.mask(t)).unwrap_or(Value::Null)
-                    }
-                };
-                println!("{}", json!({"ok": true, "result": result}));
+                println!("{}", json_reply(&v, secrets));
             } else {
                 println!("{}", secrets.mask(&render(&v)));
             }
@@ -368,6 +362,7 @@ pub fn test(
     write: bool,
     json_out: bool,
     only_case: Option<usize>,
+    in_place: bool,
 ) -> ExitCode {
     if let Some(missing) = paths.iter().find(|p| !p.exists()) {
         return usage(format!("no such file or directory: {}", missing.display()));
@@ -391,6 +386,12 @@ pub fn test(
         }
     }
     let env = config.baseline.env();
+    let place = if in_place {
+        warn_in_place(&cat, config);
+        local_pass::PassPlace::InPlace
+    } else {
+        local_pass::PassPlace::Scratch
+    };
     let mut passed = Vec::new();
     let mut failed_specs = cat.problems.len();
     for (i, e) in cat.entries.iter().enumerate() {
@@ -402,7 +403,7 @@ pub fn test(
             .map(|s| s.name.clone())
             .unwrap_or_default();
         if only_case.is_none() {
-            let report = local_pass::run_entry(&cat, e, config, &env, &opts);
+            let report = local_pass::run_entry(&cat, e, config, &env, &opts, place);
             let ms = report.elapsed.as_millis() as u64;
             let (success, result, reason) = match &report.outcome {
                 Ok(v) => (
@@ -453,7 +454,7 @@ pub fn test(
                     if only_case.is_some_and(|k| k != n) {
                         continue;
                     }
-                    let r = local_pass::run_case(spec, config, &env, &opts, case);
+                    let r = local_pass::run_case(spec, config, &env, &opts, case, place);
                     if !json_out {
                         println!(
                             "{}   case {n} {:<22} {:>5} ms",
@@ -520,10 +521,44 @@ pub fn test(
     }
 }
 
+/// `--in-place`: says, before anything runs, which specs will write where.
+fn warn_in_place(cat: &Catalog, config: &Config) {
+    let mut writers = Vec::new();
+    let mut paths = std::collections::BTreeSet::new();
+    for spec in cat.entries.iter().filter_map(|e| e.validated.spec.as_ref()) {
+        let Ok(r) = resolve(spec, config) else {
+            continue;
+        };
+        let safety = &r.tool_safety.capabilities;
+        if safety.file_read || safety.file_write {
+            paths.insert(r.fs_base_path.display().to_string());
+        }
+        if safety.file_write {
+            writers.push(spec.name.as_str());
+        }
+    }
+    eprintln!(
+        "stsd: --in-place: file tools run against {} itself, not a scratch copy; {} can create, overwrite, move or delete files there: {}",
+        if paths.is_empty() { "their base path".to_string() } else { paths.into_iter().collect::<Vec<_>>().join(", ") },
+        if writers.is_empty() { "no spec here".to_string() } else { format!("{} specs with write access", writers.len()) },
+        if writers.is_empty() { "-".to_string() } else { writers.join(", ") }
+    );
+}
+
 /// A call's value as JSON for reports.
 fn render_value(v: &CallValue) -> Value {
-    match v {
-        CallValue::Undefined => Value::Null,
-        CallValue::Json(t) => serde_json::from_str(t).unwrap_or(Value::Null),
+    v.to_value()
+}
+
+/// `stsd run --json`'s success line. The result goes out as the tool's own JSON text once it
+/// is known to be JSON, so a lone surrogate stays the `\ud83d` escape JSON.stringify wrote
+/// (a serde_json value cannot hold one).
+fn json_reply(v: &CallValue, secrets: &stsd_protocol::envvar::SecretSet) -> String {
+    if let CallValue::Json(t) = v {
+        let masked = secrets.mask(t);
+        if stsd_protocol::json::parse_js_json(&masked).is_ok() {
+            return format!("{{\"ok\":true,\"result\":{}}}", masked.trim());
+        }
     }
+    json!({"ok": true, "result": Value::Null}).to_string()
 }

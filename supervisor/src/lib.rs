@@ -21,6 +21,7 @@ pub mod mcp_approval;
 pub mod metrics;
 pub mod paths;
 pub mod pool;
+pub mod scratch;
 pub mod service;
 pub mod store;
 pub mod transport;

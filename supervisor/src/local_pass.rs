@@ -2,6 +2,7 @@
 //! under its own resolved posture, in the same sandbox a published call gets.
 
 use crate::exec::{self, job, CallValue, ExecOptions};
+pub use crate::scratch::PassPlace;
 use crate::store::{now_ms, Catalog, Entry};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -27,12 +28,15 @@ fn failed(cause: Code, message: impl AsRef<str>, pointer: &str) -> Diagnostic {
 }
 
 /// Runs the Local Pass of one entry. Console output is dropped (it is not part of the pass).
+/// A tool with file access runs in a scratch copy of its base path unless `place` says
+/// in place (see [`crate::scratch`]).
 pub fn run_entry(
     cat: &Catalog,
     e: &Entry,
     config: &Config,
     env: &dyn EnvSource,
     opts: &ExecOptions,
+    place: PassPlace,
 ) -> PassReport {
     let t0 = std::time::Instant::now();
     let name = e
@@ -53,7 +57,7 @@ pub fn run_entry(
         let args = job::test_arguments(spec).map_err(|d| failed(d.code, &d.message, &d.pointer))?;
         let mut prepared = job::prepare(0, spec, &resolved, config, args, env)
             .map_err(|d| failed(d.code, &d.message, &d.pointer))?;
-        crate::workspace::prepare_base_path(&mut prepared.job.sandbox, config)
+        let _scratch = crate::scratch::prepare(&mut prepared.job.sandbox, config, place)
             .map_err(|e| failed(Code::SandboxUnavailable, e, "/sandboxOverrides/fsBasePath"))?;
         let out = exec::run_job(&prepared.job, opts, &mut |_| {});
         match out.result {
@@ -203,13 +207,15 @@ pub struct CaseResult {
     pub reason: Option<String>,
 }
 
-/// Runs one test case under the spec's own posture, in a sandboxed worker.
+/// Runs one test case under the spec's own posture, in a sandboxed worker (in a fresh
+/// scratch workspace unless `place` says in place).
 pub fn run_case(
     spec: &stsd_protocol::ToolSpec,
     config: &Config,
     env: &dyn EnvSource,
     opts: &ExecOptions,
     case: &TestCase,
+    place: PassPlace,
 ) -> CaseResult {
     let t0 = std::time::Instant::now();
     let outcome: Result<Value, (String, String)> = (|| {
@@ -222,14 +228,15 @@ pub fn run_case(
         if let Some(ms) = case.timeout_ms {
             prepared.job.limits.timeout_ms = ms.min(prepared.job.limits.timeout_ms);
         }
-        crate::workspace::prepare_base_path(&mut prepared.job.sandbox, config)
+        let _scratch = crate::scratch::prepare(&mut prepared.job.sandbox, config, place)
             .map_err(|e| (Code::SandboxUnavailable.to_string(), e))?;
         let out = exec::run_job(&prepared.job, opts, &mut |_| {});
         match out.result {
             Ok(CallValue::Undefined) => Ok(Value::Null),
-            Ok(CallValue::Json(t)) => {
-                Ok(serde_json::from_str(&prepared.secrets.mask(&t)).unwrap_or(Value::Null))
-            }
+            Ok(CallValue::Json(t)) => Ok(stsd_protocol::json::parse_js_json(
+                &prepared.secrets.mask(&t),
+            )
+            .unwrap_or(Value::Null)),
             Err(e) => Err((e.code.to_string(), prepared.secrets.mask(&e.message))),
         }
     })();

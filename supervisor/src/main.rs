@@ -203,6 +203,10 @@ enum Command {
         /// Run only test case N (0-based) of each spec, not the Local Pass.
         #[arg(long = "case", value_name = "N")]
         case: Option<usize>,
+        /// Run file tools against their real base path (the workspace), not a scratch copy:
+        /// write and delete tools then change files there.
+        #[arg(long = "in-place")]
+        in_place: bool,
     },
     /// Write the served catalog as a CJSON toolsets document (seed 003), each tool with its
     /// argsSchema and approval requirement: a complete file to start --toolsets from.
@@ -442,7 +446,8 @@ fn main() -> ExitCode {
             write,
             json,
             case,
-        } => cli_run::test(&config, &paths, write, json, case),
+            in_place,
+        } => cli_run::test(&config, &paths, write, json, case, in_place),
         Command::Call {
             tool,
             args,

@@ -800,7 +800,7 @@ async fn cancelled(flag: &AtomicBool) {
 fn success(v: &CallValue, secrets: &SecretSet) -> ToolReply {
     let (text, structured) = match v {
         CallValue::Undefined => ("undefined".to_string(), None),
-        CallValue::Json(t) => match serde_json::from_str::<Value>(t) {
+        CallValue::Json(t) => match stsd_protocol::json::parse_js_json(t) {
             Ok(Value::String(s)) => (s, None),
             Ok(obj @ Value::Object(_)) => (t.clone(), Some(obj)),
             _ => (t.clone(), None),

@@ -23,6 +23,13 @@ pub fn prepare_base_path(sandbox: &mut SandboxSpec, config: &Config) -> Result<(
     if path == workspace {
         seed_readme(&workspace, config)?;
     }
+    let real = checked_real_path(&path, config)?;
+    sandbox.base_path = real.display().to_string();
+    Ok(())
+}
+
+/// `path` resolved on disk (symlinks followed): a directory under one of the allowed roots.
+pub fn checked_real_path(path: &Path, config: &Config) -> Result<PathBuf, String> {
     let real = path
         .canonicalize()
         .map_err(|e| format!("base path {}: {e}", path.display()))?;
@@ -42,8 +49,7 @@ pub fn prepare_base_path(sandbox: &mut SandboxSpec, config: &Config) -> Result<(
             real.display()
         ));
     }
-    sandbox.base_path = real.display().to_string();
-    Ok(())
+    Ok(real)
 }
 
 /// An empty workspace gets a short README on first use, as the reference runtime seeds its

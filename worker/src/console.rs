@@ -62,12 +62,13 @@ impl ConsoleState {
     }
 }
 
-/// How one console argument prints: strings as they are, objects as JSON when they can be,
+/// How one console argument prints: strings as they are (a lone surrogate as its `\\uXXXX`
+/// escape, see [`crate::jsstring`]), objects as JSON when they can be,
 /// everything else as JavaScript's own String(). Exceptions (a throwing getter, `toJSON` or
 /// `toString`, or the engine's own interrupt) propagate to the caller.
 fn render<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> rquickjs::Result<String> {
     if let Some(s) = v.as_string() {
-        return s.to_string();
+        return crate::jsstring::lossless(s);
     }
     if v.is_undefined() {
         return Ok("undefined".into());
@@ -77,10 +78,10 @@ fn render<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> rquickjs::Result<String> {
         .is_some_and(|o| o.get::<_, Value>("stack").is_ok_and(|s| s.is_string()));
     if (v.is_object() || v.is_array()) && !v.is_function() && !is_error {
         if let Some(s) = ctx.json_stringify(v.clone())? {
-            return s.to_string();
+            return crate::jsstring::lossless(&s);
         }
     }
-    Coerced::<String>::from_js(ctx, v).map(|c| c.0)
+    Coerced::<rquickjs::String>::from_js(ctx, v).and_then(|c| crate::jsstring::lossless(&c.0))
 }
 
 pub fn install<'js>(ctx: &Ctx<'js>, state: &Rc<ConsoleState>) -> rquickjs::Result<()> {

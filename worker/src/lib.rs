@@ -8,6 +8,7 @@ mod channel;
 mod console;
 mod engine;
 mod globals;
+mod jsstring;
 mod zygote;
 
 // Compiled only into debug (test) builds, even when a workspace build unifies the feature on.

@@ -297,7 +297,14 @@ impl Admin {
                 }
             }
             let env = config.baseline.env();
-            let pass = crate::local_pass::run_entry(&cat, e, &config, &env, &opts);
+            let pass = crate::local_pass::run_entry(
+                &cat,
+                e,
+                &config,
+                &env,
+                &opts,
+                crate::local_pass::PassPlace::Scratch,
+            );
             if let Err(d) = &pass.outcome {
                 return Err(format!("Local Pass: {d}"));
             }
@@ -313,7 +320,14 @@ impl Admin {
                 .unwrap_or(Value::Null);
             let cases = crate::local_pass::test_cases(&doc).map_err(|d| d.to_string())?;
             for case in &cases {
-                let r = crate::local_pass::run_case(spec, &config, &env, &opts, case);
+                let r = crate::local_pass::run_case(
+                    spec,
+                    &config,
+                    &env,
+                    &opts,
+                    case,
+                    crate::local_pass::PassPlace::Scratch,
+                );
                 if !r.success {
                     return Err(format!(
                         "test case {:?}: {}",

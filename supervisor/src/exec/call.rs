@@ -5,6 +5,7 @@ use super::spawn::{ChildProc, Spawned, Spawner};
 use crate::egress::{self, Broker, HopRecord};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recv, send, MsgFlags};
+use serde_json::Value;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -60,8 +61,19 @@ impl ExecOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallValue {
     Undefined,
-    /// The result's JSON text.
+    /// The result's JSON text, as the tool's `JSON.stringify` wrote it.
     Json(String),
+}
+
+impl CallValue {
+    /// The result as a JSON value: `null` for undefined; a lone surrogate (half an emoji)
+    /// stays in its strings as the text `\ud83d` (see `stsd_protocol::json::parse_js_json`).
+    pub fn to_value(&self) -> Value {
+        match self {
+            CallValue::Undefined => Value::Null,
+            CallValue::Json(t) => stsd_protocol::json::parse_js_json(t).unwrap_or(Value::Null),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

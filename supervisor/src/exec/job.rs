@@ -8,8 +8,9 @@ use stsd_protocol::frames::{FsAccess, Job, JobLimits, NetworkGrant, SandboxSpec}
 use stsd_protocol::{Code, Diagnostic, NetworkMode, ToolSpec};
 
 /// Checks arguments against the params (§6): unknown names, missing required ones and wrong
-/// types are INVALID_INPUT with a pointer (`/arguments/NAME`). Blank strings count as missing,
-/// as in the reference runtime.
+/// types are INVALID_INPUT with a pointer (`/arguments/NAME`). Only absent and `null` arguments
+/// are missing: `""` and whitespace are strings like any other, as the advertised inputSchema
+/// says (the reference runtime drops blank strings; README, "Arguments").
 pub fn check_arguments(
     spec: &ToolSpec,
     args: &Map<String, Value>,
@@ -28,11 +29,7 @@ pub fn check_arguments(
     }
     let mut out = Map::new();
     for p in &spec.params {
-        let v = args.get(&p.name).filter(|v| match v {
-            Value::Null => false,
-            Value::String(s) => !s.trim().is_empty(),
-            _ => true,
-        });
+        let v = args.get(&p.name).filter(|v| !v.is_null());
         match v {
             None if p.required => {
                 return Err(bad(
@@ -276,8 +273,13 @@ mod tests {
         assert!(e.is_some(), "2.5 is not an INTEGER");
         let e = check_arguments(&s, &args(json!({"q": "x", "zz": 1}))).err();
         assert_eq!(e.map(|d| d.pointer), Some("/arguments/zz".into()));
-        // Blank strings are missing.
-        assert!(check_arguments(&s, &args(json!({"q": "  "}))).is_err());
+        // Blank strings are bound as they are (the inputSchema allows any string); null is
+        // missing.
+        for blank in ["", "  ", "\t", "\n"] {
+            let ok = check_arguments(&s, &args(json!({"q": blank}))).unwrap_or_default();
+            assert_eq!(ok.get("q"), Some(&json!(blank)), "{blank:?} must be bound");
+        }
+        assert!(check_arguments(&s, &args(json!({"q": null}))).is_err());
         let ok = check_arguments(&s, &args(json!({"q": "x", "o": null}))).unwrap_or_default();
         assert!(!ok.contains_key("o"));
     }

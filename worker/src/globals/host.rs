@@ -8,6 +8,15 @@ use rquickjs::{Ctx, Exception, Function, Object, TypedArray};
 use sha1::Sha1;
 use sha2::{Digest, Sha256, Sha384, Sha512};
 
+/// WHATWG forgiving-base64's decoder: standard alphabet, non-zero trailing bits accepted
+/// (`atob("SGVsbG8gV29ybGR=")` is "Hello World", as in browsers and node).
+const FORGIVING_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
 /// Copies a Uint8Array's bytes out of the engine.
 pub(crate) fn bytes_of(ctx: &Ctx<'_>, a: &TypedArray<'_, u8>) -> rquickjs::Result<Vec<u8>> {
     match a.as_raw() {
@@ -108,11 +117,12 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
     )?;
     host.set(
         "base64Decode",
-        // Input already normalised by the prelude (forgiving-base64, padding restored).
+        // Input already normalised by web.js (forgiving-base64: whitespace gone, padding
+        // restored, alphabet checked); the spec discards the last character's unused bits.
         Function::new(
             ctx.clone(),
             |ctx: Ctx<'js>, s: String| -> rquickjs::Result<Option<TypedArray<'js, u8>>> {
-                match base64::engine::general_purpose::STANDARD.decode(s.as_bytes()) {
+                match FORGIVING_BASE64.decode(s.as_bytes()) {
                     Ok(b) => Ok(Some(TypedArray::<u8>::new_copy(ctx, &b)?)),
                     Err(_) => Ok(None),
                 }
@@ -376,5 +386,10 @@ mod tests {
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
         assert!(hash("MD5", b"").is_none());
+        // Forgiving-base64 keeps what the last character's unused bits held out.
+        assert_eq!(
+            FORGIVING_BASE64.decode("SGVsbG8gV29ybGR=").ok().as_deref(),
+            Some(&b"Hello World"[..])
+        );
     }
 }

@@ -3,7 +3,8 @@
 (function (host) {
   "use strict";
   function toBytes(data, what) {
-    if (typeof data === "string") return host.utf8Encode(data);
+    // A lone surrogate encodes as U+FFFD, as the standard's UTF-8 encode does.
+    if (typeof data === "string") return host.utf8Encode(data.toWellFormed());
     if (data instanceof Uint8Array) return data;
     if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     if (data instanceof ArrayBuffer) return new Uint8Array(data);
@@ -14,9 +15,9 @@
   // ---- encoding: TextEncoder, TextDecoder, atob, btoa ----------------------------------
   class TextEncoder {
     get encoding() { return "utf-8"; }
-    encode(input = "") { return host.utf8Encode(String(input)); }
+    encode(input = "") { return host.utf8Encode(String(input).toWellFormed()); }
     encodeInto(input, dest) {
-      const bytes = host.utf8Encode(String(input));
+      const bytes = host.utf8Encode(String(input).toWellFormed());
       // Whole code points only, as the standard requires.
       let n = Math.min(bytes.length, dest.length);
       while (n > 0 && n < bytes.length && (bytes[n] & 0xc0) === 0x80) n--;
@@ -61,13 +62,15 @@
     if (arguments.length === 0) throw new TypeError("atob: 1 argument required, but only 0 present.");
     let s = String(data).replace(/[\t\n\f\r ]/g, "");
     if (s.length % 4 === 0) s = s.replace(/==?$/, "");
-    if (s.length % 4 === 1 || /[^A-Za-z0-9+/]/.test(s)) {
+    // Both failures are InvalidCharacterError; the messages are node's.
+    if (/[^A-Za-z0-9+/]/.test(s)) throw new DOMException("Invalid character", "InvalidCharacterError");
+    if (s.length % 4 === 1) {
       throw new DOMException("The string to be decoded is not correctly encoded.", "InvalidCharacterError");
     }
     const padded = s + "===".slice((s.length + 3) % 4);
     const bytes = host.base64Decode(padded);
     if (bytes === null || bytes === undefined) {
-      throw new DOMException("The string to be decoded is not correctly encoded.", "InvalidCharacterError");
+      throw new DOMException("Invalid character", "InvalidCharacterError");
     }
     let out = "";
     for (let i = 0; i < bytes.length; i += 8192) out += String.fromCharCode.apply(null, bytes.subarray(i, i + 8192));
@@ -78,7 +81,8 @@
   const HASHES = { "SHA-1": 20, "SHA-256": 32, "SHA-384": 48, "SHA-512": 64 };
   function hashName(alg, what) {
     const n = String(typeof alg === "object" && alg !== null ? alg.name : alg).toUpperCase();
-    if (!(n in HASHES)) throw new DOMException(`${what}: unrecognized algorithm name ${n}`, "NotSupportedError");
+    // node's wording; `what` stays in the stack.
+    if (!(n in HASHES)) throw new DOMException("Unrecognized algorithm name", "NotSupportedError");
     return n;
   }
 
@@ -144,14 +148,20 @@
   };
 
   // ---- structuredClone --------------------------------------------------------------------
+  // HTML's structured clone: an ordinary object of any class is copied as a plain object (own
+  // enumerable properties), as node does; functions, symbols and objects with internal state
+  // the algorithm does not know (WeakMap, Promise, ...) are a DataCloneError, worded as node's.
+  const UNCLONEABLE = [WeakMap, WeakSet, Promise, typeof WeakRef === "function" ? WeakRef : WeakMap];
+  const refuse = (what) => new DOMException(`${what} could not be cloned.`, "DataCloneError");
   function structuredClone(value) {
     const seen = new Map();
     const clone = (v) => {
       if (v === null || (typeof v !== "object" && typeof v !== "function")) {
-        if (typeof v === "symbol") throw new DOMException("Symbol values cannot be cloned", "DataCloneError");
+        if (typeof v === "symbol") throw refuse(String(v));
         return v;
       }
-      if (typeof v === "function") throw new DOMException("function values cannot be cloned", "DataCloneError");
+      if (typeof v === "function") throw refuse(Function.prototype.toString.call(v));
+      for (const C of UNCLONEABLE) if (v instanceof C) throw refuse(`#<${C.name}>`);
       if (seen.has(v)) return seen.get(v);
       let out;
       if (Array.isArray(v)) { out = []; seen.set(v, out); for (let i = 0; i < v.length; i++) out[i] = clone(v[i]); return out; }
@@ -164,8 +174,6 @@
       else if (v instanceof Error) { out = new (globalThis[v.name] || Error)(v.message); }
       else if (v instanceof Boolean || v instanceof Number || v instanceof String) out = Object(v.valueOf());
       else {
-        const proto = Object.getPrototypeOf(v);
-        if (proto !== Object.prototype && proto !== null) throw new DOMException("this object cannot be cloned", "DataCloneError");
         out = {}; seen.set(v, out);
         for (const k of Object.keys(v)) out[k] = clone(v[k]);
         return out;
