@@ -9,9 +9,9 @@ use stsd_tests::{is_root, stsd_bin};
 
 fn cli(d: &Daemon, args: &[&str]) -> Output {
     Command::new(stsd_bin())
+        .args(args)
         .arg("--socket")
         .arg(&d.socket)
-        .args(args)
         .output()
         .unwrap_or_else(|e| panic!("{e}"))
 }
@@ -86,7 +86,7 @@ fn status_and_tools_list_describe_the_running_daemon() {
         .unwrap_or_default();
     assert_eq!(
         (draft["state"].clone(), draft["reason"].clone()),
-        (json!("WITHHELD"), json!("DRAFT"))
+        (json!("WITHHELD"), json!("DRAFT: run stsd test --write (records a Local Pass and sets draft: false), or stsd tools add"))
     );
     let show = json_of(&cli(&d, &["tools", "show", "slow"]));
     assert_eq!(show["inputSchema"]["properties"]["ms"]["type"], "integer");
@@ -105,9 +105,9 @@ fn a_uid_outside_admin_uids_is_refused_every_admin_method_but_keeps_mcp() {
     let as_nobody = |args: &[&str]| {
         use std::os::unix::process::CommandExt;
         Command::new(stsd_bin())
+            .args(args)
             .arg("--socket")
             .arg(&d.socket)
-            .args(args)
             .uid(65534)
             .gid(65534)
             .output()
@@ -147,9 +147,9 @@ fn the_mcp_export_is_what_tools_list_serves_and_the_openai_export_has_its_shape(
     let config = d.dir().join("stsd.toml");
     let export = |format: &str, catalog: &str, all: bool| {
         let out = Command::new(stsd_bin())
+            .args(["export", "--format", format, catalog])
             .arg("--config")
             .arg(&config)
-            .args(["export", "--format", format, catalog])
             .args(if all { &["--all"][..] } else { &[][..] })
             .env("STSD_TEST_TOKEN", "supersecret-token-123")
             .output()

@@ -238,7 +238,9 @@ impl Handler {
 fn states(service: &Service) -> Result<&'static StateBook, &'static String> {
     static BOOK: std::sync::OnceLock<Result<StateBook, String>> = std::sync::OnceLock::new();
     BOOK.get_or_init(|| {
-        StateBook::new(Duration::from_secs(service.config.approval.timeout_seconds))
+        StateBook::new(Duration::from_secs(
+            service.config().approval.timeout_seconds,
+        ))
     })
     .as_ref()
 }

@@ -81,7 +81,7 @@ fn usage_errors_exit_2() {
     assert_eq!(stsd(&["check", "/no/such/path"]).status.code(), Some(2));
     assert_eq!(stsd(&["no-such-command"]).status.code(), Some(2));
     let cfg = tempfile_path("bad.toml", "[baseline]\nnetwork_mod = 1\n");
-    assert_eq!(stsd(&["--config", &cfg, "check"]).status.code(), Some(2));
+    assert_eq!(stsd(&["check", "--config", &cfg]).status.code(), Some(2));
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn bundled_catalog_is_valid_and_active() {
 #[test]
 fn config_file_changes_the_resolved_posture() {
     let cfg = tempfile_path("net.toml", "[baseline]\nnetwork_mode = \"strict\"\n");
-    let out = stsd(&["--config", &cfg, "check", "--json"]);
+    let out = stsd(&["check", "--config", &cfg, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!(
         v["specs"][0]["toolSafety"]["capabilities"]["network"]["mode"],
