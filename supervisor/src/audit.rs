@@ -350,6 +350,57 @@ mod tests {
     }
 
     #[test]
+    fn reopen_follows_a_rename_to_a_fresh_file() {
+        let dir = std::env::temp_dir().join(format!("stsd-audit-reopen-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let p = dir.join("a.jsonl");
+        let _ = std::fs::remove_file(&p);
+        let log = AuditLog::open(&p).unwrap_or_else(|e| panic!("{e}"));
+        let rec = outside_record_for_test();
+        assert!(log.append(&rec).is_ok());
+        let rotated = dir.join("a.jsonl.1");
+        assert!(std::fs::rename(&p, &rotated).is_ok());
+        assert!(log.append(&rec).is_ok()); // still the renamed file
+        assert!(log.reopen(&p).is_ok());
+        assert!(log.append(&rec).is_ok());
+        let lines = |f: &Path| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
+        assert_eq!((lines(&rotated), lines(&p)), (2, 1));
+        // A reopen that fails keeps the file in use.
+        assert!(log.reopen(&dir.join("no/such\0dir/x")).is_err());
+        assert!(log.append(&rec).is_ok());
+        assert_eq!(lines(&p), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn outside_record_for_test() -> AuditRecord {
+        AuditRecord {
+            ts: 0,
+            call_id: 1,
+            tool_id: "t".into(),
+            name: "n".into(),
+            category: None,
+            tool_safety: Value::Null,
+            risk_level: "L0".into(),
+            params: serde_json::json!({}),
+            outcome: "OK",
+            error: None,
+            elapsed_ms: 0,
+            worker_pid: None,
+            peer_uid: None,
+            limits_hit: Vec::new(),
+            transport: "test",
+            egress: Vec::new(),
+            approval: None,
+            metrics: None,
+        }
+    }
+
+    #[test]
     fn a_torn_tail_is_trimmed_to_the_last_complete_line() {
         let dir = std::env::temp_dir().join(format!("stsd-audit-{}", std::process::id()));
         let _ = std::fs::create_dir_all(&dir);

@@ -119,8 +119,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The daemon (and the stdio server) log one INFO line per call; one-shot commands only
     // warnings, so their own output stays readable.
+    // (rmcp's own INFO lines, a few per connection, only at STSD_LOG=rmcp=info.)
     stsd::logs::init(if matches!(cli.command, None | Some(Command::Mcp { .. })) {
-        "info"
+        "info,rmcp=warn"
     } else {
         "warn"
     });

@@ -521,11 +521,14 @@ impl Service {
             &new,
             &self.toolsets_for(&new),
         )?);
-        if let (Some(log), Some(path)) = (&self.audit, &new.daemon.audit_log) {
-            log.reopen(path)
-                .map_err(|e| vec![format!("audit log {}: {e}", path.display())])?;
-        } else if let Some(log) = &self.audit {
-            let path = log.path();
+        if let Some(log) = &self.audit {
+            // The configured path (as at start): the same file after a logrotate rename, or
+            // a new one when the config names another.
+            let path = new
+                .daemon
+                .audit_log
+                .clone()
+                .unwrap_or_else(crate::paths::default_audit_log);
             log.reopen(&path)
                 .map_err(|e| vec![format!("audit log {}: {e}", path.display())])?;
         }
