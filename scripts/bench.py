@@ -18,13 +18,22 @@ def pct(xs, q):
 
 
 # ---------------------------------------------------------------- stsd over the socket
-def stsd_daemon(reuse):
+TRIVIAL = {"name": "trivial", "description": "Returns one; the floor of a call with a body",
+           "params": [], "codeType": "Javascript", "code": "return 1;"}
+
+
+def stsd_daemon(reuse, spawn):
     d = tempfile.mkdtemp(prefix="stsd-bench-")
     sock = os.path.join(d, "s.sock")
     cfg = os.path.join(d, "c.toml")
-    open(cfg, "w").write(f'[daemon]\naudit_log = "{d}/audit.jsonl"\n')
-    p = subprocess.Popen([STSD, "--config", cfg, "--socket", sock, "--pool", str(os.cpu_count() or 2),
-                          "--worker-reuse", str(reuse)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cat = os.path.join(d, "catalog.json")
+    stats = next(s for s in json.load(open(SPEC)) if s["name"] == "stats-summary")
+    json.dump([stats, TRIVIAL], open(cat, "w"))
+    open(cfg, "w").write(f'[daemon]\naudit_log = "{d}/audit.jsonl"\nrequire_local_pass = false\n'
+                         f'[worker]\nspawn = "{spawn}"\n')
+    p = subprocess.Popen([STSD, "--config", cfg, "--socket", sock, "--catalog", cat,
+                          "--pool", str(os.cpu_count() or 2), "--worker-reuse", str(reuse)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(500):
         try:
             socket.socket(socket.AF_UNIX).connect(sock)
@@ -35,19 +44,28 @@ def stsd_daemon(reuse):
     return p, sock
 
 
-def stsd_client(sock, n, lat, i0=0):
+def stsd_client(sock, n, lat, i0=0, tool="stats-summary", args=ARGS, method="tools/call", cpu=None):
     s = socket.socket(socket.AF_UNIX)
     s.connect(sock)
     f = s.makefile("rb")
     for i in range(n):
-        msg = {"jsonrpc": "2.0", "id": i0 + i, "method": "tools/call",
-               "params": {"name": "stats-summary", "arguments": ARGS, "_meta": META}}
+        params = {"_meta": META}
+        if method == "tools/call":
+            params.update({"name": tool, "arguments": args})
+        msg = {"jsonrpc": "2.0", "id": i0 + i, "method": method, "params": params}
         t = time.perf_counter()
         s.sendall((json.dumps(msg) + "\n").encode())
         line = f.readline()
         lat.append(time.perf_counter() - t)
-        if b'"isError":false' not in line:
-            sys.exit(f"stsd call failed: {line[:300]}")
+        if method == "tools/call":
+            if b'"isError":false' not in line:
+                sys.exit(f"stsd call failed: {line[:300]}")
+            if cpu is not None:
+                m = re.search(rb'"spawnCpuUs":(\d+)', line)
+                if m and int(m.group(1)) > 0:
+                    cpu.append(int(m.group(1)))
+        elif b'"result"' not in line:
+            sys.exit(f"stsd {method} failed: {line[:300]}")
     s.close()
 
 
@@ -63,38 +81,64 @@ def run_conc(fn, conc, n):
     return lat, len(lat) / (time.perf_counter() - t0)
 
 
-def idle_worker_memory(daemon_pid):
-    """RSS and PSS (KiB) of the daemon's idle pre-warmed workers (not yet under seccomp)."""
+def children(daemon_pid):
+    """(pid, comm) of the daemon's children."""
     out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            if int(stat[1]) != daemon_pid:
-                continue
-            status = open(f"/proc/{pid}/status").read()
-            if re.search(r"^Seccomp:\s+2", status, re.M):
-                continue
-            rss = int(re.search(r"^VmRSS:\s+(\d+)", status, re.M).group(1))
-            pss = int(re.search(r"^Pss:\s+(\d+)", open(f"/proc/{pid}/smaps_rollup").read(), re.M).group(1))
-            out.append((rss, pss))
-        except (OSError, AttributeError, IndexError, ValueError):
+            head, rest = open(f"/proc/{pid}/stat").read().rsplit(")", 1)
+            if int(rest.split()[1]) == daemon_pid:
+                out.append((int(pid), head.split("(", 1)[1]))
+        except (OSError, IndexError, ValueError):
             pass
     return out
 
 
-def bench_stsd(reuse):
-    p, sock = stsd_daemon(reuse)
+def memory(pid):
+    """(RSS, PSS) in KiB, or None when the process has gone."""
     try:
-        lat1, _ = run_conc(lambda n, lat: stsd_client(sock, n, lat), 1, N1)
-        _, rate8 = run_conc(lambda n, lat: stsd_client(sock, n, lat), 8, N8)
+        status = open(f"/proc/{pid}/status").read()
+        if re.search(r"^Seccomp:\s+2", status, re.M):
+            return None  # busy (confined to a call), not idle
+        rss = int(re.search(r"^VmRSS:\s+(\d+)", status, re.M).group(1))
+        pss = int(re.search(r"^Pss:\s+(\d+)", open(f"/proc/{pid}/smaps_rollup").read(), re.M).group(1))
+        return rss, pss
+    except (OSError, AttributeError):
+        return None
+
+
+def idle_memory(daemon_pid):
+    """RSS and PSS (KiB) of the daemon's idle pre-warmed workers, and of its zygote."""
+    workers, zygote = [], None
+    for pid, comm in children(daemon_pid):
+        m = memory(pid)
+        if m is None:
+            continue
+        if comm == "stsd-zygote":
+            zygote = m
+        else:
+            workers.append(m)
+    return workers, zygote
+
+
+def bench_stsd(reuse, spawn):
+    p, sock = stsd_daemon(reuse, spawn)
+    r = {}
+    try:
+        cpu = []
+        r["lat1"], _ = run_conc(lambda n, lat: stsd_client(sock, n, lat, cpu=cpu), 1, N1)
+        _, r["rate8"] = run_conc(lambda n, lat: stsd_client(sock, n, lat), 8, N8)
+        r["trivial"], _ = run_conc(lambda n, lat: stsd_client(sock, n, lat, tool="trivial", args={}), 1, N1)
+        r["floor"], _ = run_conc(lambda n, lat: stsd_client(sock, n, lat, method="tools/list"), 1, N1)
+        r["spawn_cpu"] = cpu
         time.sleep(0.5)
-        mem = idle_worker_memory(p.pid)
+        r["mem"] = idle_memory(p.pid)
     finally:
         p.terminate()
         p.wait()
-    return lat1, rate8, mem
+    return r
 
 
 # ---------------------------------------------------------------- isolated-vm
@@ -138,6 +182,8 @@ async function call() {
 
 
 def bench_ivm(mode):
+    if os.environ.get("ONLY") == "stsd":
+        return None
     mod = os.path.join(ROOT, "target/bench/node_modules/isolated-vm")
     if not os.path.isdir(mod) or not shutil.which("node"):
         return None
@@ -148,11 +194,13 @@ def bench_ivm(mode):
         print(f"isolated-vm {mode} failed: {out.stderr[-500:]}", file=sys.stderr)
         return None
     r = json.loads(out.stdout)
-    return [x / 1000 for x in r["lat"]], r["rate8"], None
+    return {"lat1": [x / 1000 for x in r["lat"]], "rate8": r["rate8"]}
 
 
 # ---------------------------------------------------------------- bubblewrap + node per call
 def bench_bwrap():
+    if os.environ.get("ONLY") == "stsd":
+        return None
     if not shutil.which("bwrap") or not shutil.which("node"):
         return None
     src = "(async function(numbers){\n" + BODY + "\n})(" + json.dumps(ARGS["numbers"]) + ").then(r=>console.log(JSON.stringify(r)))"
@@ -172,11 +220,11 @@ def bench_bwrap():
     n1 = max(20, N1 // 10)
     lat1, _ = run_conc(one, 1, n1)
     _, rate8 = run_conc(one, 8, max(5, N8 // 20))
-    return lat1, rate8, None
+    return {"lat1": lat1, "rate8": rate8}
 
 
 def run_breakdown():
-    keys = ["spawn+exec", "profile", "context", "body", "total"]
+    keys = ["spawn", "profile", "context", "body", "total"]
     parts = {k: [] for k in keys}
     walls = []
     for _ in range(30):
@@ -184,13 +232,13 @@ def run_breakdown():
         p = subprocess.run([STSD, "run", SPEC, "--tool", "stats-summary", "--arg", "numbers=[3,1,4,1,5,9,2,6]", "--timings"],
                            capture_output=True, text=True)
         walls.append((time.perf_counter() - t0) * 1e6)
-        m = re.search(r"spawn\+exec (\d+) us, profile (\d+) us, context (\d+) us, body (\d+) us, total (\d+) us", p.stderr)
+        m = re.search(r"spawn (\d+) us, profile (\d+) us, context (\d+) us, body (\d+) us, total (\d+) us", p.stderr)
         for k, v in zip(keys, m.groups()):
             parts[k].append(int(v))
     med = statistics.median
     print("\none `stsd run` process (stats-summary), median of 30, microseconds")
     print(f"  whole process, wall clock                 {med(walls):8.0f}")
-    print(f"  worker spawn+exec+prepare to Ready        {med(parts['spawn+exec']):8.0f}")
+    print(f"  worker spawn (zygote exec + fork) to Ready       {med(parts['spawn']):8.0f}")
     print(f"  apply the posture (rlimits, Landlock, seccomp) {med(parts['profile']):8.0f}")
     print(f"  bind the pre-made QuickJS context         {med(parts['context']):8.0f}")
     print(f"  run the body                              {med(parts['body']):8.0f}")
@@ -199,28 +247,44 @@ def run_breakdown():
 def main():
     print(f"machine: {os.cpu_count()} cores; calls: {N1} at concurrency 1, 8 x {N8} at concurrency 8")
     rows = [
-        ("stsd one-shot (socket)", bench_stsd(1)),
-        ("stsd reuse (socket)", bench_stsd(1000)),
+        ("stsd one-shot, zygote (socket)", bench_stsd(1, "zygote")),
+        ("stsd one-shot, exec (socket)", bench_stsd(1, "exec")),
+        ("stsd reuse (socket)", bench_stsd(1000, "zygote")),
         ("isolated-vm fresh isolate", bench_ivm("fresh")),
         ("isolated-vm reused isolate", bench_ivm("reuse")),
         ("bubblewrap + node per call", bench_bwrap()),
     ]
     base = rows[0][1]
-    print(f"\n{'runtime':<30} {'p50 ms':>8} {'p99 ms':>8} {'calls/s c=8':>12} {'p50 vs stsd one-shot':>22}")
+    ms = lambda xs, q=0.5: pct(xs, q) * 1000
+    print(f"\n{'runtime':<32} {'p50 ms':>8} {'p99 ms':>8} {'calls/s c=8':>12} {'p50 vs stsd one-shot':>22}")
     for name, r in rows:
         if r is None:
-            print(f"{name:<30} {'(not available)':>30}")
+            print(f"{name:<32} {'(not available)':>30}")
             continue
-        lat, rate8, _ = r
-        p50, p99 = pct(lat, 0.5) * 1000, pct(lat, 0.99) * 1000
-        ratio = p50 / (pct(base[0], 0.5) * 1000)
-        print(f"{name:<30} {p50:8.3f} {p99:8.3f} {rate8:12.0f} {ratio:21.2f}x")
-    mem = rows[0][1][2]
-    if mem:
-        rss = statistics.median(m[0] for m in mem)
-        pss = statistics.median(m[1] for m in mem)
-        print(f"\nidle pre-warmed stsd worker: RSS {rss/1024:.1f} MiB, PSS {pss/1024:.1f} MiB (median of {len(mem)})")
-    run_breakdown()
+        ratio = ms(r["lat1"]) / ms(base["lat1"])
+        print(f"{name:<32} {ms(r['lat1']):8.3f} {ms(r['lat1'], 0.99):8.3f} {r['rate8']:12.0f} {ratio:21.2f}x")
+    named = dict(rows)
+    ivm_f, ivm_r = named["isolated-vm fresh isolate"], named["isolated-vm reused isolate"]
+    one, reuse = named["stsd one-shot, zygote (socket)"], named["stsd reuse (socket)"]
+    if ivm_f and ivm_r:
+        print("\nratios (targets of issue 14)")
+        print(f"  one-shot p50 / isolated-vm fresh p50           {ms(one['lat1']) / ms(ivm_f['lat1']):6.2f}  (<= 0.25)")
+        print(f"  one-shot calls/s c=8 / isolated-vm fresh        {one['rate8'] / ivm_f['rate8']:6.2f}  (>= 2)")
+        print(f"  reuse p50 / isolated-vm reused p50              {ms(reuse['lat1']) / ms(ivm_r['lat1']):6.2f}  (< 1)")
+    print("\nper spawn mode (medians)")
+    print(f"{'':<32} {'trivial p50':>12} {'list p50':>9} {'gap ms':>7} {'spawn CPU us':>13} {'idle PSS MiB':>13} {'RSS MiB':>8}")
+    for name in ["stsd one-shot, zygote (socket)", "stsd one-shot, exec (socket)", "stsd reuse (socket)"]:
+        r = named[name]
+        workers, zygote = r["mem"]
+        cpu = statistics.median(r["spawn_cpu"]) if r["spawn_cpu"] else float("nan")
+        pss = statistics.median(m[1] for m in workers) / 1024 if workers else float("nan")
+        rss = statistics.median(m[0] for m in workers) / 1024 if workers else float("nan")
+        gap = ms(r["trivial"]) - ms(r["floor"])
+        print(f"{name:<32} {ms(r['trivial']):12.3f} {ms(r['floor']):9.3f} {gap:7.3f} {cpu:13.0f} {pss:13.2f} {rss:8.1f}")
+        if zygote:
+            print(f"{'  (the zygote itself)':<32} {'':>12} {'':>9} {'':>7} {'':>13} {zygote[1]/1024:13.2f} {zygote[0]/1024:8.1f}")
+    if os.environ.get("ONLY") != "stsd":
+        run_breakdown()
 
 
 main()

@@ -4,10 +4,11 @@
 //! works exactly where the posture grants it.
 
 use std::path::Path;
+use stsd::exec::ExecOptions;
 use stsd::exec::{run_job, CallOutcome};
 use stsd_protocol::frames::{FsAccess, ProbeOutcome};
 use stsd_protocol::Code;
-use stsd_tests::{exec_options, is_root, job, scratch_base};
+use stsd_tests::{exec_options, exec_options_in, is_root, job, scratch_base, SPAWN_MODES};
 
 /// Every hostile probe the worker knows (worker/src/attack.rs).
 const HOSTILE: &[&str] = stsd_worker::ATTACK_PROBES;
@@ -21,9 +22,13 @@ fn fixture() -> tempfile::TempDir {
 }
 
 fn probe(name: &str, fs: FsAccess, base: &Path) -> CallOutcome {
+    probe_with(&exec_options(), name, fs, base)
+}
+
+fn probe_with(opts: &ExecOptions, name: &str, fs: FsAccess, base: &Path) -> CallOutcome {
     let mut j = job("", fs, base);
     j.attack = Some(name.to_string());
-    run_job(&j, &exec_options(), &mut |_| {})
+    run_job(&j, opts, &mut |_| {})
 }
 
 /// Denied means: the kernel refused (EACCES or EPERM from Landlock/DAC, ENOSYS from the
@@ -53,24 +58,28 @@ fn every_hostile_syscall_is_denied_under_every_posture() {
     let base = fixture();
     let mut killed = 0;
     let mut errno = 0;
-    for fs in [
-        FsAccess::None,
-        FsAccess::ReadOnly,
-        FsAccess::WriteOnly,
-        FsAccess::ReadWrite,
-    ] {
-        for name in HOSTILE {
-            let out = probe(name, fs, base.path());
-            assert_denied(name, fs, &out);
-            let how = match &out.probe {
-                Some(ProbeOutcome::Denied { errno }) => format!("errno {errno}"),
-                _ => "SIGSYS".to_string(),
-            };
-            eprintln!("{fs:?} {name}: {how}");
-            if out.probe.is_some() {
-                errno += 1;
-            } else {
-                killed += 1;
+    // Forked from the zygote and exec'd fresh alike.
+    for mode in SPAWN_MODES {
+        let opts = exec_options_in(mode);
+        for fs in [
+            FsAccess::None,
+            FsAccess::ReadOnly,
+            FsAccess::WriteOnly,
+            FsAccess::ReadWrite,
+        ] {
+            for name in HOSTILE {
+                let out = probe_with(&opts, name, fs, base.path());
+                assert_denied(name, fs, &out);
+                let how = match &out.probe {
+                    Some(ProbeOutcome::Denied { errno }) => format!("errno {errno}"),
+                    _ => "SIGSYS".to_string(),
+                };
+                eprintln!("{mode:?} {fs:?} {name}: {how}");
+                if out.probe.is_some() {
+                    errno += 1;
+                } else {
+                    killed += 1;
+                }
             }
         }
     }
@@ -190,6 +199,12 @@ fn reading_and_writing_inside_the_base_follow_the_posture() {
 
 #[test]
 fn proc_status_shows_the_confined_worker() {
+    for mode in SPAWN_MODES {
+        proc_status_in(mode);
+    }
+}
+
+fn proc_status_in(mode: stsd_profiles::baseline::SpawnMode) {
     let base = fixture();
     // Spin for a while so the test can look at the running worker.
     let mut j = job(
@@ -214,17 +229,17 @@ fn proc_status_shows_the_confined_worker() {
         }
         None
     });
-    let out = run_job(&j, &exec_options(), &mut |ev| {
+    let out = run_job(&j, &exec_options_in(mode), &mut |ev| {
         if let stsd::exec::Event::Started(pid) = ev {
             let _ = tx.send(pid);
         }
     });
-    assert!(out.result.is_ok(), "{out:?}");
+    assert!(out.result.is_ok(), "{mode:?}: {out:?}");
     let status = watcher
         .join()
         .ok()
         .flatten()
-        .unwrap_or_else(|| panic!("never saw the worker under seccomp"));
+        .unwrap_or_else(|| panic!("{mode:?}: never saw the worker under seccomp"));
     let field = |k: &str| {
         status
             .lines()

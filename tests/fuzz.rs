@@ -200,7 +200,10 @@ fn the_spec_reader_reports_every_document() {
 #[test]
 fn the_frame_decoder_refuses_what_it_cannot_read() {
     let seeds: Vec<Vec<u8>> = [
-        FromWorker::Ready { pid: 7 },
+        FromWorker::Ready {
+            pid: 7,
+            cpu_us: 300,
+        },
         FromWorker::Console {
             level: ConsoleLevel::Warn,
             line: "a line".into(),

@@ -23,6 +23,30 @@ pub struct Daemon {
 /// serve them as they are.
 const LOCAL_PASS_KNOB: &str = "require_local_pass = false\n";
 
+/// `STSD_TEST_SPAWN=exec` (or `zygote`) runs every daemon of the suite in that spawn mode
+/// (scripts/test runs the suites that matter once more in exec mode).
+fn with_spawn_mode(extra_config: &str) -> String {
+    let Some(mode) = crate::spawn_mode_from_env() else {
+        return extra_config.to_string();
+    };
+    let line = format!(
+        "spawn = \"{}\"\n",
+        if mode == stsd_profiles::baseline::SpawnMode::Exec {
+            "exec"
+        } else {
+            "zygote"
+        }
+    );
+    if extra_config.contains("spawn =") {
+        extra_config.to_string()
+    } else if let Some(i) = extra_config.find("[worker]\n") {
+        let at = i + "[worker]\n".len();
+        format!("{}{line}{}", &extra_config[..at], &extra_config[at..])
+    } else {
+        format!("{extra_config}\n[worker]\n{line}")
+    }
+}
+
 impl Daemon {
     pub fn start(pool: usize, extra_config: &str) -> Daemon {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -83,11 +107,18 @@ impl Daemon {
             },
             None => ("", extra_config),
         };
+        let extra_config = with_spawn_mode(extra_config);
         let _ = std::fs::write(
             &config,
             format!("[baseline]\nmax_steps = 1000000000000\nenv_allow = [\"STSD_TEST_*\", \"STSD_HOSTILE_SECRET\"]\n{baseline}\n[daemon]\naudit_log = \"{}\"\ncatalog_dir = \"{}\"\n{}{extra_config}", audit.display(), dir.path().join("managed").display(), if extra_config.contains("require_local_pass") { "" } else { LOCAL_PASS_KNOB }),
         );
-        let mut cmd = Command::new(stsd_bin());
+        // `STSD_TEST_BINARY` in `env` runs that binary instead of the build's (the test of a
+        // binary replaced on disk under a running daemon).
+        let bin = env
+            .iter()
+            .find(|(k, _)| *k == "STSD_TEST_BINARY")
+            .map_or_else(stsd_bin, |(_, v)| PathBuf::from(v));
+        let mut cmd = Command::new(bin);
         cmd.arg("--config")
             .arg(&config)
             .arg("--socket")
@@ -198,7 +229,7 @@ impl Daemon {
         }
     }
 
-    /// Children of the daemon: (pid, state, under seccomp).
+    /// The daemon's workers (its children but the zygote): (pid, state, under seccomp).
     pub fn children(&self) -> Vec<(i32, char, bool)> {
         let mut out = Vec::new();
         for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -209,9 +240,12 @@ impl Daemon {
                 continue;
             };
             // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r.to_string()) else {
+            let Some((head, rest)) = stat.rsplit_once(')') else {
                 continue;
             };
+            if head.ends_with("(stsd-zygote") {
+                continue;
+            }
             let f: Vec<&str> = rest.split_whitespace().collect();
             if f.len() < 2 || f[1].parse::<i32>().ok() != Some(self.pid()) {
                 continue;

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 use stsd::exec::{run_job, CallOutcome, CallValue};
+use stsd_profiles::baseline::SpawnMode;
 use stsd_protocol::frames::{FsAccess, Job};
 use stsd_protocol::Code;
 use stsd_tests::{exec_options, job, scratch_base};
@@ -383,10 +384,14 @@ fn nested_argument_keys_do_not_count_as_supplied_names() {
 #[test]
 fn a_worker_binary_that_dies_at_once_is_worker_crashed() {
     let (j, _b) = base_job("return 1;");
-    let mut opts = exec_options();
-    opts.worker_exe = "/bin/true".into();
-    let out = run_job(&j, &opts, &mut |_| {});
-    assert_eq!(err_code(&out), Code::WorkerCrashed, "{out:?}");
+    for spawn in [SpawnMode::Zygote, SpawnMode::Exec] {
+        let mut c = stsd_profiles::Config::default();
+        c.worker.spawn = spawn;
+        let opts =
+            stsd::exec::ExecOptions::new("/bin/true".into(), &c).unwrap_or_else(|e| panic!("{e}"));
+        let out = run_job(&j, &opts, &mut |_| {});
+        assert_eq!(err_code(&out), Code::WorkerCrashed, "{spawn:?}: {out:?}");
+    }
 }
 
 #[test]

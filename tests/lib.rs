@@ -66,10 +66,32 @@ pub fn stsd_bin() -> PathBuf {
     bin
 }
 
-pub fn exec_options() -> stsd::exec::ExecOptions {
-    stsd::exec::ExecOptions::new(stsd_bin(), &stsd_profiles::Config::default())
-        .unwrap_or_else(|e| panic!("exec options: {e}"))
+/// The spawn mode `STSD_TEST_SPAWN` asks for (`exec` or `zygote`), if any.
+pub fn spawn_mode_from_env() -> Option<stsd_profiles::baseline::SpawnMode> {
+    match std::env::var("STSD_TEST_SPAWN").ok()?.as_str() {
+        "exec" => Some(stsd_profiles::baseline::SpawnMode::Exec),
+        "zygote" => Some(stsd_profiles::baseline::SpawnMode::Zygote),
+        other => panic!("STSD_TEST_SPAWN={other}: expected exec or zygote"),
+    }
 }
+
+/// Options for running jobs in-process, in the spawn mode `STSD_TEST_SPAWN` asks for (the
+/// default, the zygote, when unset).
+pub fn exec_options() -> stsd::exec::ExecOptions {
+    exec_options_in(spawn_mode_from_env().unwrap_or_default())
+}
+
+pub fn exec_options_in(mode: stsd_profiles::baseline::SpawnMode) -> stsd::exec::ExecOptions {
+    let mut c = stsd_profiles::Config::default();
+    c.worker.spawn = mode;
+    stsd::exec::ExecOptions::new(stsd_bin(), &c).unwrap_or_else(|e| panic!("exec options: {e}"))
+}
+
+/// Both spawn modes, for the tests that must hold in each.
+pub const SPAWN_MODES: [stsd_profiles::baseline::SpawnMode; 2] = [
+    stsd_profiles::baseline::SpawnMode::Zygote,
+    stsd_profiles::baseline::SpawnMode::Exec,
+];
 
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

@@ -174,6 +174,21 @@ pub struct WorkerConfig {
     /// Reuse: parked workers of all tools together; parking one more lets the longest-parked
     /// go. `None`: the pool size.
     pub reuse_max_parked: Option<usize>,
+    /// How a worker is made: forked by the zygote (the default), or exec'd fresh (a new
+    /// address-space layout per worker, at several times the cost).
+    pub spawn: SpawnMode,
+    /// The zygote is replaced by a freshly exec'd one after this many forks, so that
+    /// workers do not share one address-space layout forever.
+    pub zygote_max_forks: u32,
+}
+
+/// `[worker] spawn`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpawnMode {
+    #[default]
+    Zygote,
+    Exec,
 }
 
 impl Default for WorkerConfig {
@@ -184,6 +199,8 @@ impl Default for WorkerConfig {
             kill_grace_ms: 500,
             reuse_idle_seconds: 60,
             reuse_max_parked: None,
+            spawn: SpawnMode::Zygote,
+            zygote_max_forks: 1000,
         }
     }
 }

@@ -254,9 +254,12 @@ pub struct WorkerTimings {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FromWorker {
-    /// Sent once after exec, before any job: the worker is alive and waiting.
+    /// Sent once when the worker is made, before any job: it is alive and waiting.
     Ready {
         pid: u32,
+        /// CPU time this process used to get here (getrusage; a forked worker counts from
+        /// the fork, an exec'd one from its own fork and exec), microseconds.
+        cpu_us: u64,
     },
     /// The OS profile is in force (sent before the body is parsed).
     Confined,
@@ -473,5 +476,56 @@ mod tests {
         assert!(parts.iter().all(|p| p.len() <= CHUNK_BYTES));
         assert_eq!(parts.concat(), s);
         assert_eq!(chunks(""), vec![""]);
+    }
+}
+
+/// The zygote's answer to one fork request: the new worker's pid and the CPU time the fork
+/// cost the zygote, or the errno of a failed fork. The supervisor's end of the worker's
+/// socket travels with a successful answer (SCM_RIGHTS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForkReply {
+    pub pid: u32,
+    pub errno: u32,
+    pub cpu_ns: u64,
+}
+
+impl ForkReply {
+    /// Encoded size (little-endian pid, errno, cpu_ns).
+    pub const BYTES: usize = 16;
+
+    pub fn forked(pid: u32, cpu_ns: u64) -> ForkReply {
+        ForkReply {
+            pid,
+            errno: 0,
+            cpu_ns,
+        }
+    }
+
+    pub fn failed(errno: i32) -> ForkReply {
+        ForkReply {
+            pid: 0,
+            errno: errno.max(1) as u32,
+            cpu_ns: 0,
+        }
+    }
+
+    pub fn encode(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[..4].copy_from_slice(&self.pid.to_le_bytes());
+        b[4..8].copy_from_slice(&self.errno.to_le_bytes());
+        b[8..].copy_from_slice(&self.cpu_ns.to_le_bytes());
+        b
+    }
+
+    /// None unless `b` is exactly one encoded reply.
+    pub fn decode(b: &[u8]) -> Option<ForkReply> {
+        let b: &[u8; Self::BYTES] = b.try_into().ok()?;
+        let (pid, rest) = b.split_at(4);
+        let (errno, cpu) = rest.split_at(4);
+        Some(ForkReply {
+            pid: u32::from_le_bytes(pid.try_into().ok()?),
+            errno: u32::from_le_bytes(errno.try_into().ok()?),
+            cpu_ns: u64::from_le_bytes(cpu.try_into().ok()?),
+        })
     }
 }

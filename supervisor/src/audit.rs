@@ -58,6 +58,8 @@ pub struct CallMetrics {
     pub cpu_us: u64,
     /// The worker's peak resident set, KiB.
     pub peak_rss_kib: u64,
+    /// CPU time making the worker cost (fork or exec until Ready; 0 for a reused worker).
+    pub spawn_cpu_us: u64,
     /// The QuickJS heap when the body ended, bytes.
     pub heap_bytes: u64,
     pub console_lines: u64,

@@ -276,6 +276,9 @@ pub enum Command {
     /// Internal: the sandboxed worker process (started by exec, never by hand).
     #[command(hide = true)]
     Worker,
+    /// Internal: the zygote that forks workers (started by the daemon, never by hand).
+    #[command(hide = true)]
+    Zygote,
 }
 
 /// Man pages (one per visible subcommand, as `man stsd-call`) and completions for bash, zsh

@@ -231,7 +231,7 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
     if timings {
         let t = &out.timings;
         eprintln!(
-            "[stsd] timings: spawn+exec {} us, profile {} us, context {} us, body {} us, total {} us; worker peak RSS {} KiB",
+            "[stsd] timings: spawn {} us, profile {} us, context {} us, body {} us, total {} us; worker peak RSS {} KiB",
             t.spawn_us, t.worker.profile_us, t.worker.context_us, t.worker.run_us, t.total_us, t.worker.max_rss_kib
         );
     }

@@ -111,8 +111,17 @@ fn decide(socket: &std::path::Path, id: u64, approve: bool, reason: &str) -> Exi
 fn main() -> ExitCode {
     // The worker must not start a logging subscriber or touch anything before its sandbox:
     // dispatch it first.
-    if std::env::args_os().nth(1).is_some_and(|a| a == "worker") {
-        return ExitCode::from(stsd_worker::run().clamp(0, 255) as u8);
+    match std::env::args_os().nth(1) {
+        Some(a) if a == "worker" => {
+            let code = stsd_worker::run();
+            // SAFETY: _exit ends the worker; it has nothing to flush or tear down, and
+            // skipping the runtime's teardown and the exit handlers saves each call CPU.
+            unsafe { libc::_exit(code.clamp(0, 255)) }
+        }
+        Some(a) if a == "zygote" => {
+            return ExitCode::from(stsd_worker::run_zygote().clamp(0, 255) as u8)
+        }
+        _ => {}
     }
     // systemd's variables are read and removed before any thread exists (see systemd/).
     let systemd = stsd::systemd::Systemd::from_env();
@@ -382,6 +391,6 @@ fn main() -> ExitCode {
         }
         Command::Approve { id, reason, socket } => decide(&socket.path(), id, true, &reason),
         Command::Deny { id, reason, socket } => decide(&socket.path(), id, false, &reason),
-        Command::Worker => ExitCode::from(EXIT_USAGE),
+        Command::Worker | Command::Zygote => ExitCode::from(EXIT_USAGE),
     }
 }

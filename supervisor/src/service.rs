@@ -515,7 +515,10 @@ impl Service {
     /// Settings fixed at start (sockets, pool, connection bounds) are named in the result.
     pub fn reload_config(&self, new: Config) -> Result<Reloaded, Vec<String>> {
         let old = self.config();
-        let opts = ExecOptions::new(self.exec_options().worker_exe, &new).map_err(|e| vec![e])?;
+        // The spawner (the zygote, the binary opened at start) and the [worker] settings stay
+        // as started; the egress broker is rebuilt from the new [egress].
+        let mut opts = self.exec_options();
+        opts.broker = Arc::new(crate::egress::Broker::new(&new.egress).map_err(|e| vec![e])?);
         let fresh = Arc::new(publish_with_toolsets(
             &self.sources,
             &new,
@@ -794,6 +797,7 @@ impl Service {
                     wall_ms: 0,
                     cpu_us: out.timings.worker.cpu_us,
                     peak_rss_kib: out.peak_rss_kib.unwrap_or(0),
+                    spawn_cpu_us: out.timings.spawn_cpu_us,
                     heap_bytes: out.timings.worker.heap_bytes,
                     console_lines: out.console_lines,
                 });

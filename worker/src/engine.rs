@@ -149,6 +149,7 @@ impl Engine {
         );
         context
             .with(|ctx| -> rquickjs::Result<()> {
+                crate::globals::install_math_random(&ctx)?;
                 console::install(&ctx, &console)?;
                 let fs = job.sandbox.fs;
                 if fs != stsd_protocol::frames::FsAccess::None {

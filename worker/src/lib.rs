@@ -1,12 +1,14 @@
-//! stsd-worker: the process that runs one tool call. Started by exec of `stsd worker` (never a
-//! fork of the supervisor) with its socket on fd 3. It reports Ready, takes a job, applies the
-//! OS profile before the tool's code is even parsed, runs the body in QuickJS, streams console
-//! lines and the result back, and exits.
+//! stsd-worker: the process that runs one tool call. Started with its socket on fd 3, never as
+//! a fork of the multi-threaded supervisor: either forked by the zygote (`stsd zygote`, see
+//! [`zygote`]) or exec'd fresh (`stsd worker`, `[worker] spawn = "exec"`). It reports Ready,
+//! takes a job, applies the OS profile before the tool's code is even parsed, runs the body in
+//! QuickJS, streams console lines and the result back, and exits.
 
 mod channel;
 mod console;
 mod engine;
 mod globals;
+mod zygote;
 
 // Compiled only into debug (test) builds, even when a workspace build unifies the feature on.
 #[cfg(all(feature = "attack", debug_assertions))]
@@ -21,6 +23,7 @@ use stsd_protocol::frames::{clip_message, FromWorker, WorkerTimings};
 use stsd_protocol::Code;
 
 pub use engine::STEPS_PER_TICK;
+pub use zygote::run as run_zygote;
 
 #[cfg(all(feature = "attack", debug_assertions))]
 pub use attack::HOSTILE as ATTACK_PROBES;
@@ -67,7 +70,7 @@ fn fail(channel: &Channel, code: Code, message: impl Into<String>) -> i32 {
     0
 }
 
-/// `stsd worker --uid N --gid N`: the user a root worker switches to (the supervisor's
+/// `stsd worker|zygote --uid N --gid N`: the user a root worker switches to (the supervisor's
 /// configuration; a job that names another is refused).
 fn ids_from_args() -> (u32, u32) {
     let args: Vec<String> = std::env::args().collect();
@@ -81,12 +84,10 @@ fn ids_from_args() -> (u32, u32) {
     (get("--uid"), get("--gid"))
 }
 
-/// The worker's whole life. Returns the process exit code.
-pub fn run() -> i32 {
-    let parent = nix::unistd::getppid().as_raw() as u32;
-    // SAFETY: the supervisor placed the socket on fd 3 and nothing else in this process owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(WORKER_SOCKET_FD) };
-    let (uid, gid) = ids_from_args();
+/// What every worker process does once, before anything else, whether exec'd or forked from
+/// the zygote (which does it once for all the workers it forks).
+fn init_process() {
+    set_name(c"stsd-worker");
     // glibc reads the zone file for TZ on first use of local time (Date#getHours and friends);
     // load it now, while files may still be opened. Later calls use the cached data.
     // SAFETY: tzset has no preconditions; this process is single-threaded.
@@ -95,13 +96,40 @@ pub fn run() -> i32 {
     // worker with SIGXFSZ.
     // SAFETY: setting a signal disposition to ignore; no handler code runs.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+}
+
+/// The process name `ps` and /proc/PID/stat show (forked workers would otherwise show the
+/// zygote's, and exec'd ones the number of the descriptor they were exec'd from).
+fn set_name(name: &std::ffi::CStr) {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
+/// `stsd worker`: an exec'd worker's whole life. Returns the process exit code, which the
+/// caller passes to `_exit` (nothing is left to flush or tear down).
+pub fn run() -> i32 {
+    init_process();
+    let (uid, gid) = ids_from_args();
+    serve(uid, gid, engine::Warm::new())
+}
+
+/// A worker's life from its socket on fd 3 to its exit code: the posture-independent half of
+/// the profile, Ready, then jobs. `warm` is the context for the first job: made by this
+/// process (exec), or inherited from the zygote (fork), which made it before it forked and
+/// never used it.
+fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) -> i32 {
+    // A forked worker's parent is the supervisor too (the zygote forks with CLONE_PARENT).
+    let parent = nix::unistd::getppid().as_raw() as u32;
+    // SAFETY: the supervisor (or the zygote) placed the socket on fd 3 and nothing else in
+    // this process owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(WORKER_SOCKET_FD) };
     // Everything that does not depend on the tool happens before Ready, off the request path.
     let prepared = os::prepare(uid, gid, parent);
-    let mut warm = engine::Warm::new();
     let channel = Rc::new(Channel::new(fd));
     if channel
         .send(&FromWorker::Ready {
             pid: std::process::id(),
+            cpu_us: usage().1,
         })
         .is_err()
     {
@@ -221,14 +249,14 @@ pub fn run() -> i32 {
             cpu_us: cpu_after.saturating_sub(cpu_before),
             heap_bytes,
         }));
-        drop(engine);
-        if sent.is_err() {
-            return 74;
-        }
         // Only a call that ended cleanly leaves a worker fit for another.
-        if !job.keep_alive || !clean {
-            return 0;
+        if sent.is_err() || !job.keep_alive || !clean {
+            // The process ends here and the kernel frees its memory at once; tearing the
+            // runtime down first (a full GC, then every free) would only cost CPU.
+            std::mem::forget(engine);
+            return if sent.is_err() { 74 } else { 0 };
         }
+        drop(engine);
         // The next call's context, made now, while nobody waits.
         warm = engine::Warm::new();
     }

@@ -1,12 +1,10 @@
 //! One call, supervisor side: spawn, wait for Ready, send the job, read the streamed frames,
 //! SIGKILL at the deadline plus a grace period, reap, and classify the outcome.
 
-use super::spawn::{spawn_worker, Spawned};
+use super::spawn::{ChildProc, Spawned, Spawner};
 use crate::egress::{self, Broker, HopRecord};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{kill, Signal};
 use nix::sys::socket::{recv, send, MsgFlags};
-use nix::unistd::Pid;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -23,8 +21,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct ExecOptions {
-    /// The stsd binary to exec as a worker.
-    pub worker_exe: PathBuf,
+    /// Makes workers (the zygote, or exec of the stsd binary held open since start).
+    pub spawner: Arc<Spawner>,
     pub kill_grace: Duration,
     /// The user a worker switches to when the supervisor runs as root.
     pub uid: u32,
@@ -38,10 +36,17 @@ pub struct ExecOptions {
 }
 
 impl ExecOptions {
-    /// Fails when the egress configuration cannot be loaded (an unreadable CA file).
+    /// Fails when the stsd binary cannot be opened or the egress configuration cannot be
+    /// loaded (an unreadable CA file).
     pub fn new(worker_exe: PathBuf, config: &stsd_profiles::Config) -> Result<ExecOptions, String> {
+        let spawner = Spawner::new(&worker_exe, &config.worker).map_err(|e| {
+            format!(
+                "cannot open the worker binary {}: {e}",
+                worker_exe.display()
+            )
+        })?;
         Ok(ExecOptions {
-            worker_exe,
+            spawner: Arc::new(spawner),
             kill_grace: Duration::from_millis(config.worker.kill_grace_ms),
             uid: config.worker.uid,
             gid: config.worker.gid,
@@ -79,8 +84,10 @@ impl CallError {
 /// Where the time of a call went, in microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CallTimings {
-    /// spawn() until the worker's Ready frame (exec, dynamic loading, main).
+    /// spawn() until the worker's Ready frame (fork or exec, and the worker's start).
     pub spawn_us: u64,
+    /// CPU time making the worker cost (0 for a reused worker), microseconds.
+    pub spawn_cpu_us: u64,
     pub worker: WorkerTimings,
     /// spawn() until the worker was reaped.
     pub total_us: u64,
@@ -173,34 +180,33 @@ const WORKER_CODES: &[Code] = &[
 /// the job outright).
 const PRE_CONFINEMENT_CODES: &[Code] = &[Code::SandboxUnavailable, Code::InvalidInput];
 
-/// A worker that has been exec'd and reported Ready: waiting for its one job.
+/// A worker that has been made and reported Ready: waiting for its one job.
 pub struct ReadyWorker {
-    child: std::process::Child,
+    proc: ChildProc,
     socket: std::os::fd::OwnedFd,
     /// spawn() until Ready, in microseconds.
     pub spawn_us: u64,
+    /// CPU time making this worker cost (its maker's share and its own until Ready), µs.
+    pub spawn_cpu_us: u64,
     /// Calls this worker has served (reuse).
     pub served: u32,
 }
 
 impl ReadyWorker {
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.proc.id()
     }
 
     /// False when the process has died while idle (killed, crashed).
     pub fn is_alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        self.proc.is_alive()
     }
 }
 
 impl Drop for ReadyWorker {
     fn drop(&mut self) {
         // An unused worker is killed and reaped: no zombie outlives its handle.
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
-            let _ = self.child.wait();
-        }
+        self.proc.kill_and_reap();
     }
 }
 
@@ -222,21 +228,31 @@ fn reap_later(w: ReadyWorker) {
     }
 }
 
-/// Execs a worker and waits for its Ready frame.
+/// Makes a worker and waits for its Ready frame.
 pub fn spawn_ready(opts: &ExecOptions) -> Result<ReadyWorker, CallError> {
     let t0 = Instant::now();
-    let Spawned { child, socket } = spawn_worker(&opts.worker_exe, opts.uid, opts.gid)
+    let Spawned {
+        proc,
+        socket,
+        maker_cpu_ns,
+    } = opts
+        .spawner
+        .spawn()
         .map_err(|e| CallError::new(Code::WorkerCrashed, format!("cannot start a worker: {e}")))?;
     // From here on, dropping `w` kills and reaps the process.
     let mut w = ReadyWorker {
-        child,
+        proc,
         socket,
         spawn_us: 0,
+        spawn_cpu_us: maker_cpu_ns / 1000,
         served: 0,
     };
-    let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
+    let mut buf = [0u8; 256];
     let problem = match recv_until(&w.socket, t0 + READY_TIMEOUT, &mut buf) {
-        Recv::Frame(FromWorker::Ready { .. }) => None,
+        Recv::Frame(FromWorker::Ready { cpu_us, .. }) => {
+            w.spawn_cpu_us += cpu_us;
+            None
+        }
         Recv::Frame(other) => Some(format!("expected Ready, got {other:?}")),
         Recv::Eof => Some("worker exited before it was ready".into()),
         Recv::Timeout => Some("worker did not become ready in time".into()),
@@ -306,6 +322,7 @@ pub fn run_keeping(
         console_truncated: false,
         timings: CallTimings {
             spawn_us: w.spawn_us,
+            spawn_cpu_us: if w.served == 0 { w.spawn_cpu_us } else { 0 },
             ..CallTimings::default()
         },
         probe: None,
@@ -507,13 +524,13 @@ pub fn run_keeping(
         }
     } else {
         // No outcome: the exit status says what happened.
-        let pid = Pid::from_raw(w.pid() as i32);
-        status = match w.child.try_wait() {
+        status = match w.proc.try_wait() {
             Ok(Some(s)) => Some(s),
-            _ => {
-                let _ = kill(pid, Signal::SIGKILL);
-                w.child.wait().ok()
+            Ok(None) => {
+                w.proc.kill_and_reap();
+                w.proc.try_wait().ok().flatten()
             }
+            Err(_) => None,
         };
         drop(w);
     }

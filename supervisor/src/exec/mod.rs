@@ -3,6 +3,7 @@
 pub mod call;
 pub mod job;
 pub mod spawn;
+pub mod zygote;
 
 pub use call::{
     run_job, run_keeping, run_on, spawn_ready, CallError, CallOutcome, CallValue, Event,

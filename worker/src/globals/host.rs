@@ -358,6 +358,34 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
     Ok(host)
 }
 
+/// `Math.random` with its state seeded from the kernel for each call. QuickJS seeds its own
+/// state once per context, from the clock; every worker forked from the zygote inherits one
+/// context, so the engine's own would hand each of them the same sequence.
+pub(crate) fn install_math_random(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
+    let mut seed = [0u8; 16];
+    getrandom::fill(&mut seed)
+        .map_err(|e| Exception::throw_internal(ctx, &format!("getrandom: {e}")))?;
+    let word = |b: &[u8]| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(b);
+        u64::from_le_bytes(w)
+    };
+    // xorshift128+ (the generator V8 uses); its state must not be all zero.
+    let state = std::cell::Cell::new((word(&seed[..8]) | 1, word(&seed[8..])));
+    let random = Function::new(ctx.clone(), move || -> f64 {
+        let (mut s1, s0) = state.get();
+        s1 ^= s1 << 23;
+        s1 ^= s1 >> 17;
+        s1 ^= s0 ^ (s0 >> 26);
+        state.set((s0, s1));
+        // 53 random bits, as a double in [0, 1).
+        (s0.wrapping_add(s1) >> 11) as f64 / (1u64 << 53) as f64
+    })?
+    .with_name("random")?;
+    let math: Object = ctx.globals().get("Math")?;
+    math.set("random", random)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

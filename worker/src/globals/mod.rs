@@ -5,6 +5,7 @@
 mod fetch;
 pub(crate) mod fs;
 mod host;
+pub(crate) use host::install_math_random;
 mod html;
 mod parser;
 

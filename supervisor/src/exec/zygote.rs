@@ -1,0 +1,278 @@
+//! The supervisor's side of the zygote (see `stsd_worker::run_zygote` for the other side).
+//!
+//! One thread owns the zygote: it execs it, asks it for workers, notices when it died
+//! (within a second while idle, at once when asked for a worker) and replaces it, and
+//! replaces it with a freshly exec'd one every `zygote_max_forks` forks so that workers do
+//! not share one address-space layout forever. The thread lives as long as the daemon: the
+//! zygote's parent-death signal, and through `CLONE_PARENT` every forked worker's, fire when
+//! the thread that started the zygote exits, so it must never be a short-lived one.
+//!
+//! Workers are the supervisor's children (not the zygote's), so a zygote that dies or is
+//! replaced takes no worker, and no call in flight, with it.
+
+use super::spawn::{seqpacket_pair, ChildProc, ExeFile, Spawned};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{recvmsg, send, ControlMessageOwned, MsgFlags};
+use std::io::IoSliceMut;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use stsd_protocol::frames::ForkReply;
+
+/// How long a zygote may take to answer a fork request (its first includes its own start).
+const FORK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often an idle manager checks that its zygote is still alive.
+const LIVENESS_CHECK: Duration = Duration::from_secs(1);
+
+type Reply = mpsc::SyncSender<std::io::Result<Spawned>>;
+
+#[derive(Debug)]
+pub struct Zygote {
+    requests: Mutex<Option<mpsc::Sender<Reply>>>,
+    pid: Arc<Mutex<Option<u32>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Zygote {
+    /// Starts the manager thread, which execs the first zygote at once.
+    pub fn start(exe: ExeFile, uid: u32, gid: u32, max_forks: u32) -> Zygote {
+        let (tx, rx) = mpsc::channel::<Reply>();
+        let pid = Arc::new(Mutex::new(None));
+        let mut m = Manager {
+            exe,
+            uid,
+            gid,
+            max_forks: max_forks.max(1),
+            live: None,
+            pid: pid.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("stsd-zygote".into())
+            .spawn(move || m.run(rx));
+        let thread = match thread {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the zygote thread");
+                None
+            }
+        };
+        Zygote {
+            requests: Mutex::new(Some(tx)),
+            pid,
+            thread: Mutex::new(thread),
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        *self.pid.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new worker, forked by the zygote (replaced first if it has died).
+    pub fn fork(&self) -> std::io::Result<Spawned> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let sent = self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|r| r.send(tx));
+        if !matches!(sent, Some(Ok(()))) {
+            return Err(std::io::Error::other("the zygote thread is not running"));
+        }
+        rx.recv()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the zygote thread went away")))
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        // Closing the request channel ends the thread, which kills and reaps the zygote.
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Live {
+    proc: ChildProc,
+    ctrl: OwnedFd,
+    forks: u32,
+}
+
+struct Manager {
+    exe: ExeFile,
+    uid: u32,
+    gid: u32,
+    max_forks: u32,
+    live: Option<Live>,
+    pid: Arc<Mutex<Option<u32>>>,
+}
+
+impl Manager {
+    fn run(&mut self, rx: mpsc::Receiver<Reply>) {
+        self.replace();
+        loop {
+            match rx.recv_timeout(LIVENESS_CHECK) {
+                Ok(reply) => {
+                    let r = self.fork();
+                    let _ = reply.send(r);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let dead = self.live.as_mut().is_none_or(|l| !l.proc.is_alive());
+                    if dead {
+                        tracing::warn!("the zygote died; starting a new one");
+                        self.replace();
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        self.retire();
+    }
+
+    /// Kills and reaps the current zygote, if any.
+    fn retire(&mut self) {
+        if let Some(mut l) = self.live.take() {
+            drop(l.ctrl);
+            l.proc.kill_and_reap();
+        }
+        self.set_pid(None);
+    }
+
+    fn set_pid(&self, pid: Option<u32>) {
+        *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = pid;
+    }
+
+    /// Retires the current zygote and execs a new one (it gets ready while nobody waits).
+    fn replace(&mut self) {
+        self.retire();
+        match self.exec_zygote() {
+            Ok(l) => {
+                self.set_pid(Some(l.proc.id()));
+                self.live = Some(l);
+            }
+            Err(e) => tracing::error!(error = %e, "cannot start the zygote"),
+        }
+    }
+
+    fn exec_zygote(&self) -> std::io::Result<Live> {
+        let (ctrl, child_end) = seqpacket_pair()?;
+        let child = self
+            .exe
+            .command("zygote", self.uid, self.gid, &child_end)
+            .spawn()?;
+        drop(child_end);
+        let proc = ChildProc::from_pid(child.id());
+        drop(child);
+        Ok(Live {
+            proc,
+            ctrl,
+            forks: 0,
+        })
+    }
+
+    /// One worker. A zygote that is gone, or fails to answer, is replaced and asked once more.
+    fn fork(&mut self) -> std::io::Result<Spawned> {
+        let mut last = None;
+        for _ in 0..2 {
+            if self.live.as_ref().is_none_or(|l| l.forks >= self.max_forks) {
+                self.replace();
+            }
+            let Some(l) = self.live.as_mut() else {
+                continue;
+            };
+            l.forks += 1;
+            match ask(l) {
+                Ok(s) => return Ok(s),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the zygote did not fork a worker; replacing it");
+                    self.retire();
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::other("no zygote could be started")))
+    }
+}
+
+/// Asks `l`'s zygote for one worker and takes its socket.
+fn ask(l: &Live) -> std::io::Result<Spawned> {
+    send(l.ctrl.as_raw_fd(), b"F", MsgFlags::MSG_NOSIGNAL).map_err(std::io::Error::from)?;
+    let until = Instant::now() + FORK_TIMEOUT;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the zygote did not answer in time",
+            ));
+        }
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        let mut fds = [PollFd::new(l.ctrl.as_fd(), PollFlags::POLLIN)];
+        match poll(
+            &mut fds,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        ) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut buf = [0u8; ForkReply::BYTES + 1];
+    let mut cmsg = nix::cmsg_space!([RawFd; 2]);
+    let (n, fds) = {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = recvmsg::<()>(
+            l.ctrl.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+        )
+        .map_err(std::io::Error::from)?;
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        for c in msg.cmsgs().map_err(std::io::Error::from)? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: the kernel just installed these descriptors in this process for us.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        (msg.bytes, fds)
+    };
+    if n == 0 {
+        return Err(std::io::Error::other("the zygote exited"));
+    }
+    let reply = ForkReply::decode(&buf[..n])
+        .ok_or_else(|| std::io::Error::other("the zygote sent a malformed reply"))?;
+    if reply.errno != 0 {
+        return Err(std::io::Error::from_raw_os_error(reply.errno as i32));
+    }
+    let mut fds = fds.into_iter();
+    match (fds.next(), fds.next()) {
+        (Some(socket), None) if reply.pid != 0 => {
+            let mut proc = ChildProc::from_pid(reply.pid);
+            // Only our own child is ever waited for or signalled (CLONE_PARENT makes it one).
+            if let Err(e) = proc.try_wait() {
+                return Err(std::io::Error::other(format!(
+                    "the zygote named pid {} that is not a child of the supervisor: {e}",
+                    reply.pid
+                )));
+            }
+            Ok(Spawned {
+                proc,
+                socket,
+                maker_cpu_ns: reply.cpu_ns,
+            })
+        }
+        _ => Err(std::io::Error::other(
+            "the zygote's reply did not carry exactly one socket",
+        )),
+    }
+}

@@ -1,0 +1,286 @@
+//! Workers forked from the zygote: what a fresh worker holds (one socket, nothing of any
+//! earlier call), the zygote dying or being replaced without a lost call, and a binary
+//! replaced on disk under a running daemon.
+
+use serde_json::json;
+use std::time::{Duration, Instant};
+use stsd_tests::harness::{is_error, text, Daemon};
+
+/// The daemon's zygote: its pid, once one runs (and is not a zombie waiting to be reaped).
+fn zygote_pid(d: &Daemon) -> Option<i32> {
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if head.ends_with("(stsd-zygote")
+            && f.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(d.pid())
+            && f.first() != Some(&"Z")
+        {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+fn wait_for_zygote(d: &Daemon, not: Option<i32>) -> i32 {
+    let t0 = Instant::now();
+    loop {
+        if let Some(p) = zygote_pid(d).filter(|p| Some(*p) != not) {
+            return p;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no new zygote");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Every writable mapping of `pid`, concatenated: all that a process can have been given
+/// since it was made (its read-only mappings are the binary and libraries). Root reads any
+/// process's memory.
+fn memory_of(pid: i32) -> Vec<u8> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let mem = match std::fs::File::open(format!("/proc/{pid}/mem")) {
+        Ok(f) => f,
+        Err(_) => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(range), Some(perms)) = (f.first(), f.get(1)) else {
+            continue;
+        };
+        // [vvar] and friends cannot be read through /proc/PID/mem.
+        if !perms.starts_with("rw") || f.get(5).is_some_and(|n| n.starts_with("[v")) {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
+        let mut buf = vec![0u8; (b - a) as usize];
+        use std::os::unix::fs::FileExt;
+        if mem.read_exact_at(&mut buf, a).is_ok() {
+            out.extend_from_slice(&buf);
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A fresh worker holds its socket on fd 3, /dev/null on 0-2, and nothing else; no byte of
+/// an earlier call's arguments, secrets or result is in its memory or the zygote's. The
+/// scan is shown able to find what is there (the runtime's own source) before it is trusted
+/// to find nothing.
+#[test]
+fn a_fresh_worker_holds_only_its_socket_and_nothing_of_earlier_calls() {
+    if !stsd_tests::is_root() {
+        eprintln!("skipped: reading another process's memory needs root");
+        return;
+    }
+    let d = Daemon::start(2, "");
+    let mut c = d.connect();
+    // An argument, a resolved secret (the harness sets STSD_TEST_TOKEN for `with-secret`)
+    // and a result, each unique to this call.
+    let arg = format!("zy-arg-{}-{}", std::process::id(), line!());
+    c.call(1, "echo-console", json!({ "text": arg }));
+    let r = c.response();
+    assert!(!is_error(&r), "{r}");
+    assert!(text(&r).contains(&arg), "{r}");
+    c.call(2, "with-secret", json!({ "count": 7 }));
+    let r = c.response();
+    assert!(!is_error(&r), "{r}");
+    // Workers forked after those calls, and the zygote that forked them.
+    std::thread::sleep(Duration::from_millis(300));
+    let zygote = wait_for_zygote(&d, None);
+    let idle: Vec<i32> = d
+        .children()
+        .iter()
+        .filter(|c| !c.2 && c.1 != 'Z')
+        .map(|c| c.0)
+        .collect();
+    assert!(!idle.is_empty(), "no idle worker");
+    for &pid in &idle {
+        let mut fds: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_string_lossy().parse().ok()?;
+                let t = std::fs::read_link(e.path()).ok()?;
+                Some((n, t.to_string_lossy().into_owned()))
+            })
+            .collect();
+        fds.sort();
+        assert_eq!(fds.len(), 4, "worker {pid}: {fds:?}");
+        for (n, target) in &fds[..3] {
+            assert_eq!(target, "/dev/null", "worker {pid} fd {n}");
+        }
+        assert_eq!(fds[3].0, 3);
+        assert!(fds[3].1.starts_with("socket:"), "{fds:?}");
+    }
+    let secrets: [&[u8]; 3] = [
+        arg.as_bytes(),
+        b"supersecret-token-123",
+        b"Bearer supersecret",
+    ];
+    for pid in idle.iter().copied().chain([zygote]) {
+        let mem = memory_of(pid);
+        assert!(
+            contains(&mem, b"stsd-prelude.js"),
+            "the scan of {pid} cannot see the runtime it must hold ({} bytes read)",
+            mem.len()
+        );
+        for s in secrets {
+            assert!(
+                !contains(&mem, s),
+                "{pid} holds {:?} from an earlier call",
+                String::from_utf8_lossy(s)
+            );
+        }
+    }
+}
+
+/// The zygote killed (-9) over and over while calls stream in: every call is answered, and a
+/// new zygote takes its place each time.
+#[test]
+fn killing_the_zygote_mid_load_loses_no_call() {
+    let d = Daemon::start(2, "");
+    let mut first = wait_for_zygote(&d, None);
+    let clients: Vec<_> = (0..4)
+        .map(|k| {
+            let mut c = d.connect();
+            std::thread::spawn(move || {
+                let mut bad = Vec::new();
+                for i in 0..40u64 {
+                    c.call(i, "echo-console", json!({ "text": format!("c{k}-{i}") }));
+                    let r = c.response();
+                    if is_error(&r) || !text(&r).contains(&format!("c{k}-{i}")) {
+                        bad.push(r);
+                    }
+                }
+                bad
+            })
+        })
+        .collect();
+    for _ in 0..4 {
+        // SAFETY: kill(2) with a pid read from /proc that is the daemon's child.
+        unsafe { libc::kill(first, libc::SIGKILL) };
+        first = wait_for_zygote(&d, Some(first));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for c in clients {
+        let bad = c.join().unwrap_or_else(|_| panic!("client panicked"));
+        assert!(bad.is_empty(), "lost or failed calls: {bad:?}");
+    }
+    // And the daemon still serves, from a live zygote.
+    let mut c = d.connect();
+    c.call(99, "echo-console", json!({ "text": "after" }));
+    assert!(text(&c.response()).contains("after"));
+    assert!(zygote_pid(&d).is_some());
+}
+
+/// `zygote_max_forks`: after that many workers a freshly exec'd zygote takes over.
+#[test]
+fn the_zygote_is_replaced_after_its_fork_budget() {
+    let d = Daemon::start(1, "[worker]\nzygote_max_forks = 3\n");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut c = d.connect();
+    for i in 0..12u64 {
+        if let Some(z) = zygote_pid(&d) {
+            seen.insert(z);
+        }
+        c.call(i, "echo-console", json!({ "text": "x" }));
+        assert!(!is_error(&c.response()));
+    }
+    assert!(seen.len() >= 3, "zygotes seen: {seen:?}");
+}
+
+/// A binary replaced on disk (a package upgrade) does not break the running daemon: the
+/// zygote and exec'd workers come from the descriptor it opened at start.
+#[test]
+fn a_binary_replaced_on_disk_does_not_break_the_running_daemon() {
+    for mode in ["zygote", "exec"] {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let bin = dir.path().join("stsd-copy");
+        std::fs::copy(stsd_tests::stsd_bin(), &bin).unwrap_or_else(|e| panic!("{e}"));
+        let bin_s = bin.to_string_lossy().into_owned();
+        let d = Daemon::launch_env(
+            tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+            1,
+            &format!("[worker]\nspawn = \"{mode}\"\n"),
+            Some(stsd_tests::harness::CATALOG),
+            &[],
+            None,
+            &[("STSD_TEST_BINARY", &bin_s)],
+        );
+        let mut c = d.connect();
+        c.call(1, "echo-console", json!({ "text": "before" }));
+        assert!(text(&c.response()).contains("before"), "{mode}");
+        // The upgrade: the path now holds something else entirely.
+        std::fs::remove_file(&bin).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&bin, "#!/bin/false\n").unwrap_or_else(|e| panic!("{e}"));
+        // Force a fresh exec: of the zygote, or of each worker.
+        if let Some(z) = zygote_pid(&d) {
+            // SAFETY: kill(2) with a pid read from /proc that is the daemon's child.
+            unsafe { libc::kill(z, libc::SIGKILL) };
+        }
+        for i in 2..6u64 {
+            c.call(i, "echo-console", json!({ "text": format!("after {i}") }));
+            let r = c.response();
+            assert!(text(&r).contains(&format!("after {i}")), "{mode}: {r}");
+        }
+    }
+}
+
+/// Workers forked from one zygote inherit one context; Math.random must still differ in
+/// each (the engine seeds its state once per context, from the clock), and look like the
+/// builtin.
+#[test]
+fn math_random_differs_in_every_forked_worker() {
+    let opts = stsd_tests::exec_options_in(stsd_profiles::baseline::SpawnMode::Zygote);
+    let base = stsd_tests::scratch_base();
+    let j = stsd_tests::job(
+        "const d = Object.getOwnPropertyDescriptor(Math, 'random');
+         return [Math.random(), Math.random(), Math.random.name, Math.random.length,
+                 d.enumerable, d.writable, d.configurable];",
+        stsd_protocol::frames::FsAccess::None,
+        base.path(),
+    );
+    let mut firsts = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        let out = stsd::exec::run_job(&j, &opts, &mut |_| {});
+        let v: serde_json::Value = match &out.result {
+            Ok(stsd::exec::CallValue::Json(t)) => {
+                serde_json::from_str(t).unwrap_or_else(|e| panic!("{e}"))
+            }
+            other => panic!("{other:?}"),
+        };
+        let (a, b) = (v[0].as_f64().unwrap_or(-1.0), v[1].as_f64().unwrap_or(-1.0));
+        assert!(
+            (0.0..1.0).contains(&a) && (0.0..1.0).contains(&b) && a != b,
+            "{v}"
+        );
+        assert_eq!(v[2], "random");
+        assert_eq!(v[3], 0);
+        assert_eq!(v[4], false);
+        assert_eq!(v[5], true);
+        assert_eq!(v[6], true);
+        firsts.insert(a.to_bits());
+    }
+    assert_eq!(
+        firsts.len(),
+        6,
+        "forked workers repeated a Math.random sequence"
+    );
+}

@@ -1,0 +1,141 @@
+//! The zygote (`stsd zygote`). The supervisor execs it once, the way it would exec a worker
+//! (fresh exec, empty environment, stdio on /dev/null, its control socket on fd 3, no catalog
+//! and no secret), and it does once what is the same for every worker: loading and
+//! relocation, the time-zone data, the privilege drop (the worker user, no capability,
+//! no_new_privs, not dumpable), and a first QuickJS runtime that initialises the engine's
+//! one-time state and the allocator. Then, per request, it forks a worker.
+//!
+//! Workers are forked with `CLONE_PARENT`: they are the supervisor's children, not the
+//! zygote's. The supervisor reaps them and classifies their deaths exactly as for exec'd
+//! workers, their parent-death signal follows the supervisor, and a zygote that dies (or is
+//! replaced) takes no worker with it. The zygote never runs a tool and never sees a job, so
+//! nothing of any call can reach a worker through it.
+//!
+//! Protocol on the control socket (SOCK_SEQPACKET): each record the supervisor sends asks for
+//! one worker; each reply is [`ForkReply`] with the supervisor's end of the new worker's
+//! socket attached (SCM_RIGHTS) when the fork succeeded.
+
+use nix::sys::socket::{
+    recv, sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
+};
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use stsd_profiles::os::{self, WORKER_SOCKET_FD};
+use stsd_protocol::frames::ForkReply;
+
+/// The zygote's control socket sits where a worker's socket sits.
+const CONTROL_FD: i32 = WORKER_SOCKET_FD;
+
+/// CPU time of this process, nanoseconds.
+fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec.max(0) as u64) * 1_000_000_000 + ts.tv_nsec.max(0) as u64
+}
+
+/// fork(2), except that the child's parent is this process's parent (the supervisor).
+/// Returns the child's pid in the parent, 0 in the child, -1 on failure (errno set).
+fn fork_for_parent() -> libc::c_long {
+    // SAFETY: a fork-like clone (no new stack: the child continues here on a copy of this
+    // single-threaded process). glibc's fork handlers are skipped, which is safe here: this
+    // process has one thread and holds no lock at this point, and the child never relies on
+    // the thread id glibc caches (raise and abort ask the kernel for it).
+    unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    }
+}
+
+/// `stsd zygote --uid N --gid N`. Returns the process exit code (in the zygote; a forked
+/// worker returns its own).
+pub fn run() -> i32 {
+    super::init_process();
+    super::set_name(c"stsd-zygote");
+    let (uid, gid) = super::ids_from_args();
+    let parent = nix::unistd::getppid().as_raw() as u32;
+    // SAFETY: the supervisor placed the control socket on fd 3 and nothing else owns it.
+    let ctrl = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
+    // The worker's own posture-independent half, once for all: every worker inherits it and
+    // then applies it again itself (cheap, and a failure here is reported by each worker as
+    // SANDBOX_UNAVAILABLE when its job comes, just as an exec'd worker would).
+    let _ = os::prepare(uid, gid, parent);
+    // The first job's runtime and context, with the runtime globals installed, made once
+    // here and inherited by every worker (copy-on-write) instead of made by each. The zygote
+    // never uses it: no tool code ever runs here. What a context would otherwise get fresh
+    // per worker, Math.random's state, is seeded per call (see engine::Engine::bind).
+    let warm = super::engine::Warm::new();
+    let mut req = [0u8; 8];
+    loop {
+        match recv(ctrl.as_raw_fd(), &mut req, MsgFlags::empty()) {
+            // The supervisor closed the socket: replaced, or shutting down.
+            Ok(0) => return 0,
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return 0,
+        }
+        let pair = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        );
+        let (theirs, mine) = match pair {
+            Ok(p) => p,
+            Err(e) => {
+                if reply(&ctrl, ForkReply::failed(e as i32), None).is_err() {
+                    return 0;
+                }
+                continue;
+            }
+        };
+        let cpu0 = process_cpu_ns();
+        let pid = fork_for_parent();
+        if pid == 0 {
+            // The worker. dup2 puts its socket on fd 3 (closing the control socket there,
+            // and clearing close-on-exec); `os::prepare` closes every other fd.
+            // SAFETY: plain fd numbers; the OwnedFds on this copy of the stack are never
+            // dropped (the worker leaves through process::exit).
+            if unsafe { libc::dup2(mine.as_raw_fd(), WORKER_SOCKET_FD) } < 0 {
+                // SAFETY: as below.
+                unsafe { libc::_exit(70) };
+            }
+            super::set_name(c"stsd-worker");
+            let code = super::serve(uid, gid, warm);
+            // SAFETY: _exit ends this process; nothing in it needs flushing or tearing down.
+            unsafe { libc::_exit(code) };
+        }
+        let cpu_ns = process_cpu_ns().saturating_sub(cpu0);
+        drop(mine);
+        let r = if pid < 0 {
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            reply(&ctrl, ForkReply::failed(errno), None)
+        } else {
+            reply(&ctrl, ForkReply::forked(pid as u32, cpu_ns), Some(&theirs))
+        };
+        drop(theirs);
+        if r.is_err() {
+            return 0;
+        }
+    }
+}
+
+fn reply(ctrl: &OwnedFd, r: ForkReply, fd: Option<&OwnedFd>) -> nix::Result<usize> {
+    let bytes = r.encode();
+    let iov = [IoSlice::new(&bytes)];
+    let fds: Vec<i32> = fd.map(AsRawFd::as_raw_fd).into_iter().collect();
+    let rights = [ControlMessage::ScmRights(&fds)];
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &rights };
+    sendmsg::<()>(ctrl.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)
+}
