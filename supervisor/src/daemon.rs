@@ -182,6 +182,17 @@ async fn serve(
         Some(fd) => listener::from_systemd(fd)?,
         None => listener::bind(&o.socket, o.config.daemon.socket_group)?,
     };
+    // The metrics port is bound with the socket, so it is there as soon as the socket is
+    // (scrapes wait in its backlog until the catalog is published).
+    let metrics = match &o.config.metrics.listen {
+        Some(addr) => Some((
+            addr.clone(),
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?,
+        )),
+        None => None,
+    };
     {
         let managed = managed_catalog(&o)?;
         let service = build_service_with(&o, Some(&managed))?;
@@ -218,10 +229,7 @@ async fn serve(
             service.clone(),
             Some((managed.clone(), changed.clone())),
         );
-        if let Some(addr) = &o.config.metrics.listen {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
+        if let Some((addr, l)) = metrics {
             crate::logs::banner(&format!(
                 "metrics: Prometheus text on http://{addr}/metrics"
             ));
