@@ -77,9 +77,9 @@ fn daemon(extra: &str) -> (Daemon, tempfile::TempDir) {
 
 fn cli(d: &Daemon, args: &[&str]) -> Output {
     Command::new(stsd_bin())
+        .args(args)
         .arg("--socket")
         .arg(&d.socket)
-        .args(args)
         .output()
         .unwrap_or_else(|e| panic!("{e}"))
 }
@@ -172,9 +172,9 @@ fn a_uid_not_among_the_operators_cannot_answer() {
     let id = pending(&d)["id"].as_u64().unwrap_or(0).to_string();
     use std::os::unix::process::CommandExt;
     let out = Command::new(stsd_bin())
+        .args(["approve", &id])
         .arg("--socket")
         .arg(&d.socket)
-        .args(["approve", &id])
         .uid(65534)
         .gid(65534)
         .output()
@@ -335,9 +335,9 @@ fn the_cjson_export_reads_back_through_the_loader() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let out = Command::new(stsd_bin())
+        .args(["export", "--format", "cjson", &cat])
         .arg("--config")
         .arg(&config)
-        .args(["export", "--format", "cjson", &cat])
         .env("STSD_TEST_TOKEN", "supersecret-token-123")
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
@@ -396,9 +396,9 @@ fn stsd_run_needs_an_answer_for_a_gated_tool() {
     .unwrap_or_else(|e| panic!("{e}"));
     let run = |flag: Option<&str>| {
         let mut cmd = Command::new(stsd_bin());
-        cmd.arg("--config")
+        cmd.args(["run", "--config"])
             .arg(&config)
-            .args(["run", "--json", "--arg", "path=doomed.txt"])
+            .args(["--json", "--arg", "path=doomed.txt"])
             .arg(&spec)
             .stdin(std::process::Stdio::null());
         if let Some(f) = flag {
@@ -424,11 +424,12 @@ fn stsd_run_needs_an_answer_for_a_gated_tool() {
 fn stsd_check_shows_every_gated_catalog_tool() {
     let run = |config: Option<&std::path::Path>| {
         let mut cmd = Command::new(stsd_bin());
+        cmd.arg("check");
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }
         let out = cmd
-            .args(["check", "--json"])
+            .args(["--json"])
             .arg(stsd_tests::catalog_dir())
             .output()
             .unwrap_or_else(|e| panic!("{e}"));

@@ -258,9 +258,9 @@ fn stsd_run_and_local_passes_are_audited_when_a_log_is_configured() {
     std::fs::write(&file, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
     let run = |args: &[&str]| {
         Command::new(stsd_bin())
+            .args(args)
             .arg("--config")
             .arg(&config)
-            .args(args)
             .arg(&file)
             .output()
             .unwrap_or_else(|e| panic!("{e}"))

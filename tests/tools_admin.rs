@@ -19,7 +19,7 @@ fn spec(version: &str, expected: &str) -> Value {
 
 fn tools_cli(d: &Daemon, args: &[&str], file: Option<&Value>) -> Output {
     let mut cmd = Command::new(stsd_bin());
-    cmd.arg("--socket").arg(&d.socket).arg("tools").args(args);
+    cmd.arg("tools").args(args).arg("--socket").arg(&d.socket);
     if let Some(doc) = file {
         let p = d.dir().join("submitted.json");
         std::fs::write(&p, doc.to_string()).unwrap_or_else(|e| panic!("{e}"));

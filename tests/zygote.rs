@@ -292,9 +292,8 @@ fn status_names_the_spawn_mode_and_the_zygote() {
         let d = Daemon::start(1, &format!("[worker]\nspawn = \"{mode}\"\n"));
         let z = (mode == "zygote").then(|| wait_for_zygote(&d, None));
         let out = std::process::Command::new(stsd_tests::stsd_bin())
-            .arg("--socket")
+            .args(["status", "--json", "--socket"])
             .arg(&d.socket)
-            .args(["status", "--json"])
             .output()
             .unwrap_or_else(|e| panic!("{e}"));
         let s: serde_json::Value =

@@ -76,30 +76,45 @@ pub struct AuditError {
 }
 
 pub struct AuditLog {
-    path: PathBuf,
-    file: Mutex<File>,
+    /// The path and the file open on it; swapped together on a reopen.
+    inner: Mutex<(PathBuf, File)>,
+}
+
+fn open_file(path: &Path) -> std::io::Result<File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)?;
+    repair_torn_tail(&mut file)?;
+    Ok(file)
 }
 
 impl AuditLog {
     pub fn open(path: &Path) -> std::io::Result<AuditLog> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)?;
-        repair_torn_tail(&mut file)?;
         Ok(AuditLog {
-            path: path.to_path_buf(),
-            file: Mutex::new(file),
+            inner: Mutex::new((path.to_path_buf(), open_file(path)?)),
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    pub fn path(&self) -> PathBuf {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone()
+    }
+
+    /// Opens `path` afresh and writes there from now on (SIGHUP, after logrotate renamed the
+    /// old file away, or a config naming another path). On failure the old file stays in use.
+    pub fn reopen(&self, path: &Path) -> std::io::Result<()> {
+        let file = open_file(path)?;
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (path.to_path_buf(), file);
+        Ok(())
     }
 
     /// Appends one record. Errors are returned so the caller can decide; the daemon logs them
@@ -107,10 +122,38 @@ impl AuditLog {
     pub fn append(&self, rec: &AuditRecord) -> std::io::Result<()> {
         let mut line = escape_line_breaks(serde_json::to_vec(rec).map_err(std::io::Error::other)?);
         line.push(b'\n');
-        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        f.write_all(&line)?;
-        f.flush()
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.1.write_all(&line)?;
+        g.1.flush()
     }
+}
+
+/// A record of the daemon itself rather than of a call: only a start that failed, so an
+/// auditor sees why no calls were served. Readers tell it apart by its `event` field.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonEvent {
+    pub ts: i64,
+    /// "start-failed".
+    pub event: &'static str,
+    pub pid: u32,
+    pub version: &'static str,
+    pub error: String,
+}
+
+/// Appends a daemon event to the log at `path`, best effort (the failure may be the log).
+pub fn append_event(path: &Path, ev: &DaemonEvent) -> std::io::Result<()> {
+    let mut line = escape_line_breaks(serde_json::to_vec(ev).map_err(std::io::Error::other)?);
+    line.push(b'\n');
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(&line)
 }
 
 /// JSON allows U+2028, U+2029, U+0085 and the other C1 controls raw inside strings, but
@@ -311,6 +354,58 @@ mod tests {
         let v = bounded_params(&Value::Object(many), 4096, 65536);
         assert_eq!(v["truncated"], true);
         assert_eq!(bounded_message("ab€cd", 3), "ab… (7 bytes in all)");
+    }
+
+    #[test]
+    fn reopen_follows_a_rename_to_a_fresh_file() {
+        let dir = std::env::temp_dir().join(format!("stsd-audit-reopen-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let p = dir.join("a.jsonl");
+        let _ = std::fs::remove_file(&p);
+        let log = AuditLog::open(&p).unwrap_or_else(|e| panic!("{e}"));
+        let rec = outside_record_for_test();
+        assert!(log.append(&rec).is_ok());
+        let rotated = dir.join("a.jsonl.1");
+        assert!(std::fs::rename(&p, &rotated).is_ok());
+        assert!(log.append(&rec).is_ok()); // still the renamed file
+        assert!(log.reopen(&p).is_ok());
+        assert!(log.append(&rec).is_ok());
+        let lines = |f: &Path| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
+        assert_eq!((lines(&rotated), lines(&p)), (2, 1));
+        // A reopen that fails keeps the file in use.
+        assert!(log.reopen(&dir.join("no/such\0dir/x")).is_err());
+        assert!(log.append(&rec).is_ok());
+        assert_eq!(lines(&p), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn outside_record_for_test() -> AuditRecord {
+        AuditRecord {
+            ts: 0,
+            call_id: 1,
+            tool_id: "t".into(),
+            name: "n".into(),
+            category: None,
+            tool_safety: Value::Null,
+            risk_level: "L0".into(),
+            params: serde_json::json!({}),
+            outcome: "OK",
+            error: None,
+            elapsed_ms: 0,
+            worker_pid: None,
+            peer_uid: None,
+            principal: None,
+            limits_hit: Vec::new(),
+            transport: "test",
+            egress: Vec::new(),
+            approval: None,
+            metrics: None,
+        }
     }
 
     #[test]

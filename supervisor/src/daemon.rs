@@ -1,5 +1,6 @@
-//! `stsd` with no subcommand: the daemon. MCP on a Unix socket (0600, peer credentials checked),
-//! a pre-warmed pool, the audit log, SIGTERM/SIGINT graceful stop, SIGHUP catalog reload.
+//! `stsd` with no subcommand: the daemon. MCP on a Unix socket (0600, peer credentials checked,
+//! or the one systemd passed), a pre-warmed pool, the audit log, SIGTERM/SIGINT graceful stop,
+//! SIGHUP reload of the config, the catalog and the audit log file, sd_notify.
 //! And `stsd mcp`: MCP on stdio, bridged to a running daemon or served by an embedded one.
 
 use crate::audit::AuditLog;
@@ -26,6 +27,12 @@ pub struct DaemonOptions {
     pub reuse: u32,
     /// `--toolsets FILE` documents (besides `[daemon] toolsets`).
     pub toolsets: Vec<PathBuf>,
+    /// Where `config` came from; SIGHUP reads it again.
+    pub config_source: crate::config_file::ConfigSource,
+    /// `--preset ID`, which overrides `[daemon] preset` (on reload too).
+    pub preset: Option<String>,
+    /// What systemd passed (notify socket, listening socket, watchdog); empty otherwise.
+    pub systemd: crate::systemd::Systemd,
     /// `--listen ADDR:PORT`: MCP over Streamable HTTP too (besides `[http] listen`).
     pub listen: Option<String>,
 }
@@ -68,8 +75,7 @@ fn build_service_with(
     let audit = AuditLog::open(&audit_path)
         .map_err(|e| format!("cannot open the audit log {}: {e}", audit_path.display()))?;
     let opts = ExecOptions::new(o.worker_exe.clone(), &o.config)?;
-    let mut toolsets = o.config.daemon.toolsets.clone();
-    toolsets.extend(o.toolsets.iter().cloned());
+    let mut toolsets = o.toolsets.clone();
     let mut sources = o.sources.clone();
     if let Some(m) = managed {
         sources.push(Source::Path(m.specs_dir()));
@@ -96,7 +102,7 @@ fn banner(service: &Service, what: &str) -> String {
         } else {
             "one call per worker".to_string()
         },
-        service.config.daemon.queue_limit,
+        service.config().daemon.queue_limit,
         service
             .audit_path()
             .map(|p| p.display().to_string())
@@ -127,43 +133,94 @@ fn banner(service: &Service, what: &str) -> String {
     for (name, why) in &p.withheld {
         s.push_str(&format!("withheld {name}: {why}\n"));
     }
+    for (path, why) in &p.unreadable {
+        s.push_str(&format!("unreadable {}: {why}\n", path.display()));
+    }
     s
 }
 
-/// Runs the daemon until SIGTERM/SIGINT.
-pub fn run(o: DaemonOptions) -> Result<(), String> {
+/// Runs the daemon until SIGTERM/SIGINT. A start that fails is logged, recorded in the audit
+/// log (`"event": "start-failed"`) and reported to systemd, and leaves no socket behind.
+pub fn run(mut o: DaemonOptions) -> Result<(), String> {
+    let mut systemd = std::mem::take(&mut o.systemd);
+    if let Some(why) = &systemd.problem {
+        tracing::warn!(%why, "socket activation: LISTEN_FDS ignored; binding the socket myself");
+    }
+    let audit_path = o
+        .config
+        .daemon
+        .audit_log
+        .clone()
+        .unwrap_or_else(crate::paths::default_audit_log);
+    let listen = systemd.listen.take();
     let rt = runtime()?;
-    rt.block_on(async move {
-        // A configured approval-state key that cannot be used stops the start, not the first
-        // call that needs approval.
-        crate::mcp_approval::configured_key(&o.config.approval)?;
-        // The TCP listeners are bound before the socket appears: a bad [http] section fails
-        // the start before anything is created, and once the socket exists every endpoint
-        // takes connections (they wait in the backlog until the service is up).
-        let http_bound = match o.listen.as_ref().or(o.config.http.listen.as_ref()) {
-            Some(addr) => Some(crate::http::bind(&o.config.http, addr).await?),
-            None => None,
+    let result = rt.block_on(serve(o, listen, &systemd));
+    if let Err(e) = &result {
+        tracing::error!(error = %e, "start failed");
+        let ev = crate::audit::DaemonEvent {
+            ts: crate::store::now_ms(),
+            event: "start-failed",
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION"),
+            error: e.clone(),
         };
-        let metrics_listener = match &o.config.metrics.listen {
-            Some(addr) => Some((
-                tokio::net::TcpListener::bind(addr)
-                    .await
-                    .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?,
-                addr,
-            )),
-            None => None,
-        };
-        let bound = listener::bind(&o.socket, o.config.daemon.socket_group)?;
+        if let Err(w) = crate::audit::append_event(&audit_path, &ev) {
+            tracing::warn!(error = %w, path = %audit_path.display(), "the failed start is not in the audit log");
+        }
+        let first = e.lines().next().unwrap_or_default();
+        systemd.notify(&format!("STATUS=start failed: {first}\nERRNO=1"));
+    }
+    result
+}
+
+/// The daemon's life: start (every error here is a failed start), serve, stop.
+async fn serve(
+    o: DaemonOptions,
+    listen: Option<crate::systemd::ListenFd>,
+    systemd: &crate::systemd::Systemd,
+) -> Result<(), String> {
+    let from_systemd = listen.is_some();
+    // A configured approval-state key that cannot be used stops the start, not the first
+    // call that needs approval.
+    crate::mcp_approval::configured_key(&o.config.approval)?;
+    // The HTTP listener is bound before the socket appears: a bad [http] section fails the
+    // start before anything is created, and once the socket exists every endpoint takes
+    // connections (they wait in the backlog until the service is up).
+    let http_bound = match o.listen.as_ref().or(o.config.http.listen.as_ref()) {
+        Some(addr) => Some(crate::http::bind(&o.config.http, addr).await?),
+        None => None,
+    };
+    let bound = match listen {
+        Some(fd) => listener::from_systemd(fd)?,
+        None => listener::bind(&o.socket, o.config.daemon.socket_group)?,
+    };
+    // The metrics port is bound with the socket, so it is there as soon as the socket is
+    // (scrapes wait in its backlog until the catalog is published).
+    let metrics = match &o.config.metrics.listen {
+        Some(addr) => Some((
+            addr.clone(),
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?,
+        )),
+        None => None,
+    };
+    {
         let managed = managed_catalog(&o)?;
         let service = build_service_with(&o, Some(&managed))?;
         let (changed, _) = broadcast::channel::<()>(16);
         let nofile = raise_nofile_limit();
-        say_out(&banner(
+        crate::logs::banner(&banner(
             &service,
             &format!(
-                "stsd {} listening on {} (MCP 2026-07-28 and 2025-11-25, newline-delimited JSON-RPC)",
+                "stsd {} listening on {} (MCP 2026-07-28 and 2025-11-25, newline-delimited JSON-RPC){}; config: {}",
                 env!("CARGO_PKG_VERSION"),
-                bound.path.display()
+                bound.path.display(),
+                if from_systemd { ", socket from systemd" } else { "" },
+                o.config_source
+                    .path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "built-in defaults".into())
             ),
         ));
         let d = &o.config.daemon;
@@ -184,8 +241,10 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
             service.clone(),
             Some((managed.clone(), changed.clone())),
         );
-        if let Some((l, addr)) = metrics_listener {
-            say_out(&format!("metrics: Prometheus text on http://{addr}/metrics\n"));
+        if let Some((addr, l)) = metrics {
+            crate::logs::banner(&format!(
+                "metrics: Prometheus text on http://{addr}/metrics"
+            ));
             tokio::spawn(serve_metrics(l, service.clone()));
         }
         // Remote MCP over Streamable HTTP, beside the socket, when an address is given.
@@ -193,7 +252,7 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         let stop_all = CancellationToken::new();
         let mut http_task = None;
         if let Some(bound) = http_bound {
-            say_out(&bound.describe());
+            crate::logs::banner(bound.describe().trim_end());
             http_task = Some(tokio::spawn(crate::http::serve(
                 bound,
                 service.clone(),
@@ -203,7 +262,7 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
                 stop_all.clone(),
             )));
         }
-        let limits = Limits::from_config(d);
+        let mut limits = Limits::from_config(d);
         tracing::info!(
             nofile,
             max_connections = d.max_connections,
@@ -215,7 +274,16 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
         let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
         let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
         let mut sessions = tokio::task::JoinSet::new();
-        let allowed = o.config.daemon.allowed_uids.clone();
+        let mut allowed = o.config.daemon.allowed_uids.clone();
+        // Started: from here on nothing is a failed start.
+        systemd.notify(&format!(
+            "READY=1\nSTATUS=serving {} tools\nMAINPID={}",
+            service.published().tools.len(),
+            std::process::id()
+        ));
+        if let Some(every) = systemd.watchdog {
+            tokio::spawn(watchdog(systemd.notifier.clone(), every));
+        }
         loop {
             tokio::select! {
                 accepted = bound.listener.accept() => {
@@ -270,25 +338,25 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
                 }
                 Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
                 _ = hup.recv() => {
-                    match service.reload() {
-                        Ok(true) => {
-                            let _ = changed.send(());
-                        }
-                        Ok(false) => {}
-                        Err(errors) => {
-                            tracing::error!(errors = %errors.join("; "), "SIGHUP: toolsets do not load; the catalog is unchanged");
-                            say_err(&format!("catalog NOT reloaded: toolsets:\n  {}\n", errors.join("\n  ")));
-                        }
+                    systemd.notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
+                    if reload(&o, &service, &changed) {
+                        let c = service.config();
+                        allowed = c.daemon.allowed_uids.clone();
+                        limits = Limits::from_config(&c.daemon);
                     }
-                    say_err(&banner(&service, "catalog reloaded (SIGHUP)"));
+                    systemd.notify(&format!(
+                        "READY=1\nSTATUS=serving {} tools",
+                        service.published().tools.len()
+                    ));
                 }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
         }
-        // Stop accepting, let in-flight calls finish within the grace period, kill the rest.
-        drop(bound.listener);
-        let _ = std::fs::remove_file(&bound.path);
+        // Stop accepting, let in-flight calls finish within the grace period, then cut off
+        // the rest: each is answered CANCELLED and audited before its session goes.
+        systemd.notify("STOPPING=1\nSTATUS=stopping: finishing calls in flight");
+        drop(bound);
         draining.cancel();
         let grace = Duration::from_secs(o.config.daemon.shutdown_grace_seconds);
         let t0 = Instant::now();
@@ -303,17 +371,102 @@ pub fn run(o: DaemonOptions) -> Result<(), String> {
             let _ = tokio::time::timeout(rest, t).await;
         }
         let left = service.in_flight();
+        if left > 0 {
+            service.cut_off();
+            let t1 = Instant::now();
+            while service.in_flight() > 0 && t1.elapsed() < CUT_OFF_WAIT {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         stop_all.cancel();
         sessions.shutdown().await;
         if let Some(t) = http_task.filter(|t| !t.is_finished()) {
             let _ = t.await;
         }
         service.shutdown();
-        say_err(&format!(
-            "stsd stopped ({left} calls cut off after the grace period)\n"
+        crate::logs::banner(&format!(
+            "stsd stopped ({left} calls cut off after the grace period)"
         ));
         Ok(())
-    })
+    }
+}
+
+/// How long cut-off calls get to record themselves (their workers are SIGKILLed at once).
+const CUT_OFF_WAIT: Duration = Duration::from_secs(5);
+
+/// SIGHUP: reads the config again (the same file, or the lookup again), then the catalog
+/// under it, and reopens the audit log (after logrotate moved it away, the next record goes
+/// to a fresh file at the configured path). A config that does not load or does not apply
+/// is refused with a log line naming why, and the old one stays in force. True when the new
+/// config is in force.
+fn reload(o: &DaemonOptions, service: &Arc<Service>, changed: &broadcast::Sender<()>) -> bool {
+    let loaded = o.config_source.load().map(|(mut c, path)| {
+        if let Some(p) = &o.preset {
+            c.daemon.preset = Some(p.clone());
+        }
+        (c, path)
+    });
+    let (config, path) = match loaded {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::error!(error = %e, "SIGHUP: config refused; the old config, catalog and audit log stay in force");
+            return false;
+        }
+    };
+    let from = path
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "built-in defaults".into());
+    match service.reload_config(config) {
+        Ok(r) => {
+            if r.tools_changed {
+                let _ = changed.send(());
+            }
+            if !r.restart_needed.is_empty() {
+                tracing::warn!(
+                    settings = %r.restart_needed.join(", "),
+                    "SIGHUP: these settings changed but take effect only at the next start"
+                );
+            }
+            crate::logs::banner(&banner(
+                service,
+                &format!("reloaded (SIGHUP): config {from}, catalog, audit log reopened"),
+            ));
+            true
+        }
+        Err(errors) => {
+            tracing::error!(
+                config = %from,
+                errors = %errors.join("; "),
+                "SIGHUP: config refused; the old config, catalog and audit log stay in force"
+            );
+            false
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC in microseconds (sd_notify's RELOADING=1 wants it).
+fn monotonic_usec() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: t is a valid timespec for the kernel to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1000
+}
+
+/// WATCHDOG=1 every `every` (half WATCHDOG_USEC) for as long as the runtime turns.
+async fn watchdog(notifier: Option<crate::systemd::Notifier>, every: Duration) {
+    let Some(n) = notifier else { return };
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        if let Err(e) = n.send("WATCHDOG=1") {
+            tracing::warn!(error = %e, "sd_notify WATCHDOG=1 failed");
+        }
+    }
 }
 
 /// `GET /metrics` in the Prometheus text format; anything else 404. One request per
@@ -358,19 +511,6 @@ async fn serve_metrics(listener: tokio::net::TcpListener, service: Arc<Service>)
                 tokio::time::timeout(Duration::from_secs(5), s.write_all(reply.as_bytes())).await;
         });
     }
-}
-
-/// Prints to stdout, ignoring a closed stdout: the daemon must not die of its own banner.
-fn say_out(text: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
-}
-
-/// Prints to stderr, ignoring a closed stderr.
-fn say_err(text: &str) {
-    use std::io::Write;
-    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 /// Tells a refused client why, without waiting on it, then lets the connection drop.
@@ -457,19 +597,23 @@ async fn bridge(stream: tokio::net::UnixStream, keepalive: Duration) {
     up.abort();
 }
 
-/// `stsd mcp`: stdio. Bridges to the daemon on `socket` when one answers, else serves the
-/// catalog itself with an embedded supervisor.
-pub fn run_stdio(o: DaemonOptions, keepalive: Duration) -> Result<(), String> {
+/// `stsd mcp`: stdio. With `bridge_first`, bridges to the daemon on `socket` when one answers;
+/// else (or when none answers) serves the catalog itself with an embedded supervisor.
+pub fn run_stdio(o: DaemonOptions, bridge_first: bool, keepalive: Duration) -> Result<(), String> {
     let rt = runtime()?;
     rt.block_on(async move {
-        if let Ok(stream) = tokio::net::UnixStream::connect(&o.socket).await {
+        let daemon = match bridge_first {
+            true => tokio::net::UnixStream::connect(&o.socket).await.ok(),
+            false => None,
+        };
+        if let Some(stream) = daemon {
             tracing::info!(socket = %o.socket.display(), "bridging stdio to the running daemon");
             bridge(stream, keepalive).await;
             // A blocking stdin read would stall runtime shutdown; the session is over.
             std::process::exit(0);
         }
         let service = build_service(&o)?;
-        say_err(&banner(
+        crate::logs::banner(&banner(
             &service,
             "stsd mcp: no daemon answered; serving on stdio with an embedded supervisor",
         ));

@@ -9,6 +9,33 @@ use tokio::net::{UnixListener, UnixStream};
 pub struct Bound {
     pub listener: UnixListener,
     pub path: PathBuf,
+    /// The socket file is ours to remove when the daemon stops (or fails to start); one
+    /// systemd passed in belongs to the socket unit and stays.
+    owned: bool,
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The listening socket systemd passed (socket activation). Its mode and owner are the
+/// socket unit's (`SocketMode=`, `SocketGroup=`); peers are still checked by uid.
+pub fn from_systemd(l: crate::systemd::ListenFd) -> Result<Bound, String> {
+    let std = std::os::unix::net::UnixListener::from(l.fd);
+    std.set_nonblocking(true)
+        .map_err(|e| format!("socket from systemd: {e}"))?;
+    let listener = UnixListener::from_std(std).map_err(|e| format!("socket from systemd: {e}"))?;
+    Ok(Bound {
+        listener,
+        path: l
+            .path
+            .unwrap_or_else(|| PathBuf::from("(socket from systemd)")),
+        owned: false,
+    })
 }
 
 pub fn bind(path: &Path, group: Option<u32>) -> Result<Bound, String> {
@@ -39,16 +66,19 @@ pub fn bind(path: &Path, group: Option<u32>) -> Result<Bound, String> {
     // SAFETY: as above.
     unsafe { libc::umask(old) };
     let listener = listener.map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    // From here on the file is ours: dropping the Bound (an error below included) removes it.
+    let bound = Bound {
+        listener,
+        path: path.to_path_buf(),
+        owned: true,
+    };
     if let Some(gid) = group {
         std::os::unix::fs::chown(path, None, Some(gid))
             .map_err(|e| format!("chown socket: {e}"))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
             .map_err(|e| format!("chmod socket: {e}"))?;
     }
-    Ok(Bound {
-        listener,
-        path: path.to_path_buf(),
-    })
+    Ok(bound)
 }
 
 /// The peer's uid when it is allowed, else why not.

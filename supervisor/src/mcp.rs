@@ -303,8 +303,9 @@ impl Handler {
 fn states(service: &Service) -> Result<&'static StateBook, &'static String> {
     static BOOK: std::sync::OnceLock<Result<StateBook, String>> = std::sync::OnceLock::new();
     BOOK.get_or_init(|| {
-        let ttl = Duration::from_secs(service.config.approval.timeout_seconds);
-        match crate::mcp_approval::configured_key(&service.config.approval)? {
+        let approval = service.config().approval.clone();
+        let ttl = Duration::from_secs(approval.timeout_seconds);
+        match crate::mcp_approval::configured_key(&approval)? {
             Some(key) => StateBook::with_key(key, ttl),
             None => StateBook::new(ttl),
         }

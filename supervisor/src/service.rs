@@ -50,6 +50,8 @@ pub struct Published {
     pub tools: Vec<PublishedTool>,
     /// Specs read but not served, with why (for the startup banner and logs).
     pub withheld: Vec<(String, String)>,
+    /// Files that could not be read as specs (bad JSON, unreadable), with the reason.
+    pub unreadable: Vec<(PathBuf, String)>,
 }
 
 impl Published {
@@ -190,14 +192,24 @@ fn publish_catalog(
     toolsets: &Toolsets,
     any_state: bool,
 ) -> Published {
-    let mut out = Published::default();
+    let mut out = Published {
+        unreadable: cat
+            .problems
+            .iter()
+            .map(|p| (p.path.clone(), p.diagnostic.to_string()))
+            .collect(),
+        ..Published::default()
+    };
     for e in &cat.entries {
         let Some(spec) = &e.validated.spec else {
             continue;
         };
         let name = spec.name.clone();
         if let Some(err) = e.validated.errors().next() {
-            out.withheld.push((name, format!("invalid: {err}")));
+            out.withheld.push((
+                name,
+                format!("invalid: {err} (fix the spec; stsd check shows all)"),
+            ));
             continue;
         }
         let resolved = match resolve(spec, config) {
@@ -236,8 +248,23 @@ fn publish_catalog(
                         }
                     })
                     .collect();
-                out.withheld
-                    .push((name, format!("MISSING_REQUIREMENTS: {}", why.join(", "))));
+                out.withheld.push((
+                    name,
+                    format!(
+                        "MISSING_REQUIREMENTS: {}: set it in the daemon's environment, \
+                         named in [baseline] env_allow, then SIGHUP",
+                        why.join(", ")
+                    ),
+                ));
+                continue;
+            }
+            (State::Draft, _) => {
+                out.withheld.push((
+                    name,
+                    "DRAFT: run stsd test --write (records a Local Pass and sets draft: false), \
+                     or stsd tools add"
+                        .to_string(),
+                ));
                 continue;
             }
             (state, _) => {
@@ -247,14 +274,20 @@ fn publish_catalog(
         }
         if let Some((id, only)) = &toolsets.only {
             if !only.contains(&name) {
-                out.withheld.push((name, format!("not in preset {id}")));
+                out.withheld.push((
+                    name,
+                    format!("not in preset {id}: add it to the preset, or serve without --preset"),
+                ));
                 continue;
             }
         }
         let switch = toolsets.get(&name);
         if switch.is_some_and(|s| !s.enabled) {
-            out.withheld
-                .push((name, "disabled by a toolsets document".to_string()));
+            out.withheld.push((
+                name,
+                "disabled by a toolsets document: stsd tools enable NAME, or edit the document"
+                    .to_string(),
+            ));
             continue;
         }
         let caps = &resolved.tool_safety.capabilities;
@@ -360,8 +393,10 @@ pub enum CallFailure {
 }
 
 pub struct Service {
-    pub config: Config,
-    opts: ExecOptions,
+    /// The config in force; a reload (SIGHUP) swaps it whole, a call keeps the one it started
+    /// with.
+    config: RwLock<Arc<Config>>,
+    opts: RwLock<ExecOptions>,
     pub pool: Arc<Pool>,
     sources: Vec<Source>,
     toolsets: Vec<PathBuf>,
@@ -373,6 +408,58 @@ pub struct Service {
     pub metrics: crate::metrics::Metrics,
     inflight: AtomicUsize,
     seq: AtomicU64,
+    /// Cancelled when the daemon cuts off the calls that outlived the shutdown grace period.
+    cut: tokio_util::sync::CancellationToken,
+}
+
+/// What a config reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    /// The served tool list changed (clients are told).
+    pub tools_changed: bool,
+    /// Settings that differ in the new file but take effect only at the next start.
+    pub restart_needed: Vec<&'static str>,
+}
+
+/// The settings read once at start (the socket, the pool and its workers, connection and
+/// queue bounds, the admin channel's uids, the managed catalog, the metrics listener) that
+/// differ between `old` and `new`.
+fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
+    let (o, n) = (&old.daemon, &new.daemon);
+    let checks: [(&'static str, bool); 10] = [
+        ("[daemon] socket_group", o.socket_group != n.socket_group),
+        ("[daemon] admin_uids", o.admin_uids != n.admin_uids),
+        (
+            "[daemon] max_connections",
+            o.max_connections != n.max_connections,
+        ),
+        (
+            "[daemon] max_connections_per_uid",
+            o.max_connections_per_uid != n.max_connections_per_uid,
+        ),
+        ("[daemon] queue_limit", o.queue_limit != n.queue_limit),
+        (
+            "[daemon] max_calls_per_session",
+            o.max_calls_per_session != n.max_calls_per_session,
+        ),
+        ("[daemon] catalog_dir", o.catalog_dir != n.catalog_dir),
+        ("[worker]", old.worker != new.worker),
+        ("[metrics]", old.metrics != new.metrics),
+        (
+            "[approval] max_pending",
+            old.approval.max_pending != new.approval.max_pending,
+        ),
+    ];
+    checks.iter().filter(|c| c.1).map(|c| c.0).collect()
+}
+
+/// Aborts a helper task when the call that spawned it ends, however it ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Counts a call as in flight for as long as it lives.
@@ -398,12 +485,14 @@ impl Service {
         toolsets: Vec<PathBuf>,
         audit: Option<AuditLog>,
     ) -> Result<Arc<Service>, String> {
-        let published = publish_with_toolsets(&sources, &config, &toolsets)
+        let mut all_toolsets = config.daemon.toolsets.clone();
+        all_toolsets.extend(toolsets.iter().cloned());
+        let published = publish_with_toolsets(&sources, &config, &all_toolsets)
             .map_err(|errors| format!("toolsets:\n  {}", errors.join("\n  ")))?;
         let pool = Pool::start(opts.clone(), pool_size);
         Ok(Arc::new(Service {
             gate: Gate::new(config.approval.clone()),
-            opts,
+            opts: RwLock::new(opts),
             pool,
             sources,
             toolsets,
@@ -418,7 +507,8 @@ impl Service {
             metrics: Default::default(),
             inflight: AtomicUsize::new(0),
             seq: AtomicU64::new(1),
-            config,
+            cut: Default::default(),
+            config: RwLock::new(Arc::new(config)),
         }))
     }
 
@@ -429,14 +519,65 @@ impl Service {
             .clone()
     }
 
-    /// Re-reads the catalog and the toolsets documents (SIGHUP). Ok(true) when the served
-    /// list changed; Err (and nothing changed) when a toolsets document does not load.
+    /// Re-reads the catalog and the toolsets documents under the config in force. Ok(true)
+    /// when the served list changed; Err (and nothing changed) when a toolsets document does
+    /// not load.
     pub fn reload(&self) -> Result<bool, Vec<String>> {
+        let config = self.config();
         let fresh = Arc::new(publish_with_toolsets(
             &self.sources,
-            &self.config,
-            &self.toolsets,
+            &config,
+            &self.toolsets_for(&config),
         )?);
+        Ok(self.swap_published(fresh))
+    }
+
+    /// SIGHUP with a freshly read config: everything is checked first (the egress settings
+    /// load, the toolsets documents load, the catalog publishes, the audit log opens), then
+    /// swapped in at once; on any error nothing changes and the old config stays in force.
+    /// Settings fixed at start (sockets, pool, connection bounds) are named in the result.
+    pub fn reload_config(&self, new: Config) -> Result<Reloaded, Vec<String>> {
+        let old = self.config();
+        // The spawner (the zygote, the binary opened at start) and the [worker] settings stay
+        // as started; the egress broker is rebuilt from the new [egress].
+        let mut opts = self.exec_options();
+        opts.broker = Arc::new(crate::egress::Broker::new(&new.egress).map_err(|e| vec![e])?);
+        let fresh = Arc::new(publish_with_toolsets(
+            &self.sources,
+            &new,
+            &self.toolsets_for(&new),
+        )?);
+        if let Some(log) = &self.audit {
+            // The configured path (as at start): the same file after a logrotate rename, or
+            // a new one when the config names another.
+            let path = new
+                .daemon
+                .audit_log
+                .clone()
+                .unwrap_or_else(crate::paths::default_audit_log);
+            log.reopen(&path)
+                .map_err(|e| vec![format!("audit log {}: {e}", path.display())])?;
+        }
+        let restart_needed = fixed_at_start(&old, &new);
+        self.gate.set_config(new.approval.clone());
+        *self.opts.write().unwrap_or_else(|e| e.into_inner()) = opts;
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
+        let tools_changed = self.swap_published(fresh);
+        Ok(Reloaded {
+            tools_changed,
+            restart_needed,
+        })
+    }
+
+    /// The toolsets documents: the config's, then the ones given at start (`--toolsets`, the
+    /// managed catalog's).
+    fn toolsets_for(&self, config: &Config) -> Vec<PathBuf> {
+        let mut all = config.daemon.toolsets.clone();
+        all.extend(self.toolsets.iter().cloned());
+        all
+    }
+
+    fn swap_published(&self, fresh: Arc<Published>) -> bool {
         let mut slot = self.published.write().unwrap_or_else(|e| e.into_inner());
         let changed = slot.names() != fresh.names()
             || slot
@@ -445,7 +586,7 @@ impl Service {
                 .zip(&fresh.tools)
                 .any(|(a, b)| a.spec != b.spec || a.approval != b.approval);
         *slot = fresh;
-        Ok(changed)
+        changed
     }
 
     /// The approval prompt a caller sees for `args` (secrets masked), for transports that ask
@@ -453,7 +594,7 @@ impl Service {
     pub fn approval_prompt(&self, tool: &PublishedTool, args: &Map<String, Value>) -> String {
         let secrets = SecretSet::collect(
             tool.spec.static_variables.iter().map(|s| s.value.as_str()),
-            &self.config.baseline.env(),
+            &self.config().baseline.env(),
         );
         crate::approval::render_prompt(
             tool.spec
@@ -466,7 +607,7 @@ impl Service {
     }
 
     pub fn audit_path(&self) -> Option<PathBuf> {
-        self.audit.as_ref().map(|a| a.path().to_path_buf())
+        self.audit.as_ref().map(|a| a.path())
     }
 
     /// One tools/call. `cancel` is set by the transport when the caller goes away.
@@ -482,6 +623,7 @@ impl Service {
         let started = now_ms();
         let t0 = std::time::Instant::now();
         let published = self.published();
+        let config = self.config();
         let tool = published
             .get(name)
             .ok_or_else(|| CallFailure::UnknownTool(name.to_string()))?
@@ -511,13 +653,30 @@ impl Service {
             metrics: None,
         };
 
+        // The secrets of this tool mask its record from the start: a call refused before it
+        // runs (bad arguments, say) has its params masked like any other.
+        let early_secrets = SecretSet::collect(
+            tool.spec.static_variables.iter().map(|s| s.value.as_str()),
+            &config.baseline.env(),
+        );
+        record.params = mask_value(&record.params, &early_secrets);
+        // At shutdown, a call still running when the grace period ends is cut off (its worker
+        // killed) and still answered and audited.
+        let _cut_watch = {
+            let (cut, flag) = (self.cut.clone(), cancel.clone());
+            AbortOnDrop(tokio::spawn(async move {
+                cut.cancelled().await;
+                flag.store(true, Ordering::Relaxed);
+            }))
+        };
+
         // Arguments are checked against the params before any worker is touched.
         let args = match job::check_arguments(&tool.spec, &args) {
             Ok(a) => a,
             Err(d) => {
                 return Ok(self.finish(
                     record,
-                    &SecretSet::default(),
+                    &early_secrets,
                     t0,
                     ToolReply::error(
                         Code::InvalidInput,
@@ -530,15 +689,15 @@ impl Service {
             call_id,
             &tool.spec,
             &tool.resolved,
-            &self.config,
+            &config,
             args,
-            &self.config.baseline.env(),
+            &config.baseline.env(),
         ) {
             Ok(p) => p,
             Err(d) => {
                 return Ok(self.finish(
                     record,
-                    &SecretSet::default(),
+                    &early_secrets,
                     t0,
                     ToolReply::error(d.code, &d.message),
                 ))
@@ -586,8 +745,7 @@ impl Service {
                 overrode_required: true,
             });
         }
-        if let Err(e) = crate::workspace::prepare_base_path(&mut prepared.job.sandbox, &self.config)
-        {
+        if let Err(e) = crate::workspace::prepare_base_path(&mut prepared.job.sandbox, &config) {
             return Ok(self.finish(
                 record,
                 &secrets,
@@ -619,6 +777,7 @@ impl Service {
         }
 
         let me = self.clone();
+        let opts = self.exec_options();
         let mut job = prepared.job;
         let mask = secrets.clone();
         // Reuse: workers are parked under the tool's name and resolved posture.
@@ -639,7 +798,7 @@ impl Service {
                 }
             };
             let (mut out, mut kept) =
-                exec::run_keeping(worker, &job, &me.opts, Some(&cancel), &mut on_event);
+                exec::run_keeping(worker, &job, &opts, Some(&cancel), &mut on_event);
             // A reused worker that refuses the job (confined to another posture, which the key
             // should prevent, or its CPU budget for all its calls spent) is replaced, once, by
             // a fresh worker. The refusal comes before any of the tool's code runs.
@@ -647,8 +806,7 @@ impl Service {
                 drop(kept.take());
                 let fresh = me.pool.take()?;
                 job.keep_alive = me.reuse > 1;
-                (out, kept) =
-                    exec::run_keeping(fresh, &job, &me.opts, Some(&cancel), &mut on_event);
+                (out, kept) = exec::run_keeping(fresh, &job, &opts, Some(&cancel), &mut on_event);
             }
             if let Some(w) = kept {
                 me.pool.park(&key, w);
@@ -697,6 +855,12 @@ impl Service {
         t0: std::time::Instant,
         mut reply: ToolReply,
     ) -> ToolReply {
+        if self.cut.is_cancelled() && reply.code == Some(Code::Cancelled) {
+            reply = ToolReply::error(
+                Code::Cancelled,
+                "cut off: the daemon stopped and the call outlived the shutdown grace period",
+            );
+        }
         reply.text = secrets.mask(&reply.text);
         reply.structured = reply.structured.map(|v| mask_value(&v, secrets));
         record.elapsed_ms = t0.elapsed().as_millis() as u64;
@@ -713,7 +877,8 @@ impl Service {
                 hop.host_override = Some(secrets.mask(o));
             }
         }
-        let d = &self.config.daemon;
+        let config = self.config();
+        let d = &config.daemon;
         record.params = bounded_params(
             &record.params,
             d.audit_max_arg_bytes,
@@ -742,12 +907,14 @@ impl Service {
                 tracing::error!(error = %e, "audit log write failed");
             }
         }
+        // One INFO line per call: what an operator greps for. Arguments and results stay in
+        // the audit log, never in the logs.
         tracing::info!(
             call_id = record.call_id,
             tool = %record.name,
-            outcome = record.outcome,
-            code = record.error.as_ref().map(|e| e.code.as_str()).unwrap_or(""),
-            elapsed_ms = record.elapsed_ms,
+            outcome = record.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK"),
+            ms = record.elapsed_ms,
+            transport = record.transport,
             "tool call"
         );
         reply
@@ -759,7 +926,15 @@ impl Service {
 
     /// How this service starts workers (for Local Passes run on its behalf).
     pub fn exec_options(&self) -> ExecOptions {
-        self.opts.clone()
+        self.opts.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The gauges of this moment, for metrics.
@@ -782,6 +957,12 @@ impl Service {
     /// Calls that have arrived and not yet been answered.
     pub fn in_flight(&self) -> usize {
         self.inflight.load(Ordering::SeqCst)
+    }
+
+    /// Ends every call still in flight (shutdown, after the grace period): each is
+    /// answered CANCELLED and audited as cut off.
+    pub fn cut_off(&self) {
+        self.cut.cancel();
     }
 
     pub fn shutdown(&self) {

@@ -81,7 +81,7 @@ fn usage_errors_exit_2() {
     assert_eq!(stsd(&["check", "/no/such/path"]).status.code(), Some(2));
     assert_eq!(stsd(&["no-such-command"]).status.code(), Some(2));
     let cfg = tempfile_path("bad.toml", "[baseline]\nnetwork_mod = 1\n");
-    assert_eq!(stsd(&["--config", &cfg, "check"]).status.code(), Some(2));
+    assert_eq!(stsd(&["check", "--config", &cfg]).status.code(), Some(2));
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn bundled_catalog_is_valid_and_active() {
 #[test]
 fn config_file_changes_the_resolved_posture() {
     let cfg = tempfile_path("net.toml", "[baseline]\nnetwork_mode = \"strict\"\n");
-    let out = stsd(&["--config", &cfg, "check", "--json"]);
+    let out = stsd(&["check", "--config", &cfg, "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!(
         v["specs"][0]["toolSafety"]["capabilities"]["network"]["mode"],
@@ -217,4 +217,85 @@ fn check_reports_a_parse_error_with_line_and_column() {
     assert_eq!(v["summary"]["valid"], 1);
     assert_eq!(v["summary"]["invalid"], 2);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each subcommand takes exactly the flags it uses: the daemon's flags are refused on a
+/// subcommand that would ignore them (a usage error, exit 2), and each flag is accepted
+/// where it is used.
+#[test]
+fn each_subcommand_takes_only_its_own_flags() {
+    let refused: &[&[&str]] = &[
+        &["run", "--pool", "3", "x.json"],
+        &["run", "--socket", "/tmp/s.sock", "x.json"],
+        &["run", "--catalog", "dir", "x.json"],
+        &["check", "--socket", "/tmp/s.sock"],
+        &["check", "--pool", "2"],
+        &["call", "slugify", "--config", "/dev/null"],
+        &["call", "slugify", "--pool", "2"],
+        &["status", "--catalog", "dir"],
+        &["schema", "--config", "/dev/null"],
+        &["--pool", "2", "status"],
+        &["--socket", "/tmp/s.sock", "tools", "list"],
+        &["--config", "/dev/null", "check"],
+    ];
+    for args in refused {
+        let out = stsd(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("unexpected argument") || err.contains("cannot be used with"),
+            "{args:?}: {err}"
+        );
+    }
+    let help = |args: &[&str]| text(&stsd(args).stdout);
+    let mcp = help(&["mcp", "--help"]);
+    for flag in [
+        "--socket",
+        "--config",
+        "--catalog",
+        "--pool",
+        "--preset",
+        "--toolsets",
+    ] {
+        assert!(mcp.contains(flag), "stsd mcp lacks {flag}: {mcp}");
+    }
+    let call = help(&["call", "--help"]);
+    assert!(
+        call.contains("--socket") && !call.contains("--pool"),
+        "{call}"
+    );
+    let run = help(&["run", "--help"]);
+    assert!(
+        run.contains("--config") && !run.contains("--socket"),
+        "{run}"
+    );
+    let daemon = help(&["--help"]);
+    for flag in [
+        "--pool",
+        "--socket",
+        "--catalog",
+        "--config",
+        "--worker-reuse",
+    ] {
+        assert!(daemon.contains(flag), "stsd lacks {flag}: {daemon}");
+    }
+    // A tools verb takes --socket before or after it.
+    for args in [
+        &["tools", "--socket", "/nonexistent/s.sock", "list"][..],
+        &["tools", "list", "--socket", "/nonexistent/s.sock"],
+    ] {
+        let out = stsd(args);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(text(&out.stderr).contains("/nonexistent/s.sock"));
+    }
 }

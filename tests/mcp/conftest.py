@@ -31,6 +31,7 @@ class Daemon:
         self.socket = tmp / "stsd.sock"
         self.audit = tmp / "audit.jsonl"
         self.config = tmp / "stsd.toml"
+        self.log = tmp / "stsd.log"
         baseline = '[baseline]\nenv_allow = ["STSD_TEST_*"]\n'
         if "[baseline]" in extra_config:
             extra_config = extra_config.replace("[baseline]\n", baseline, 1)
@@ -54,11 +55,12 @@ class Daemon:
         self.proc = subprocess.Popen(
             [stsd_bin(), "--config", str(self.config), "--socket", str(self.socket),
              "--catalog", str(self.catalog), "--pool", str(self.pool), *self.args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env(), text=True,
+            # The daemon logs a line per call: a pipe nobody reads would fill and stall it.
+            stdout=subprocess.DEVNULL, stderr=open(self.log, "w"), env=self.env(), text=True,
         )
         deadline = time.time() + 20
         while not self.socket.exists():
-            assert self.proc.poll() is None, f"daemon exited: {self.proc.stderr.read()}"
+            assert self.proc.poll() is None, f"daemon exited: {self.log.read_text()}"
             assert time.time() < deadline, "daemon did not start"
             time.sleep(0.02)
         return self

@@ -109,7 +109,7 @@ def test_embedded_supervisor_when_no_daemon_runs(tmp_path):
     cfg = tmp_path / "c.toml"
     # A hand-written test catalog (the Local Pass gate has its own test).
     cfg.write_text(f'[daemon]\naudit_log = "{tmp_path / "audit.jsonl"}"\nrequire_local_pass = false\n')
-    cmd = [stsd_bin(), "--config", str(cfg), "mcp", "--socket", str(tmp_path / "none.sock"),
+    cmd = [stsd_bin(), "mcp", "--config", str(cfg), "--socket", str(tmp_path / "none.sock"),
            "--catalog", str(CATALOG), "--pool", "1"]
 
     async def body(c, logs):

@@ -40,7 +40,7 @@ def test_a_tool_added_on_the_running_daemon_is_announced_and_served(tmp_path):
             before = [t.name for t in (await c.list_tools()).tools]
             assert "greeter" not in before
             out = await anyio.to_thread.run_sync(lambda: subprocess.run(
-                [stsd_bin(), "--socket", str(d.socket), "tools", "add", str(spec)],
+                [stsd_bin(), "tools", "add", str(spec), "--socket", str(d.socket)],
                 capture_output=True, text=True))
             assert out.returncode == 0, out.stderr
             with anyio.fail_after(5):

@@ -52,7 +52,7 @@ impl Admin {
         )>,
     ) -> Arc<Admin> {
         let own = nix::unistd::Uid::effective().as_raw();
-        let mut admin_uids = service.config.daemon.admin_uids.clone();
+        let mut admin_uids = service.config().daemon.admin_uids.clone();
         if admin_uids.is_empty() {
             admin_uids = vec![own, 0];
         }
@@ -278,7 +278,7 @@ impl Admin {
                 .map_err(|d| refused(d.to_string()))?
                 .ok_or_else(|| refused("not a spec document".into()))?;
         let cat = crate::store::Catalog::load_with(&[], vec![file]);
-        let (config, opts) = (self.service.config.clone(), self.service.exec_options());
+        let (config, opts) = (self.service.config(), self.service.exec_options());
         let report = tokio::task::spawn_blocking(move || {
             let Some(e) = cat.entries.first() else {
                 return Err("the document holds no spec".to_string());

@@ -91,7 +91,9 @@ pub fn render_prompt(template: Option<&str>, tool: &str, arguments: &Value) -> S
 }
 
 pub struct Gate {
-    cfg: ApprovalConfig,
+    /// Swapped whole on a config reload (SIGHUP); a decision in progress keeps the one it
+    /// started with.
+    cfg: std::sync::RwLock<std::sync::Arc<ApprovalConfig>>,
     queue: operator::Queue,
 }
 
@@ -99,16 +101,21 @@ impl Gate {
     pub fn new(cfg: ApprovalConfig) -> Gate {
         Gate {
             queue: operator::Queue::new(cfg.max_pending),
-            cfg,
+            cfg: std::sync::RwLock::new(std::sync::Arc::new(cfg)),
         }
     }
 
-    pub fn config(&self) -> &ApprovalConfig {
-        &self.cfg
+    pub fn config(&self) -> std::sync::Arc<ApprovalConfig> {
+        self.cfg.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The `[approval]` section of a reloaded config (`max_pending` keeps its start value).
+    pub fn set_config(&self, cfg: ApprovalConfig) {
+        *self.cfg.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(cfg);
     }
 
     fn timeout(&self) -> Duration {
-        Duration::from_secs(self.cfg.timeout_seconds)
+        Duration::from_secs(self.config().timeout_seconds)
     }
 
     /// Calls waiting for an operator.
@@ -127,7 +134,7 @@ impl Gate {
     ) -> Result<(), String> {
         use crate::service::Subject;
         let allowed = match by {
-            Subject::Uid(uid) => self.cfg.operator_uids.contains(uid),
+            Subject::Uid(uid) => self.config().operator_uids.contains(uid),
             Subject::Principal { approver, .. } => *approver,
         };
         if !allowed {
@@ -185,7 +192,7 @@ impl Gate {
                     "principal": ask.principal,
                     "source": req.source.as_str(),
                 });
-                let limit = Duration::from_millis(self.cfg.command_timeout_ms);
+                let limit = Duration::from_millis(self.config().command_timeout_ms);
                 command::ask(&req.command, &request, limit)
                     .await
                     .map_err(|e| {
@@ -248,7 +255,7 @@ impl Gate {
     fn timeout_message(&self) -> String {
         format!(
             "no approval decision within {} s ([approval] timeout_seconds)",
-            self.cfg.timeout_seconds
+            self.config().timeout_seconds
         )
     }
 

@@ -213,7 +213,7 @@ pub async fn serve(
         warmed: AtomicBool::new(false),
     });
     let max_conns = Arc::new(tokio::sync::Semaphore::new(
-        shared.service.config.daemon.max_connections.max(1),
+        shared.service.config().daemon.max_connections.max(1),
     ));
     let mut conns = tokio::task::JoinSet::new();
     loop {

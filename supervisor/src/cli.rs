@@ -1,0 +1,343 @@
+//! The command line. Each subcommand takes exactly the flags it uses: the daemon's flags
+//! (`--pool`, `--catalog`...) belong to `stsd` itself (the daemon, written before any
+//! subcommand: `stsd --pool 8`) and to `stsd mcp` (its embedded supervisor); `--socket`
+//! belongs to the commands that talk to a daemon; `--config` to those that read a policy.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "stsd",
+    version,
+    about = "Run Safe Tool Spec tools in sandboxed worker processes",
+    long_about = "Run Safe Tool Spec tools in sandboxed worker processes (QuickJS under Landlock \
+                  and seccomp), served over MCP on a Unix socket. With no subcommand, stsd runs \
+                  the daemon.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub daemon: DaemonArgs,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// `--config FILE`; without it the lookup of `config_file` applies.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ConfigArg {
+    /// Policy and daemon settings (TOML). Default: /etc/stsd/stsd.toml as root, else
+    /// $XDG_CONFIG_HOME/stsd/stsd.toml (~/.config/stsd/stsd.toml), else built-in defaults.
+    #[arg(long, env = "STSD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// `--socket PATH` of a running daemon.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SocketArg {
+    /// The daemon's Unix socket (default: $XDG_RUNTIME_DIR/stsd.sock, /run/stsd/stsd.sock as
+    /// root).
+    #[arg(long, env = "STSD_SOCKET", value_name = "PATH", global = true)]
+    pub socket: Option<PathBuf>,
+}
+
+impl SocketArg {
+    pub fn path(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .unwrap_or_else(stsd::paths::default_socket)
+    }
+}
+
+/// What the daemon serves and how (also `stsd mcp`'s embedded supervisor).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ServeArgs {
+    /// Workers made and waiting before calls arrive (default: the number of CPUs).
+    #[arg(long)]
+    pub pool: Option<usize>,
+    /// Spec files or directories to serve (repeatable; default: the bundled catalog).
+    #[arg(long = "catalog", value_name = "PATH")]
+    pub catalogs: Vec<PathBuf>,
+    /// Let one worker serve up to K calls of the same tool, each in a fresh context
+    /// (default 1: a fresh process per call).
+    #[arg(long, value_name = "K")]
+    pub worker_reuse: Option<u32>,
+    /// Serve only the tools of this preset (from default-tool-presets.json).
+    #[arg(long, value_name = "ID")]
+    pub preset: Option<String>,
+    /// A CJSON toolsets document (per-tool enabled / requiresApproval); repeatable.
+    #[arg(long = "toolsets", value_name = "FILE")]
+    pub toolsets: Vec<PathBuf>,
+}
+
+impl ServeArgs {
+    /// Whether any flag about what to serve was given (`stsd mcp` then serves itself).
+    pub fn any(&self) -> bool {
+        self.pool.is_some()
+            || !self.catalogs.is_empty()
+            || self.worker_reuse.is_some()
+            || self.preset.is_some()
+            || !self.toolsets.is_empty()
+    }
+}
+
+/// The daemon: `stsd [--config FILE] [--socket PATH] [--pool N] [--catalog PATH]...`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DaemonArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The Unix socket to listen on (default: $XDG_RUNTIME_DIR/stsd.sock, /run/stsd/stsd.sock
+    /// as root); ignored when systemd passes the socket (socket activation).
+    #[arg(long, env = "STSD_SOCKET", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// Also serve MCP over Streamable HTTP on ADDR:PORT (see [http] in the config: TLS,
+    /// tokens, client certificates, origins). The Unix socket is served either way.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokenCmd {
+    /// Make a fresh token for principal NAME: printed once, only its SHA-256 is written.
+    Add {
+        name: String,
+        /// The tokens file (default: [http] tokens_file from the config).
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ToolsCmd {
+    /// Every tool, served and withheld (with why).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One tool: its entry, description, inputSchema and toolSafety.
+    Show { name: String },
+    /// Publish a new tool: validate, resolve, Local Pass, test cases, then serve it.
+    Add { file: PathBuf },
+    /// Publish a new version of a managed tool through the same gate; the old one is kept.
+    Update { name: String, file: PathBuf },
+    /// Serve the previous version of a managed tool again.
+    Rollback { name: String },
+    /// Retire a managed tool (rollback brings it back).
+    Rm { name: String },
+    /// Serve a tool the operator disabled.
+    Enable { name: String },
+    /// Stop serving a tool (it stays in the catalog).
+    Disable { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Validate specs and show their state, risk level and resolved toolSafety.
+    Check {
+        /// Spec files (single spec, array or bundle) or directories of them.
+        /// Defaults to the bundled catalog (compiled into stsd).
+        paths: Vec<PathBuf>,
+        /// One JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Leave warnings out of the text report (they still count in the summary).
+        #[arg(long)]
+        no_warnings: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Print the Safe Tool Spec JSON Schema (2020-12).
+    Schema,
+    /// Run one call of a tool in a sandboxed worker.
+    Run {
+        /// A spec file (a single spec, or an array/bundle with --tool).
+        spec: PathBuf,
+        /// The tool to run when the file holds several.
+        #[arg(long)]
+        tool: Option<String>,
+        /// An argument as NAME=VALUE, parsed to the param's declared type.
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
+        /// All arguments as one JSON object (--arg values override); `@FILE` reads it from a
+        /// file and `@-` from stdin (for arguments too large for a command line).
+        #[arg(long)]
+        args_json: Option<String>,
+        /// Print the outcome as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Print where the time went (spawn, profile, context, body) to stderr.
+        #[arg(long)]
+        timings: bool,
+        /// Approve ahead a tool that needs approval (instead of asking at the terminal).
+        #[arg(long, conflicts_with = "deny")]
+        approve: bool,
+        /// Deny ahead a tool that needs approval.
+        #[arg(long)]
+        deny: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Run the Local Pass and the testCases of specs; --write persists draft:false for those
+    /// that pass.
+    Test {
+        paths: Vec<PathBuf>,
+        #[arg(long)]
+        write: bool,
+        /// One JSON document (seed 004's shape: results[] and a summary).
+        #[arg(long)]
+        json: bool,
+        /// Run only test case N (0-based) of each spec, not the Local Pass.
+        #[arg(long = "case", value_name = "N")]
+        case: Option<usize>,
+        /// Run file tools against their real base path (the workspace), not a scratch copy:
+        /// write and delete tools then change files there.
+        #[arg(long = "in-place")]
+        in_place: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Write the served catalog as a CJSON toolsets document (seed 003), each tool with its
+    /// argsSchema and approval requirement: a complete file to start --toolsets from.
+    Export {
+        /// Spec files or directories (default: the bundled catalog).
+        paths: Vec<PathBuf>,
+        /// cjson: a CJSON toolsets document; mcp: tools/list entries; openai: function-calling
+        /// tools with JSON Schema parameters.
+        #[arg(long, value_parser = ["cjson", "mcp", "openai"], default_value = "cjson")]
+        format: String,
+        /// Every valid spec, drafts and specs missing variables included (not only ACTIVE).
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Call a tool on the running daemon (MCP over its socket); exit codes as `stsd run`.
+    Call {
+        tool: String,
+        /// An argument as NAME=VALUE, typed by the tool's inputSchema.
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
+        /// All arguments as one JSON object (--arg values override); `@FILE` or `@-` as for
+        /// `stsd run`.
+        #[arg(long)]
+        args_json: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// The running daemon's health: version, uptime, pool, queue, catalog, sandbox support.
+    Status {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// The running daemon's metrics as JSON (calls by tool and outcome, pool, queue).
+    Metrics {
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// The running daemon's tools: name, state, risk level, approval requirement.
+    Tools {
+        #[command(subcommand)]
+        what: ToolsCmd,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// Calls waiting for an operator's approval on the running daemon.
+    Approvals {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// Approve a waiting call (needs a uid in [approval] operator_uids).
+    Approve {
+        id: u64,
+        #[arg(long, default_value = "")]
+        reason: String,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// Deny a waiting call; the model sees the reason.
+    Deny {
+        id: u64,
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// MCP on stdio: bridges to the running daemon on --socket; with any of --config,
+    /// --catalog, --pool, --worker-reuse, --preset, --toolsets (or when no daemon answers)
+    /// serves itself with an embedded supervisor.
+    Mcp {
+        /// Policy for the embedded supervisor (TOML); giving it means serving embedded.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        socket: SocketArg,
+        #[command(flatten)]
+        serve: ServeArgs,
+        /// While the client is quiet, tell the daemon every this many milliseconds that it is
+        /// still there (so the session is not closed as idle).
+        #[arg(long, default_value_t = stsd::daemon::BRIDGE_KEEPALIVE.as_millis() as u64, hide = true)]
+        keepalive_ms: u64,
+    },
+    /// Bearer tokens for MCP over HTTP.
+    #[command(subcommand)]
+    Token(TokenCmd),
+    /// Internal: write the man pages and shell completions into DIR (used by packaging).
+    #[command(hide = true)]
+    GenerateAssets {
+        /// Created if missing; gets man/*.1 and completions/{stsd.bash,_stsd,stsd.fish}.
+        dir: PathBuf,
+    },
+    /// Internal: the sandboxed worker process (started by exec, never by hand).
+    #[command(hide = true)]
+    Worker,
+    /// Internal: the zygote that forks workers (started by the daemon, never by hand).
+    #[command(hide = true)]
+    Zygote,
+}
+
+/// Man pages (one per visible subcommand, as `man stsd-call`) and completions for bash, zsh
+/// and fish, generated from this very definition so they cannot drift from the binary.
+pub fn generate_assets(dir: &std::path::Path) -> std::io::Result<Vec<PathBuf>> {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    let mut written = Vec::new();
+    let man = dir.join("man");
+    let comp = dir.join("completions");
+    std::fs::create_dir_all(&man)?;
+    std::fs::create_dir_all(&comp)?;
+    let cmd = Cli::command();
+    let mut page = |c: clap::Command, name: String| -> std::io::Result<()> {
+        let mut buf = Vec::new();
+        clap_mangen::Man::new(c.name(name.clone())).render(&mut buf)?;
+        let p = man.join(format!("{name}.1"));
+        std::fs::write(&p, buf)?;
+        written.push(p);
+        Ok(())
+    };
+    page(cmd.clone(), "stsd".into())?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        page(sub.clone(), format!("stsd-{}", sub.get_name()))?;
+    }
+    for (shell, file) in [
+        (Shell::Bash, "stsd.bash"),
+        (Shell::Zsh, "_stsd"),
+        (Shell::Fish, "stsd.fish"),
+    ] {
+        let mut buf = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "stsd", &mut buf);
+        let p = comp.join(file);
+        std::fs::write(&p, buf)?;
+        written.push(p);
+    }
+    Ok(written)
+}
