@@ -350,9 +350,9 @@ fn config_file(dir: &std::path::Path, workspace: &std::path::Path) -> std::path:
 
 fn stsd_test(config: &std::path::Path, extra: &[&str]) -> (i32, String, String) {
     let out = Command::new(stsd_bin())
+        .arg("test")
         .arg("--config")
         .arg(config)
-        .arg("test")
         .args(extra)
         .arg(catalog_dir().join("default-tool-specs-builtin-fs.json"))
         .output()

@@ -57,7 +57,7 @@ def test_the_configmap_config_and_catalog_are_accepted_by_stsd(tmp_path: Path):
     cm = yaml.safe_load((K8S / "configmap.yaml").read_text())["data"]
     (tmp_path / "stsd.toml").write_text(cm["stsd.toml"])
     (tmp_path / "catalog.json").write_text(cm["catalog.json"])
-    r = subprocess.run([stsd_bin(), "--config", str(tmp_path / "stsd.toml"), "check", "--json",
+    r = subprocess.run([stsd_bin(), "check", "--config", str(tmp_path / "stsd.toml"), "--json",
                         str(tmp_path / "catalog.json")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert '"word-count"' in r.stdout
