@@ -143,7 +143,13 @@ pub struct DaemonEvent {
 
 /// Appends a daemon event to the log at `path`, best effort (the failure may be the log).
 pub fn append_event(path: &Path, ev: &DaemonEvent) -> std::io::Result<()> {
-    let mut line = escape_line_breaks(serde_json::to_vec(ev).map_err(std::io::Error::other)?);
+    append_line(path, ev)
+}
+
+/// One JSON line appended to the log at `path` in one O_APPEND write (so lines never
+/// interleave with a daemon writing the same log), the directory made if missing.
+fn append_line(path: &Path, value: &impl Serialize) -> std::io::Result<()> {
+    let mut line = escape_line_breaks(serde_json::to_vec(value).map_err(std::io::Error::other)?);
     line.push(b'\n');
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
@@ -277,24 +283,8 @@ pub fn append_configured(config: &stsd_profiles::Config, rec: &AuditRecord) {
     let Some(path) = &config.daemon.audit_log else {
         return;
     };
-    // No tail repair here: a daemon may be appending to the same log right now, and each
-    // record is one O_APPEND write, so lines never interleave.
-    let line = serde_json::to_vec(rec)
-        .map(escape_line_breaks)
-        .map_err(std::io::Error::other);
-    let written = line.and_then(|mut l| {
-        l.push(b'\n');
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)?
-            .write_all(&l)
-    });
-    if let Err(e) = written {
+    // No tail repair here: a daemon may be appending to the same log right now.
+    if let Err(e) = append_line(path, rec) {
         eprintln!("stsd: audit log {}: {e}", path.display());
     }
 }

@@ -26,19 +26,6 @@ use stsd_protocol::frames::ForkReply;
 /// The zygote's control socket sits where a worker's socket sits.
 const CONTROL_FD: i32 = WORKER_SOCKET_FD;
 
-/// CPU time of this process, nanoseconds.
-fn process_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
-        return 0;
-    }
-    (ts.tv_sec.max(0) as u64) * 1_000_000_000 + ts.tv_nsec.max(0) as u64
-}
-
 /// fork(2), except that the child's parent is this process's parent (the supervisor).
 /// Returns the child's pid in the parent, 0 in the child, -1 on failure (errno set).
 fn fork_for_parent() -> libc::c_long {
@@ -100,7 +87,7 @@ pub fn run() -> i32 {
                 continue;
             }
         };
-        let cpu0 = process_cpu_ns();
+        let cpu0 = os::cpu_time_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
         let pid = fork_for_parent();
         if pid == 0 {
             // The worker. dup2 puts its socket on fd 3 (closing the control socket there,
@@ -116,7 +103,7 @@ pub fn run() -> i32 {
             // SAFETY: _exit ends this process; nothing in it needs flushing or tearing down.
             unsafe { libc::_exit(code) };
         }
-        let cpu_ns = process_cpu_ns().saturating_sub(cpu0);
+        let cpu_ns = os::cpu_time_ns(libc::CLOCK_PROCESS_CPUTIME_ID).saturating_sub(cpu0);
         drop(mine);
         let r = if pid < 0 {
             let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);

@@ -69,6 +69,20 @@ pub fn rearm_cpu(limits: &JobLimits) -> Result<(), SandboxUnavailable> {
     privileges::rearm_cpu(cpu_seconds_per_call(limits)).map_err(SandboxUnavailable)
 }
 
+/// CPU time on `clock` (CLOCK_PROCESS_CPUTIME_ID, CLOCK_THREAD_CPUTIME_ID), nanoseconds; 0
+/// when it cannot be read.
+pub fn cpu_time_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec.max(0) as u64) * 1_000_000_000 + ts.tv_nsec.max(0) as u64
+}
+
 /// Closes every fd above stderr except the worker socket. Stdio stays open on /dev/null (the
 /// supervisor spawns the worker that way) so nothing the tool opens can land on fd 0 to 2.
 pub fn close_other_fds() -> Result<(), SandboxUnavailable> {

@@ -170,16 +170,8 @@ pub fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// CPU time of the calling thread, nanoseconds.
-pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return 0;
-    }
-    (ts.tv_sec.max(0) as u64) * 1_000_000_000 + ts.tv_nsec.max(0) as u64
+fn thread_cpu_ns() -> u64 {
+    stsd_profiles::os::cpu_time_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// A worker process just made, before its Ready frame.
