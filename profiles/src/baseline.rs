@@ -18,6 +18,9 @@ pub struct Config {
     pub approval: crate::approval::ApprovalConfig,
     pub metrics: MetricsConfig,
     pub http: HttpConfig,
+    pub gateway: crate::upstream::GatewayConfig,
+    /// `[[upstream]]`: external MCP servers re-exposed through the gateway.
+    pub upstream: Vec<crate::upstream::UpstreamConfig>,
 }
 
 /// `[http]`: MCP over Streamable HTTP, off unless an address is given (here or `--listen`).
@@ -427,6 +430,13 @@ impl Config {
 
     fn check(&self) -> Result<(), String> {
         self.approval.check()?;
+        let mut ids = std::collections::BTreeSet::new();
+        for u in &self.upstream {
+            u.check()?;
+            if !ids.insert(u.id.as_str()) {
+                return Err(format!("two [[upstream]] tables have id {:?}", u.id));
+            }
+        }
         let b = &self.baseline;
         if let Some(p) = &b.fs_base_path {
             if !p.is_absolute() {

@@ -6,6 +6,7 @@ pub mod baseline;
 pub mod resolve;
 pub mod risk;
 pub mod tool_safety;
+pub mod upstream;
 
 pub use baseline::{Baseline, Config, EgressConfig};
 pub use resolve::{resolve, Limits, Resolved};

@@ -41,6 +41,16 @@ pub enum Code {
     /// The approver itself failed (a command crashed or answered nonsense, the queue is
     /// full): the call does not run.
     ApprovalError,
+    /// An external MCP server (an upstream) is not connected: it failed to start, or is being
+    /// restarted after it died.
+    UpstreamUnavailable,
+    /// The upstream died, or its connection broke, while the call was in flight.
+    UpstreamLost,
+    /// The upstream answered with an error, or with something that is not MCP.
+    UpstreamError,
+    /// The tool is withheld by the gateway: its fingerprint changed since it was approved
+    /// (AWAITING_REREVIEW), it was revoked, or a blocking poisoning hit.
+    ToolWithheld,
 }
 
 impl Code {
@@ -68,10 +78,14 @@ impl Code {
             Code::ApprovalRequired => "APPROVAL_REQUIRED",
             Code::ApprovalTimeout => "APPROVAL_TIMEOUT",
             Code::ApprovalError => "APPROVAL_ERROR",
+            Code::UpstreamUnavailable => "UPSTREAM_UNAVAILABLE",
+            Code::UpstreamLost => "UPSTREAM_LOST",
+            Code::UpstreamError => "UPSTREAM_ERROR",
+            Code::ToolWithheld => "TOOL_WITHHELD",
         }
     }
 
-    pub const ALL: [Code; 22] = [
+    pub const ALL: [Code; 26] = [
         Code::SpecParse,
         Code::SpecInvariant,
         Code::ResolverReject,
@@ -94,6 +108,10 @@ impl Code {
         Code::ApprovalRequired,
         Code::ApprovalTimeout,
         Code::ApprovalError,
+        Code::UpstreamUnavailable,
+        Code::UpstreamLost,
+        Code::UpstreamError,
+        Code::ToolWithheld,
     ];
 
     /// The code for its stable spelling.

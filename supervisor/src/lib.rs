@@ -28,4 +28,5 @@ pub mod service;
 pub mod store;
 pub mod systemd;
 pub mod transport;
+pub mod upstream;
 pub mod workspace;

@@ -1,0 +1,18 @@
+//! The governed gateway (seed 001): external MCP servers (upstreams) connected, confined,
+//! scored, scanned, fingerprinted and re-exposed as wrapped tools beside stsd's own.
+//!
+//! - `risk`: server and tool scores, floors, composition, HITL mitigation.
+//! - `scan`: the description-poisoning scan.
+//! - `ledger`: the fingerprint ledger (NEW / UNCHANGED / MISMATCH), persisted.
+//! - `shadow`: the composition shadowing rules R1-R3.
+//! - `client`: one connection to one upstream (rmcp client), restarted with backoff.
+//! - `proxy`: the egress proxy a networked upstream reaches the world through.
+//! - `spawn`: how a stdio upstream is started, confined (`stsd upstream-exec`).
+
+pub mod client;
+pub mod ledger;
+pub mod proxy;
+pub mod risk;
+pub mod scan;
+pub mod shadow;
+pub mod spawn;
