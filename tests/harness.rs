@@ -126,6 +126,8 @@ impl Daemon {
             .args(["--pool", &pool.to_string()])
             .args(args)
             .env("STSD_TEST_TOKEN", "supersecret-token-123")
+            // Its own fingerprint ledger: tests that share tool names never see each other's.
+            .env("STSD_STATE_DIR", dir.path().join("state"))
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -305,6 +305,22 @@ impl SecretSet {
         SecretSet { values, forms }
     }
 
+    /// A set of known secret values (an upstream's resolved `${secret:..}` references), with
+    /// the same minimum length and encoded forms as [`SecretSet::collect`].
+    pub fn from_values<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut set: Vec<String> = values
+            .into_iter()
+            .filter(|v| v.chars().count() >= MIN_SECRET_CHARS)
+            .map(str::to_string)
+            .collect();
+        set.sort();
+        set.dedup();
+        let mut forms: Vec<String> = set.iter().flat_map(|v| encoded_forms(v)).collect();
+        forms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        forms.dedup();
+        SecretSet { values: set, forms }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
     }

@@ -50,6 +50,9 @@ pub struct AuditRecord {
     /// What the call cost, when a worker ran it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics: Option<CallMetrics>,
+    /// For a wrapped upstream tool: the upstream, the tool's name there, and its scores.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<crate::upstream::call::UpstreamAudit>,
 }
 
 /// Seed 004's execution metrics, per call: in the audit record and the result's `_meta`.
@@ -121,6 +124,18 @@ impl AuditLog {
     /// and still answers (a full disk must not take tool calls down with it).
     pub fn append(&self, rec: &AuditRecord) -> std::io::Result<()> {
         let mut line = escape_line_breaks(serde_json::to_vec(rec).map_err(std::io::Error::other)?);
+        line.push(b'\n');
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.1.write_all(&line)?;
+        g.1.flush()
+    }
+}
+
+impl AuditLog {
+    /// A gateway event (risk computations, poisoning hits, ledger mismatches, upstream
+    /// egress), one line beside the call records; readers tell it apart by its `event` field.
+    pub fn append_value(&self, v: &Value) -> std::io::Result<()> {
+        let mut line = escape_line_breaks(serde_json::to_vec(v).map_err(std::io::Error::other)?);
         line.push(b'\n');
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         g.1.write_all(&line)?;
@@ -274,6 +289,7 @@ pub fn outside_record(
         egress: Vec::new(),
         approval: None,
         metrics: None,
+        upstream: None,
     }
 }
 
@@ -395,6 +411,7 @@ mod tests {
             egress: Vec::new(),
             approval: None,
             metrics: None,
+            upstream: None,
         }
     }
 

@@ -135,6 +135,44 @@ pub enum ToolsCmd {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum UpstreamCmd {
+    /// Connect to each declared upstream (confined, as the daemon would), score the server
+    /// and its tools, scan them, look them up in the ledger, and print it all; nothing is
+    /// served and the ledger is not changed (seed 001's connection risk preview).
+    Check {
+        /// Only this upstream.
+        id: Option<String>,
+        #[arg(long)]
+        json: bool,
+        /// How long to wait for each upstream's tool list.
+        #[arg(long, default_value_t = 30)]
+        timeout_seconds: u64,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// The running daemon's upstreams: connection state, scores, tools served and withheld.
+    List {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LedgerCmd {
+    /// Every fingerprint: id, state (ACTIVE, AWAITING_REREVIEW, REVOKED), when seen.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve an id's current content (a changed tool is served again).
+    Approve { id: String },
+    /// Revoke an id: withheld until approved again.
+    Revoke { id: String },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum Command {
     /// Validate specs and show their state, risk level and resolved toolSafety.
     Check {
@@ -246,6 +284,19 @@ pub enum Command {
     Tools {
         #[command(subcommand)]
         what: ToolsCmd,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// External MCP servers: `check` previews their scores without a daemon; `list` asks the
+    /// running daemon.
+    Upstream {
+        #[command(subcommand)]
+        what: UpstreamCmd,
+    },
+    /// The fingerprint ledger of the running daemon (upstream tools and stsd's own specs).
+    Ledger {
+        #[command(subcommand)]
+        what: LedgerCmd,
         #[command(flatten)]
         socket: SocketArg,
     },

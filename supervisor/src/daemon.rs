@@ -209,6 +209,8 @@ async fn serve(
         let managed = managed_catalog(&o)?;
         let service = build_service_with(&o, Some(&managed))?;
         let (changed, _) = broadcast::channel::<()>(16);
+        let exe = service.exec_options().spawner.exe_path();
+        service.start_gateway(std::path::Path::new(&exe), changed.clone())?;
         let nofile = raise_nofile_limit();
         crate::logs::banner(&banner(
             &service,

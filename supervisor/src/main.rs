@@ -8,13 +8,14 @@ use stsd::{check, store};
 
 mod cli;
 mod cli_daemon;
+mod cli_gateway;
 mod cli_run;
 
 /// Exit codes: 0 success, 1 the input is invalid (a spec, a tool call), 2 a usage error.
 pub(crate) const EXIT_INVALID: u8 = 1;
 pub(crate) const EXIT_USAGE: u8 = 2;
 
-use cli::{Cli, Command, DaemonArgs, ServeArgs, TokenCmd, ToolsCmd};
+use cli::{Cli, Command, DaemonArgs, ServeArgs, TokenCmd, ToolsCmd, UpstreamCmd};
 
 /// The daemon's options from its flags and config.
 fn daemon_options(
@@ -362,6 +363,19 @@ fn main() -> ExitCode {
             println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
             ExitCode::SUCCESS
         }
+        Command::Upstream { what } => match what {
+            UpstreamCmd::Check {
+                id,
+                json,
+                timeout_seconds,
+                config,
+            } => match load_config(config.config) {
+                Ok((config, _)) => cli_gateway::check(&config, id.as_deref(), json, timeout_seconds),
+                Err(code) => code,
+            },
+            UpstreamCmd::List { json, socket } => cli_gateway::list(&socket.path(), json),
+        },
+        Command::Ledger { what, socket } => cli_gateway::ledger(&socket.path(), what),
         Command::Approvals { json, socket } => {
             let socket = socket.path();
             match stsd::admin::client::call(&socket, "stsd/approvals/list", serde_json::json!({})) {

@@ -111,6 +111,44 @@ fn to_tool(t: &PublishedTool) -> Tool {
     .with_meta(meta)
 }
 
+/// Every tool served now: stsd's own, then the wrapped upstream tools (per the exposure).
+pub fn served_tools(service: &Service) -> Vec<Tool> {
+    let mut out: Vec<Tool> = if service.config().gateway.exposure
+        == stsd_profiles::upstream::Exposure::Upstream
+    {
+        Vec::new()
+    } else {
+        service.published().tools.iter().map(to_tool).collect()
+    };
+    out.extend(service.wrapped().iter().map(wrapped_tool));
+    out
+}
+
+/// A wrapped upstream tool as `tools/list` serves it: its alias, its (possibly overridden)
+/// description, its input schema unchanged, its annotations, and stsd's scores in `_meta`.
+pub fn wrapped_tool(t: &crate::upstream::expose::WrappedTool) -> Tool {
+    let schema: JsonObject = match &t.input_schema {
+        Value::Object(m) => m.clone(),
+        _ => JsonObject::new(),
+    };
+    let mut tool = Tool::new(t.alias.clone(), t.description.clone(), Arc::new(schema));
+    if let Some(a) = t
+        .annotations
+        .as_ref()
+        .and_then(|a| serde_json::from_value::<ToolAnnotations>(a.clone()).ok())
+    {
+        tool = tool.with_annotations(a);
+    }
+    if let Some(Value::Object(o)) = &t.output_schema {
+        tool.output_schema = Some(Arc::new(o.clone()));
+    }
+    let mut meta = MetaObject::new();
+    if let Value::Object(m) = crate::upstream::call::tool_meta(t) {
+        meta.0.extend(m);
+    }
+    tool.with_meta(meta)
+}
+
 impl Handler {
     /// A handler for one session; `closed` ends it (the connection registry holds it too).
     pub fn new(
@@ -241,11 +279,10 @@ impl Handler {
         ctx: &RequestContext<RoleServer>,
         caller: &Caller,
     ) -> Result<Option<McpElicitor>, Box<CallToolResponse>> {
-        let published = self.service.published();
-        let Some(tool) = published.get(name) else {
+        let Some(approval) = self.service.approval_of(name) else {
             return Ok(None);
         };
-        if !tool.approval.required || tool.approval.strategy != StrategyKind::Elicit {
+        if !approval.required || approval.strategy != StrategyKind::Elicit {
             return Ok(None);
         }
         let client = ctx
@@ -282,7 +319,10 @@ impl Handler {
                 Ok(Some(McpElicitor::Answered { client, answer }))
             }
             None => {
-                let message = self.service.approval_prompt(tool, args);
+                let message = self
+                    .service
+                    .approval_prompt_for(name, args)
+                    .unwrap_or_default();
                 let made = book
                     .map_err(|e| e.clone())
                     .and_then(|b| b.input_required(&who, name, args, message));
@@ -339,14 +379,13 @@ impl ServerHandler for Handler {
         _request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let published = self.service.published();
-        Ok(ListToolsResult::with_all_items(
-            published.tools.iter().map(to_tool).collect(),
-        ))
+        Ok(ListToolsResult::with_all_items(served_tools(&self.service)))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.service.published().get(name).map(to_tool)
+        served_tools(&self.service)
+            .into_iter()
+            .find(|t| t.name == name)
     }
 
     async fn call_tool(
@@ -424,7 +463,18 @@ impl ServerHandler for Handler {
                 Some(json!({"tool": n})),
             )),
             Ok(reply) => {
-                let content = vec![ContentBlock::text(reply.text)];
+                let content = match &reply.content {
+                    // An upstream's blocks as it sent them (masked); one that does not read
+                    // back as a content block is given as its JSON text.
+                    Some(blocks) => blocks
+                        .iter()
+                        .map(|b| {
+                            serde_json::from_value(b.clone())
+                                .unwrap_or_else(|_| ContentBlock::text(b.to_string()))
+                        })
+                        .collect(),
+                    None => vec![ContentBlock::text(reply.text)],
+                };
                 let mut r = if reply.is_error {
                     CallToolResult::error(content)
                 } else {

@@ -44,3 +44,21 @@ pub fn default_audit_log() -> PathBuf {
         nix::unistd::Uid::effective().as_raw()
     ))
 }
+
+/// The daemon's state (the fingerprint ledger, upstream workspaces): `/var/lib/stsd` for
+/// root; else `$XDG_STATE_HOME/stsd`, else `~/.local/state/stsd`.
+pub fn default_state_dir() -> PathBuf {
+    if is_root() {
+        return PathBuf::from("/var/lib/stsd");
+    }
+    if let Some(d) = env_dir("XDG_STATE_HOME") {
+        return d.join("stsd");
+    }
+    if let Some(h) = env_dir("HOME") {
+        return h.join(".local/state/stsd");
+    }
+    PathBuf::from(format!(
+        "/tmp/stsd-{}/state",
+        nix::unistd::Uid::effective().as_raw()
+    ))
+}

@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
+use stsd_profiles::upstream::Exposure;
 use stsd_profiles::{resolve, Config, Resolved};
 use stsd_protocol::envvar::SecretSet;
 use stsd_protocol::frames::{ConsoleLevel, LINE_TRUNCATED_MARK};
@@ -340,16 +341,20 @@ pub struct ToolReply {
     pub structured: Option<Value>,
     /// What the call cost, when a worker ran it.
     pub metrics: Option<CallMetrics>,
+    /// An upstream's content blocks as it sent them (masked); None for stsd's own tools,
+    /// whose content is the text.
+    pub content: Option<Vec<Value>>,
 }
 
 impl ToolReply {
-    fn error(code: Code, message: &str) -> ToolReply {
+    pub(crate) fn error(code: Code, message: &str) -> ToolReply {
         ToolReply {
             is_error: true,
             code: Some(code),
             text: format!("{code}: {message}"),
             structured: None,
             metrics: None,
+            content: None,
         }
     }
 }
@@ -410,6 +415,10 @@ pub struct Service {
     seq: AtomicU64,
     /// Cancelled when the daemon cuts off the calls that outlived the shutdown grace period.
     cut: tokio_util::sync::CancellationToken,
+    /// External MCP servers re-exposed beside the own tools (the daemon starts it).
+    gateway: RwLock<Option<Arc<crate::upstream::Gateway>>>,
+    /// The fingerprint ledger (state directory), shared with the gateway.
+    ledger: Option<Arc<crate::upstream::ledger::Ledger>>,
 }
 
 /// What a config reload did.
@@ -489,8 +498,13 @@ impl Service {
         all_toolsets.extend(toolsets.iter().cloned());
         let published = publish_with_toolsets(&sources, &config, &all_toolsets)
             .map_err(|errors| format!("toolsets:\n  {}", errors.join("\n  ")))?;
+        let ledger = crate::upstream::ledger::Ledger::open(&crate::upstream::gateway::ledger_path(
+            &config,
+        ))
+        .map(Arc::new)?;
         let pool = Pool::start(opts.clone(), pool_size);
-        Ok(Arc::new(Service {
+        let service = Arc::new(Service {
+            ledger: Some(ledger),
             gate: Gate::new(config.approval.clone()),
             opts: RwLock::new(opts),
             pool,
@@ -508,8 +522,12 @@ impl Service {
             inflight: AtomicUsize::new(0),
             seq: AtomicU64::new(1),
             cut: Default::default(),
+            gateway: RwLock::new(None),
             config: RwLock::new(Arc::new(config)),
-        }))
+        });
+        let filtered = Arc::new(service.ledger_filter(service.published().as_ref().clone()));
+        service.swap_published_raw(filtered);
+        Ok(service)
     }
 
     pub fn published(&self) -> Arc<Published> {
@@ -563,6 +581,10 @@ impl Service {
         *self.opts.write().unwrap_or_else(|e| e.into_inner()) = opts;
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
         let tools_changed = self.swap_published(fresh);
+        if let Some(gw) = self.gateway() {
+            gw.set_config(self.config());
+            gw.set_own(self.own_names());
+        }
         Ok(Reloaded {
             tools_changed,
             restart_needed,
@@ -578,6 +600,75 @@ impl Service {
     }
 
     fn swap_published(&self, fresh: Arc<Published>) -> bool {
+        let fresh = Arc::new(self.ledger_filter((*fresh).clone()));
+        let changed = self.swap_published_raw(fresh);
+        if let Some(gw) = self.gateway() {
+            gw.set_own(self.own_names());
+        }
+        changed
+    }
+
+    /// The fingerprint ledger over stsd's own specs (`[gateway] ledger_own_specs`): a tool
+    /// whose served content (name, description, input schema, annotations, toolSafety)
+    /// changed since it was approved is withheld until `stsd ledger approve stsd/NAME`.
+    fn ledger_filter(&self, mut p: Published) -> Published {
+        let Some(ledger) = &self.ledger else {
+            return p;
+        };
+        if !self.config().gateway.ledger_own_specs {
+            return p;
+        }
+        let mut kept = Vec::new();
+        for t in std::mem::take(&mut p.tools) {
+            let id = format!("stsd/{}", t.spec.name);
+            let fp = own_fingerprint(&t);
+            let seen = ledger.observe(&id, &fp);
+            if seen.status == crate::upstream::ledger::Status::Mismatch {
+                let ev = crate::upstream::events::RiskEvent::mismatch(
+                    &id,
+                    ledger.approved_fingerprint(&id),
+                    &fp,
+                );
+                ev.emit();
+                if let (Some(log), Ok(v)) = (&self.audit, serde_json::to_value(&ev)) {
+                    let _ = log.append_value(&v);
+                }
+            }
+            if seen.servable() {
+                kept.push(t);
+            } else {
+                p.withheld.push((
+                    t.spec.name.clone(),
+                    format!(
+                        "{}: its content changed since it was approved (ledger {}): \
+                         stsd ledger approve {id}",
+                        seen.state.as_str(),
+                        seen.status.as_str()
+                    ),
+                ));
+            }
+        }
+        p.tools = kept;
+        p
+    }
+
+    /// An operator published this tool through the admin channel (add, update, rollback):
+    /// its new content is approved in the ledger.
+    pub fn accept_own(&self, name: &str) {
+        if let Some(ledger) = &self.ledger {
+            let id = format!("stsd/{name}");
+            if ledger.get(&id).is_some_and(|e| e.pending.is_some()) {
+                let _ = ledger.approve(&id);
+            }
+        }
+    }
+
+    /// The ledger (own specs and upstream tools share it).
+    pub fn ledger(&self) -> Option<Arc<crate::upstream::ledger::Ledger>> {
+        self.ledger.clone()
+    }
+
+    fn swap_published_raw(&self, fresh: Arc<Published>) -> bool {
         let mut slot = self.published.write().unwrap_or_else(|e| e.into_inner());
         let changed = slot.names() != fresh.names()
             || slot
@@ -624,13 +715,33 @@ impl Service {
         let t0 = std::time::Instant::now();
         let published = self.published();
         let config = self.config();
-        let tool = published
-            .get(name)
-            .ok_or_else(|| CallFailure::UnknownTool(name.to_string()))?
-            .clone();
+        let Some(tool) = self.own_tool(&published, name) else {
+            // Not one of stsd's own: a wrapped upstream tool, or nothing.
+            let gw = self.gateway();
+            let wrapped = match (&gw, config.gateway.exposure) {
+                (Some(g), Exposure::Both | Exposure::Upstream) => g.get(name),
+                _ => None,
+            };
+            let (Some(gw), Some(tool)) = (gw, wrapped) else {
+                return Err(CallFailure::UnknownTool(name.to_string()));
+            };
+            self.inflight.fetch_add(1, Ordering::SeqCst);
+            let _inflight = InFlight(&self.inflight);
+            let _cut_watch = {
+                let (cut, flag) = (self.cut.clone(), cancel.clone());
+                AbortOnDrop(tokio::spawn(async move {
+                    cut.cancelled().await;
+                    flag.store(true, Ordering::Relaxed);
+                }))
+            };
+            return Ok(crate::upstream::call::call_wrapped(
+                self, &gw, tool, args, caller, elicitor, cancel,
+            )
+            .await);
+        };
         self.inflight.fetch_add(1, Ordering::SeqCst);
         let _inflight = InFlight(&self.inflight);
-        let call_id = self.seq.fetch_add(1, Ordering::Relaxed);
+        let call_id = self.next_call_id();
         let mut record = AuditRecord {
             ts: started,
             call_id,
@@ -651,6 +762,7 @@ impl Service {
             egress: Vec::new(),
             approval: None,
             metrics: None,
+            upstream: None,
         };
 
         // The secrets of this tool mask its record from the start: a call refused before it
@@ -848,7 +960,7 @@ impl Service {
     }
 
     /// Masks the reply, writes the audit record, then hands the reply back.
-    fn finish(
+    pub(crate) fn finish(
         &self,
         mut record: AuditRecord,
         secrets: &SecretSet,
@@ -863,6 +975,9 @@ impl Service {
         }
         reply.text = secrets.mask(&reply.text);
         reply.structured = reply.structured.map(|v| mask_value(&v, secrets));
+        reply.content = reply
+            .content
+            .map(|c| c.iter().map(|v| mask_value(v, secrets)).collect());
         record.elapsed_ms = t0.elapsed().as_millis() as u64;
         if let Some(m) = &mut record.metrics {
             m.wall_ms = record.elapsed_ms;
@@ -924,6 +1039,105 @@ impl Service {
         self.reuse
     }
 
+    pub(crate) fn next_call_id(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// One of stsd's own tools, when the exposure serves them.
+    fn own_tool(&self, published: &Published, name: &str) -> Option<PublishedTool> {
+        if self.config().gateway.exposure == Exposure::Upstream {
+            return None;
+        }
+        published.get(name).cloned()
+    }
+
+    /// The gateway, once the daemon has started it.
+    pub fn gateway(&self) -> Option<Arc<crate::upstream::Gateway>> {
+        self.gateway
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Connects the declared upstreams (`[[upstream]]` and `mcp` toolsets). Gateway events
+    /// go to the log and the audit log; `changed` tells clients when the served list changes.
+    pub fn start_gateway(
+        self: &Arc<Self>,
+        stsd_exe: &std::path::Path,
+        changed: tokio::sync::broadcast::Sender<()>,
+    ) -> Result<(), String> {
+        let config = self.config();
+        let declared = crate::upstream::sources::declared(&config, &self.toolsets_for(&config))
+            .map_err(|e| format!("upstreams:\n  {}", e.join("\n  ")))?;
+        if declared.is_empty() {
+            return Ok(());
+        }
+        let weak = Arc::downgrade(self);
+        let sink: crate::upstream::gateway::EventSink = Arc::new(move |v: &Value| {
+            if let Some(me) = weak.upgrade() {
+                if let Some(log) = &me.audit {
+                    if let Err(e) = log.append_value(v) {
+                        tracing::error!(error = %e, "audit log write failed");
+                    }
+                }
+            }
+        });
+        let ledger = self
+            .ledger
+            .clone()
+            .ok_or("the fingerprint ledger is not open")?;
+        let gw =
+            crate::upstream::Gateway::start(config, declared, stsd_exe, ledger, changed, sink, true)?;
+        gw.set_own(self.own_names());
+        *self.gateway.write().unwrap_or_else(|e| e.into_inner()) = Some(gw);
+        Ok(())
+    }
+
+    /// The names of stsd's own tools as served (none when the exposure is upstream only).
+    pub fn own_names(&self) -> Vec<String> {
+        if self.config().gateway.exposure == Exposure::Upstream {
+            return Vec::new();
+        }
+        self.published().names().iter().map(|n| n.to_string()).collect()
+    }
+
+    /// The wrapped upstream tools as served (none when the exposure is own tools only).
+    pub fn wrapped(&self) -> Vec<crate::upstream::expose::WrappedTool> {
+        match (self.gateway(), self.config().gateway.exposure) {
+            (Some(g), Exposure::Both | Exposure::Upstream) => g.exposed().tools.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The approval requirement and prompt of any served tool (own or wrapped), for
+    /// transports that ask ahead of the call.
+    pub fn approval_of(&self, name: &str) -> Option<Requirement> {
+        if let Some(t) = self.own_tool(&self.published(), name) {
+            return Some(t.approval);
+        }
+        self.wrapped()
+            .into_iter()
+            .find(|t| t.alias == name)
+            .map(|t| t.approval)
+    }
+
+    /// The approval prompt for any served tool (own or wrapped), secrets masked.
+    pub fn approval_prompt_for(&self, name: &str, args: &Map<String, Value>) -> Option<String> {
+        if let Some(t) = self.own_tool(&self.published(), name) {
+            return Some(self.approval_prompt(&t, args));
+        }
+        let w = self.wrapped().into_iter().find(|t| t.alias == name)?;
+        let secrets = self
+            .gateway()
+            .and_then(|g| g.upstream(&w.upstream).map(|u| u.secrets.clone()))
+            .unwrap_or_default();
+        Some(crate::approval::render_prompt(
+            None,
+            &w.alias,
+            &mask_value(&Value::Object(args.clone()), &secrets),
+        ))
+    }
+
     /// How this service starts workers (for Local Passes run on its behalf).
     pub fn exec_options(&self) -> ExecOptions {
         self.opts.read().unwrap_or_else(|e| e.into_inner()).clone()
@@ -966,13 +1180,33 @@ impl Service {
     }
 
     pub fn shutdown(&self) {
+        if let Some(gw) = self.gateway() {
+            gw.stop();
+        }
         self.admission.close();
         self.pool.stop();
     }
 }
 
+/// What the ledger fingerprints of one of stsd's own tools: what a client is served (name,
+/// description, input schema, annotations) and the enforced toolSafety.
+fn own_fingerprint(t: &PublishedTool) -> String {
+    let annotations = json!({
+        "readOnlyHint": t.read_only,
+        "destructiveHint": t.destructive,
+        "openWorldHint": t.open_world,
+        "stsd/toolSafety": serde_json::to_value(&t.resolved.tool_safety).unwrap_or(Value::Null),
+    });
+    crate::upstream::ledger::fingerprint(
+        &t.spec.name,
+        Some(&t.spec.description),
+        Some(&t.input_schema),
+        Some(&annotations),
+    )
+}
+
 /// Resolves once `flag` is set (the caller went away).
-async fn cancelled(flag: &AtomicBool) {
+pub(crate) async fn cancelled(flag: &AtomicBool) {
     while !flag.load(Ordering::Relaxed) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
@@ -993,6 +1227,7 @@ fn success(v: &CallValue, secrets: &SecretSet) -> ToolReply {
         text: secrets.mask(&text),
         structured: structured.map(|s| mask_value(&s, secrets)),
         metrics: None,
+        content: None,
     }
 }
 

@@ -48,6 +48,8 @@ class Daemon:
     def env(self) -> dict[str, str]:
         e = dict(os.environ)
         e["STSD_TEST_TOKEN"] = SECRET
+        # Its own fingerprint ledger: tests that share tool names never see each other's.
+        e["STSD_STATE_DIR"] = str(self.tmp / "state")
         e.pop("STSD_TEST_UNSET_VARIABLE", None)
         return e
 

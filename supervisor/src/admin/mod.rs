@@ -38,6 +38,8 @@ pub struct Admin {
     )>,
 }
 
+mod gateway;
+
 impl Admin {
     pub fn new(service: Arc<Service>) -> Arc<Admin> {
         Admin::with_catalog(service, None)
@@ -142,6 +144,7 @@ impl Admin {
                 admin_only("list tools")?;
                 let p = self.service.published();
                 let mut tools: Vec<Value> = p.tools.iter().map(Self::tool_entry).collect();
+                tools.extend(gateway::tool_entries(&self.service));
                 for (name, why) in &p.withheld {
                     tools.push(json!({"name": name, "state": "WITHHELD", "reason": why}));
                 }
@@ -210,6 +213,10 @@ impl Admin {
                         (code, e)
                     })?;
                 Ok(json!({"id": id, "approved": approve}))
+            }
+            m if m.starts_with("stsd/upstream/") || m.starts_with("stsd/ledger/") => {
+                admin_only("govern upstreams and the ledger")?;
+                gateway::call(self, m, params)
             }
             other => Err((-32601, format!("no admin method {other}"))),
         }
@@ -347,8 +354,20 @@ impl Admin {
         Ok(doc)
     }
 
+    /// Re-publishes after an operator published `name` through this channel: its new
+    /// content is what the operator approved, so the fingerprint ledger takes it.
+    fn republish_accepting(
+        &self,
+        changed: &tokio::sync::broadcast::Sender<()>,
+        name: &str,
+    ) -> Result<(), (i32, String)> {
+        self.republish(changed)?;
+        self.service.accept_own(name);
+        self.republish(changed)
+    }
+
     /// Re-publishes after a change and tells subscribed clients.
-    fn republish(&self, changed: &tokio::sync::broadcast::Sender<()>) -> Result<(), (i32, String)> {
+    pub(crate) fn republish(&self, changed: &tokio::sync::broadcast::Sender<()>) -> Result<(), (i32, String)> {
         match self.service.reload() {
             Ok(true) => {
                 let _ = changed.send(());
@@ -411,13 +430,13 @@ impl Admin {
                 }
                 let doc = self.gate(spec).await?;
                 managed.install(&name, &doc).map_err(|e| (GATE_FAILED, e))?;
-                self.republish(changed)?;
+                self.republish_accepting(changed, &name)?;
                 Ok(json!({"name": name, "published": true}))
             }
             "stsd/tools/rollback" => {
                 let name = name_param(params)?;
                 managed.rollback(&name).map_err(|e| (NO_SUCH, e))?;
-                self.republish(changed)?;
+                self.republish_accepting(changed, &name)?;
                 Ok(json!({"name": name, "rolledBack": true}))
             }
             "stsd/tools/remove" => {

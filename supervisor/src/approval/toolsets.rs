@@ -120,10 +120,15 @@ fn apply_document(
     for (i, set) in sets.into_iter().flatten().enumerate() {
         let id = set.get("id").and_then(Value::as_str).unwrap_or_default();
         let kind = set.get("kind").and_then(Value::as_str).unwrap_or_default();
+        if kind == "mcp" {
+            // An external MCP server: the gateway reads it (upstream::sources).
+            continue;
+        }
         if kind != "builtin" {
             errors.push(format!(
-                "{at}: /toolsets/{i}/kind: \"{kind}\" toolsets (external servers) are not served \
-                 by this daemon; stsd's own tools are a toolset of kind \"builtin\""
+                "{at}: /toolsets/{i}/kind: \"{kind}\" toolsets are not served by this daemon; \
+                 stsd's own tools are a toolset of kind \"builtin\", external MCP servers of \
+                 kind \"mcp\""
             ));
             continue;
         }
@@ -263,9 +268,13 @@ mod tests {
                 .any(|m| m.contains("/toolsets/0/tools/0/name") && m.contains("noSuchTool")),
             "{e:?}"
         );
-        let mcp = json!({"schema": SCHEMA_ID, "toolsets": [{"id": "x", "kind": "mcp"}]});
-        let e = load_one(&mcp).err().unwrap_or_default();
+        let uri = json!({"schema": SCHEMA_ID, "toolsets": [{"id": "x", "kind": "uri"}]});
+        let e = load_one(&uri).err().unwrap_or_default();
         assert!(e.iter().any(|m| m.contains("/toolsets/0/kind")), "{e:?}");
+        // An mcp toolset is the gateway's: the switches loader leaves it alone.
+        let mcp = json!({"schema": SCHEMA_ID, "toolsets": [{"id": "x", "kind": "mcp",
+            "tools": [{"name": "notAnStsdTool"}]}]});
+        assert!(load_one(&mcp).is_ok());
     }
 
     #[test]

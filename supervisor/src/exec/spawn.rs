@@ -111,7 +111,7 @@ impl ExeFile {
     }
 
     /// A path that execs the held file (the kernel resolves it before close-on-exec applies).
-    fn exec_path(&self) -> String {
+    pub fn exec_path(&self) -> String {
         format!("/proc/self/fd/{}", self.file.as_raw_fd())
     }
 
@@ -209,6 +209,14 @@ impl Spawner {
         match self {
             Spawner::Exec { .. } => SpawnMode::Exec,
             Spawner::Zygote(_) => SpawnMode::Zygote,
+        }
+    }
+
+    /// A path that execs the stsd binary held open since start (for `stsd upstream-exec`).
+    pub fn exe_path(&self) -> String {
+        match self {
+            Spawner::Exec { exe, .. } => exe.exec_path(),
+            Spawner::Zygote(z) => z.exe_path(),
         }
     }
 

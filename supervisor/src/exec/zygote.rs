@@ -32,6 +32,8 @@ pub struct Zygote {
     requests: Mutex<Option<mpsc::Sender<Reply>>>,
     pid: Arc<Mutex<Option<u32>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Execs the binary the manager holds (its descriptor lives as long as the manager).
+    exe_path: String,
 }
 
 impl Zygote {
@@ -39,6 +41,7 @@ impl Zygote {
     pub fn start(exe: ExeFile, uid: u32, gid: u32, max_forks: u32) -> Zygote {
         let (tx, rx) = mpsc::channel::<Reply>();
         let pid = Arc::new(Mutex::new(None));
+        let exe_path = exe.exec_path();
         let mut m = Manager {
             exe,
             uid,
@@ -61,7 +64,12 @@ impl Zygote {
             requests: Mutex::new(Some(tx)),
             pid,
             thread: Mutex::new(thread),
+            exe_path,
         }
+    }
+
+    pub fn exe_path(&self) -> String {
+        self.exe_path.clone()
     }
 
     pub fn pid(&self) -> Option<u32> {

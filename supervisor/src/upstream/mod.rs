@@ -16,3 +16,10 @@ pub mod risk;
 pub mod scan;
 pub mod shadow;
 pub mod spawn;
+pub mod call;
+pub mod expose;
+pub mod gateway;
+pub mod preview;
+pub mod sources;
+
+pub use gateway::Gateway;

@@ -1,0 +1,321 @@
+//! From upstream tool lists to the wrapped tools stsd serves: per server and per tool, the
+//! risk scores, the poisoning scan, the fingerprint ledger, the approval requirement, the
+//! `max_risk` cap, then the shadowing rules across every member. Pure but for the ledger.
+
+use super::events::RiskEvent;
+use super::ledger::{self, Ledger};
+use super::risk::{self, Composed, ServerRisk, ToolRisk};
+use super::scan::{self, Hit};
+use super::shadow;
+use crate::approval::{requirement, Requirement, ToolFacts};
+use serde_json::{json, Value};
+use stsd_profiles::upstream::{GatewayConfig, UpstreamConfig};
+use stsd_profiles::{Config, RiskLevel};
+
+/// One upstream tool as stsd serves it.
+#[derive(Debug, Clone)]
+pub struct WrappedTool {
+    /// The name stsd serves it under.
+    pub alias: String,
+    pub upstream: String,
+    /// Its name on the upstream.
+    pub tool: String,
+    pub description: String,
+    /// The upstream's input schema, unchanged.
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    /// The upstream's annotations, passed through (hints, never trusted for policy beyond
+    /// the score).
+    pub annotations: Option<Value>,
+    pub server_risk: ServerRisk,
+    pub tool_risk: ToolRisk,
+    pub composed: Composed,
+    pub hits: Vec<Hit>,
+    pub ledger_id: String,
+    pub approval: Requirement,
+    pub timeout_ms: u64,
+    pub max_output_bytes: u64,
+}
+
+/// A tool that is not served, and why (a code first: AWAITING_REREVIEW, REVOKED, POISONING,
+/// MAX_RISK, R1_ALIAS_COLLISION, ...).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Withheld {
+    pub upstream: String,
+    pub tool: String,
+    pub alias: String,
+    pub why: String,
+}
+
+/// What one upstream contributes right now.
+pub struct Listed<'a> {
+    pub cfg: &'a UpstreamConfig,
+    /// The upstream's tools as listed (MCP `Tool` objects as JSON); None while it is not
+    /// connected.
+    pub tools: Option<&'a [Value]>,
+    pub last_used_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Exposed {
+    pub tools: Vec<WrappedTool>,
+    pub withheld: Vec<Withheld>,
+    /// Per upstream: its server score (None while it has not listed tools yet).
+    pub servers: Vec<(String, Option<ServerRisk>)>,
+}
+
+impl Exposed {
+    pub fn get(&self, alias: &str) -> Option<&WrappedTool> {
+        self.tools.iter().find(|t| t.alias == alias)
+    }
+}
+
+/// The default exposed name of an upstream tool: `<upstream-id>__<tool>` (names stay within
+/// `[A-Za-z0-9_-]`, which every MCP client accepts).
+pub fn default_alias(upstream: &str, tool: &str) -> String {
+    format!("{upstream}__{tool}")
+}
+
+/// Computes the exposure. `own` are stsd's own served tool names (R1 covers them too).
+/// `observe` says whether ledger observations are recorded (the daemon) or only looked up
+/// (a preview such as `stsd upstream check`, which must not change the ledger).
+pub fn compute(
+    listed: &[Listed],
+    own: &[String],
+    gw: &GatewayConfig,
+    config: &Config,
+    ledger: &Ledger,
+    observe: bool,
+    now_ms: i64,
+) -> (Exposed, Vec<RiskEvent>) {
+    let mut out = Exposed::default();
+    let mut events = Vec::new();
+    let mut candidates: Vec<WrappedTool> = Vec::new();
+    // Every exposed name and upstream tool name, for the cross-server imperative pattern.
+    let mut all_names: Vec<String> = own.to_vec();
+    for l in listed {
+        for t in l.tools.into_iter().flatten() {
+            if let Some(n) = t.get("name").and_then(Value::as_str) {
+                all_names.push(n.to_string());
+                all_names.push(
+                    l.cfg
+                        .aliases
+                        .get(n)
+                        .cloned()
+                        .unwrap_or_else(|| default_alias(&l.cfg.id, n)),
+                );
+            }
+        }
+    }
+    for l in listed {
+        let u = l.cfg;
+        let Some(tools) = l.tools else {
+            out.servers.push((u.id.clone(), None));
+            continue;
+        };
+        let annotations: Vec<Option<risk::Annotations>> =
+            tools.iter().map(risk::Annotations::from_tool_json).collect();
+        let facts = risk::ServerFacts {
+            host: risk::classify(u.url.as_deref()),
+            auth: super::sources::auth_kind(u),
+            trust: u.trust,
+            known_host: u
+                .url
+                .as_deref()
+                .is_some_and(|url| risk::matches_known_host(url, &gw.known_hosts)),
+            docs_url: u.docs_url.as_deref().is_some_and(|d| !d.trim().is_empty()),
+            docs_adequate: u.docs_adequate,
+            used_within_90_days: risk::used_within_90_days(l.last_used_ms, now_ms),
+            advertises_write: risk::advertises_write(annotations.iter().map(Option::as_ref)),
+            oauth_scopes: &u.oauth_scopes,
+        };
+        let server = risk::server_risk(&facts);
+        events.push(RiskEvent::server(&u.id, &server));
+        out.servers.push((u.id.clone(), Some(server.clone())));
+        for t in tools {
+            let Some(name) = t.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            if u.tools.as_ref().is_some_and(|only| !only.iter().any(|n| n == name)) {
+                continue;
+            }
+            let alias = u
+                .aliases
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| default_alias(&u.id, name));
+            let upstream_description = t.get("description").and_then(Value::as_str);
+            let input_schema = t.get("inputSchema").cloned();
+            let annotations = t.get("annotations").cloned().filter(|a| !a.is_null());
+            let tool_facts = risk::ToolFacts {
+                name,
+                description: upstream_description,
+                input_schema: input_schema.as_ref(),
+                annotations: risk::Annotations::from_tool_json(t),
+                side_effect: None,
+                sends_user_data: false,
+                trusted_server: u.trust.is_some(),
+            };
+            let tool = risk::tool_risk(&tool_facts);
+            events.push(RiskEvent::tool(&u.id, name, &tool));
+            let others: Vec<&str> = all_names
+                .iter()
+                .map(String::as_str)
+                .filter(|n| *n != name && *n != alias)
+                .collect();
+            let mut hits = scan::scan_tool(
+                name,
+                upstream_description.unwrap_or_default(),
+                input_schema.as_ref(),
+                &others,
+            );
+            if let Some(d) = u.descriptions.get(name) {
+                hits.extend(scan::scan_tool(&alias, d, None, &others));
+            }
+            for h in &hits {
+                events.push(RiskEvent::poisoning(&u.id, name, h));
+            }
+            let ledger_id = format!("{}/{}", u.id, name);
+            let fp = ledger::fingerprint(
+                name,
+                upstream_description,
+                input_schema.as_ref(),
+                annotations.as_ref(),
+            );
+            let seen = if observe {
+                ledger.observe(&ledger_id, &fp)
+            } else {
+                ledger.peek(&ledger_id, &fp)
+            };
+            if seen.status == ledger::Status::Mismatch {
+                events.push(RiskEvent::mismatch(&ledger_id, ledger.approved_fingerprint(&ledger_id), &fp));
+            }
+            let withhold = |why: String, out: &mut Exposed| {
+                out.withheld.push(Withheld {
+                    upstream: u.id.clone(),
+                    tool: name.to_string(),
+                    alias: alias.clone(),
+                    why,
+                })
+            };
+            if !seen.servable() {
+                withhold(
+                    format!(
+                        "{}: the tool's fingerprint is not approved (ledger {}): \
+                         stsd ledger approve {ledger_id}",
+                        seen.state.as_str(),
+                        seen.status.as_str()
+                    ),
+                    &mut out,
+                );
+                continue;
+            }
+            if gw.block_on_poisoning && !hits.is_empty() {
+                let names: Vec<&str> = hits.iter().map(|h| h.pattern.as_str()).collect();
+                withhold(
+                    format!(
+                        "POISONING: {} ([gateway] block_on_poisoning)",
+                        names.join(", ")
+                    ),
+                    &mut out,
+                );
+                continue;
+            }
+            let unmitigated = risk::compose(&server, &tool, false);
+            let ann = annotations.as_ref();
+            let hint = |k: &str| ann.and_then(|a| a.get(k)).and_then(Value::as_bool);
+            let facts = ToolFacts {
+                name: &alias,
+                category: None,
+                risk: unmitigated.level,
+                destructive: hint("destructiveHint") == Some(true),
+                spec_required: false,
+            };
+            let switch = u.approval.get(name).copied().or(u.approval_default);
+            let approval = requirement(&facts, switch, &config.approval);
+            let composed = risk::compose(&server, &tool, approval.required);
+            if let Some(max) = u.max_risk {
+                if composed.level > max {
+                    withhold(
+                        format!(
+                            "MAX_RISK: composed risk {} is above the upstream's max_risk {max}",
+                            composed.level
+                        ),
+                        &mut out,
+                    );
+                    continue;
+                }
+            }
+            candidates.push(WrappedTool {
+                description: u
+                    .descriptions
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_else(|| upstream_description.unwrap_or_default().to_string()),
+                input_schema: input_schema
+                    .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+                output_schema: t.get("outputSchema").cloned().filter(|v| !v.is_null()),
+                annotations,
+                alias,
+                upstream: u.id.clone(),
+                tool: name.to_string(),
+                server_risk: server.clone(),
+                tool_risk: tool,
+                composed,
+                hits,
+                ledger_id,
+                approval,
+                timeout_ms: u.timeout_ms(),
+                max_output_bytes: u.max_output_bytes(),
+            });
+        }
+    }
+    // The shadowing rules, across every member at once: a violation refuses the member.
+    let members: Vec<shadow::Member> = candidates
+        .iter()
+        .map(|c| shadow::Member {
+            server_id: c.upstream.clone(),
+            tool: c.tool.clone(),
+            alias: c.alias.clone(),
+            description: c.description.clone(),
+        })
+        .collect();
+    let own_refs: Vec<&str> = own.iter().map(String::as_str).collect();
+    let violations = shadow::check(&members, &own_refs);
+    for c in candidates {
+        let mine: Vec<&shadow::Violation> =
+            violations.iter().filter(|v| v.applies_to(&c.upstream, &c.tool)).collect();
+        if mine.is_empty() {
+            events.push(RiskEvent::composition(&c.upstream, &c.tool, &c.alias, None, &c.composed));
+            out.tools.push(c);
+        } else {
+            for v in &mine {
+                events.push(RiskEvent::composition(
+                    &c.upstream,
+                    &c.tool,
+                    &c.alias,
+                    Some(v),
+                    &c.composed,
+                ));
+            }
+            out.withheld.push(Withheld {
+                upstream: c.upstream.clone(),
+                tool: c.tool.clone(),
+                alias: c.alias.clone(),
+                why: mine
+                    .iter()
+                    .map(|v| format!("{}: {}", v.rule.as_str(), v.detail))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            });
+        }
+    }
+    out.tools.sort_by(|a, b| a.alias.cmp(&b.alias));
+    (out, events)
+}
+
+/// The composed level a client sees in `_meta`.
+pub fn level(t: &WrappedTool) -> RiskLevel {
+    t.composed.level
+}

@@ -1,0 +1,379 @@
+//! The gateway at run time: one connection per upstream (stdio ones confined, networked ones
+//! behind their own egress proxy), the ledger, and the exposure recomputed whenever an
+//! upstream's tool list changes. The service asks it for the wrapped tools and hands it calls.
+
+use super::client::{self, Connection};
+use super::events::RiskEvent;
+use super::expose::{self, Exposed, Listed, WrappedTool};
+use super::ledger::Ledger;
+use super::proxy::{EgressProxy, ProxyHop};
+use super::sources;
+use serde_json::{json, Map, Value};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use stsd_profiles::upstream::UpstreamConfig;
+use stsd_profiles::Config;
+use stsd_protocol::envvar::SecretSet;
+use stsd_protocol::Code;
+use tokio::sync::broadcast;
+
+/// Where the gateway writes what it decides: the log always, the audit log through this.
+pub type EventSink = Arc<dyn Fn(&Value) + Send + Sync>;
+
+pub struct Upstream {
+    pub cfg: Arc<UpstreamConfig>,
+    /// None when the upstream could not be set up (a secret missing, a workspace that cannot
+    /// be made): `error` says why.
+    pub conn: Option<Arc<Connection>>,
+    pub error: Option<String>,
+    /// Masks the upstream's resolved secrets (env, args, headers) everywhere.
+    pub secrets: SecretSet,
+    pub workspace: Option<PathBuf>,
+    pub proxy_port: Option<u16>,
+    _proxy: Option<EgressProxy>,
+}
+
+pub struct Gateway {
+    config: RwLock<Arc<Config>>,
+    pub upstreams: Vec<Arc<Upstream>>,
+    pub ledger: Arc<Ledger>,
+    exposed: RwLock<Arc<Exposed>>,
+    own: RwLock<Vec<String>>,
+    changed: broadcast::Sender<()>,
+    sink: EventSink,
+    /// False for a preview (`stsd upstream check`): the ledger is read, never written.
+    observe: bool,
+}
+
+/// The state directory: `[gateway] state_dir`, else `STSD_STATE_DIR`, else /var/lib/stsd
+/// (root) or $XDG_STATE_HOME/stsd (~/.local/state/stsd).
+pub fn state_dir(config: &Config) -> PathBuf {
+    if let Some(d) = &config.gateway.state_dir {
+        return d.clone();
+    }
+    if let Some(d) = std::env::var_os("STSD_STATE_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d);
+    }
+    crate::paths::default_state_dir()
+}
+
+pub fn ledger_path(config: &Config) -> PathBuf {
+    state_dir(config).join("ledger.json")
+}
+
+impl Gateway {
+    /// Sets every declared upstream up and starts connecting (in the background: the daemon
+    /// serves its own tools meanwhile). An upstream that cannot be set up is kept, with its
+    /// error, and serves nothing.
+    pub fn start(
+        config: Arc<Config>,
+        declared: Vec<UpstreamConfig>,
+        stsd_exe: &Path,
+        ledger: Arc<Ledger>,
+        changed: broadcast::Sender<()>,
+        sink: EventSink,
+        observe: bool,
+    ) -> Result<Arc<Gateway>, String> {
+        let mut upstreams = Vec::new();
+        for u in declared {
+            upstreams.push(Arc::new(set_up(&config, u, stsd_exe, &sink)));
+        }
+        let gw = Arc::new(Gateway {
+            config: RwLock::new(config),
+            upstreams,
+            ledger,
+            exposed: RwLock::new(Arc::new(Exposed::default())),
+            own: RwLock::new(Vec::new()),
+            changed,
+            sink,
+            observe,
+        });
+        for u in &gw.upstreams {
+            if let Some(conn) = &u.conn {
+                let (me, mut rx) = (Arc::downgrade(&gw), conn.watch_tools());
+                tokio::spawn(async move {
+                    while rx.changed().await.is_ok() {
+                        let Some(gw) = me.upgrade() else { return };
+                        gw.recompute();
+                    }
+                });
+            }
+        }
+        gw.recompute();
+        Ok(gw)
+    }
+
+    /// The wrapped tools as served now.
+    pub fn exposed(&self) -> Arc<Exposed> {
+        self.exposed
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn get(&self, alias: &str) -> Option<WrappedTool> {
+        self.exposed().get(alias).cloned()
+    }
+
+    /// stsd's own served names changed (R1 covers them): recompute.
+    pub fn set_own(&self, names: Vec<String>) {
+        *self.own.write().unwrap_or_else(|e| e.into_inner()) = names;
+        self.recompute();
+    }
+
+    pub fn set_config(&self, config: Arc<Config>) {
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
+        self.recompute();
+    }
+
+    /// Re-scores every upstream's current list, applies the ledger and the rules, swaps the
+    /// exposure in, and tells clients when the served list changed.
+    pub fn recompute(&self) {
+        let config = self.config.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let own = self.own.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let lists: Vec<Option<Vec<Value>>> = self
+            .upstreams
+            .iter()
+            .map(|u| u.conn.as_ref().and_then(|c| c.tools_json()))
+            .collect();
+        let listed: Vec<Listed> = self
+            .upstreams
+            .iter()
+            .zip(&lists)
+            .map(|(u, tools)| Listed {
+                cfg: &u.cfg,
+                tools: tools.as_deref(),
+                last_used_ms: self.ledger.last_used(&u.cfg.id),
+            })
+            .collect();
+        let (fresh, events) = expose::compute(
+            &listed,
+            &own,
+            &config.gateway,
+            &config,
+            &self.ledger,
+            self.observe,
+            crate::store::now_ms(),
+        );
+        for ev in &events {
+            ev.emit();
+            if let Ok(v) = serde_json::to_value(ev) {
+                (self.sink)(&v);
+            }
+        }
+        let mut slot = self.exposed.write().unwrap_or_else(|e| e.into_inner());
+        let names = |e: &Exposed| {
+            e.tools
+                .iter()
+                .map(|t| (t.alias.clone(), t.description.clone(), t.composed.level))
+                .collect::<Vec<_>>()
+        };
+        let changed = names(&slot) != names(&fresh);
+        *slot = Arc::new(fresh);
+        drop(slot);
+        if changed {
+            let _ = self.changed.send(());
+        }
+    }
+
+    pub fn upstream(&self, id: &str) -> Option<&Arc<Upstream>> {
+        self.upstreams.iter().find(|u| u.cfg.id == id)
+    }
+
+    /// Calls the upstream tool behind `alias`. The reply's strings are masked by the caller
+    /// with [`Upstream::secrets`].
+    pub async fn call(
+        &self,
+        tool: &WrappedTool,
+        args: Map<String, Value>,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<rmcp::model::CallToolResult, (Code, String)> {
+        let Some(u) = self.upstream(&tool.upstream) else {
+            return Err((Code::UpstreamUnavailable, format!("no upstream {}", tool.upstream)));
+        };
+        let Some(conn) = &u.conn else {
+            return Err((
+                Code::UpstreamUnavailable,
+                u.error.clone().unwrap_or_else(|| "not set up".into()),
+            ));
+        };
+        self.ledger.touch_server(&u.cfg.id, crate::store::now_ms());
+        conn.call(
+            &tool.tool,
+            args,
+            Duration::from_millis(tool.timeout_ms),
+            cancel,
+        )
+        .await
+    }
+
+    /// Every upstream: how it is connected and confined, its server score, its tools served
+    /// (with scores, scan hits and ledger state) and withheld (with why). Secrets masked.
+    pub fn report(&self) -> Value {
+        let exposed = self.exposed();
+        let list: Vec<Value> = self
+            .upstreams
+            .iter()
+            .map(|u| {
+                let id = &u.cfg.id;
+                let server = exposed
+                    .servers
+                    .iter()
+                    .find(|(s, _)| s == id)
+                    .and_then(|(_, r)| r.clone());
+                let tools: Vec<Value> = exposed
+                    .tools
+                    .iter()
+                    .filter(|t| &t.upstream == id)
+                    .map(|t| {
+                        json!({
+                            "alias": t.alias, "tool": t.tool,
+                            "risk": t.composed, "toolRisk": t.tool_risk,
+                            "poisoning": t.hits, "approvalRequired": t.approval.required,
+                            "ledger": t.ledger_id,
+                            "ledgerState": self.ledger.get(&t.ledger_id)
+                                .map(|e| e.state.as_str()).unwrap_or("NEW"),
+                        })
+                    })
+                    .collect();
+                let withheld: Vec<&super::expose::Withheld> = exposed
+                    .withheld
+                    .iter()
+                    .filter(|w| &w.upstream == id)
+                    .collect();
+                let read_paths = u.cfg.command.as_deref().map(|c| {
+                    super::spawn::read_paths_for(&u.cfg, c)
+                });
+                json!({
+                    "id": id,
+                    "transport": if u.cfg.is_stdio() { "stdio" } else { "streamable-http" },
+                    "url": u.cfg.url,
+                    "state": u.conn.as_ref().map(|c| format!("{:?}", c.state())),
+                    "pid": u.conn.as_ref().and_then(|c| c.pid()),
+                    "error": u.error.as_ref().map(|e| u.secrets.mask(e)),
+                    "workspace": u.workspace,
+                    "readPaths": read_paths,
+                    "network": if u.cfg.network.is_empty() { Value::from("none") }
+                               else { json!(u.cfg.network) },
+                    "proxyPort": u.proxy_port,
+                    "serverRisk": server,
+                    "tools": tools,
+                    "withheld": withheld,
+                })
+            })
+            .collect();
+        json!({"upstreams": list})
+    }
+
+    /// Whether every upstream has listed its tools or given up (for the preview).
+    pub fn settled(&self) -> bool {
+        self.upstreams.iter().all(|u| match &u.conn {
+            None => true,
+            Some(c) => c.tools_json().is_some() || c.failed(),
+        })
+    }
+
+    pub fn stop(&self) {
+        for u in &self.upstreams {
+            if let Some(c) = &u.conn {
+                c.stop();
+            }
+        }
+    }
+}
+
+/// Resolves an upstream's references, makes its workspace and proxy, and starts its
+/// connection.
+fn set_up(config: &Arc<Config>, u: UpstreamConfig, stsd_exe: &Path, sink: &EventSink) -> Upstream {
+    let gw = &config.gateway;
+    let cfg = Arc::new(u);
+    let failed = |error: String, secrets: SecretSet| {
+        tracing::error!(upstream = %cfg.id, error = %error, "upstream not started");
+        Upstream {
+            cfg: cfg.clone(),
+            conn: None,
+            error: Some(error),
+            secrets,
+            workspace: None,
+            proxy_port: None,
+            _proxy: None,
+        }
+    };
+    let resolved = match sources::resolve_upstream(&cfg, gw.secrets_dir.as_deref()) {
+        Ok(r) => r,
+        Err(e) => return failed(e, SecretSet::default()),
+    };
+    let secrets = SecretSet::from_values(resolved.secrets.iter().map(String::as_str));
+    // A networked stdio upstream, and every HTTP upstream, reach the world only through an
+    // egress proxy of their own with the fetch broker's rules; an HTTP upstream's own host
+    // is on its allowlist.
+    let mut allow = cfg.network.clone();
+    if let Some(h) = cfg.url.as_deref().and_then(|u| url::Url::parse(u).ok()) {
+        if let Some(host) = h.host_str() {
+            allow.push(host.trim_matches(['[', ']']).to_string());
+        }
+    }
+    let proxy = if allow.is_empty() {
+        None
+    } else {
+        let (id, sink) = (cfg.id.clone(), sink.clone());
+        let on_hop = Arc::new(move |hop: ProxyHop| {
+            tracing::info!(upstream = %id, host = %hop.host, allowed = hop.allowed, rule = ?hop.rule, "upstream egress");
+            if let Ok(mut v) = serde_json::to_value(&hop) {
+                v["event"] = Value::from("UpstreamEgress");
+                v["ts"] = Value::from(crate::store::now_ms());
+                sink(&v);
+            }
+        });
+        match EgressProxy::start(cfg.id.clone(), allow, &config.egress, on_hop) {
+            Ok(p) => Some(p),
+            Err(e) => return failed(format!("egress proxy: {e}"), secrets),
+        }
+    };
+    let proxy_port = proxy.as_ref().map(|p| p.port());
+    let restart = client::Backoff {
+        initial: Duration::from_millis(gw.restart_initial_ms),
+        max: Duration::from_millis(gw.restart_max_ms),
+    };
+    let (conn, workspace) = if cfg.is_stdio() {
+        let workspace = cfg
+            .workspace
+            .clone()
+            .unwrap_or_else(|| state_dir(config).join("upstreams").join(&cfg.id));
+        let (uid, gid) = (config.worker.uid, config.worker.gid);
+        if let Err(e) = super::spawn::prepare_workspace(&workspace, uid, gid) {
+            return failed(
+                format!("workspace {}: {e}", workspace.display()),
+                secrets,
+            );
+        }
+        // The command line with its references resolved (the env carries the rest).
+        let mut c = (*cfg).clone();
+        c.args = resolved.args.clone();
+        let (env, exe, ws) = (resolved.env.clone(), stsd_exe.to_path_buf(), workspace.clone());
+        let launcher: client::Launcher = Arc::new(move || {
+            super::spawn::command(&c, env.clone(), &ws, proxy_port, &exe, uid, gid)
+        });
+        (
+            Connection::start_stdio(cfg.clone(), launcher, restart, secrets.clone()),
+            Some(workspace),
+        )
+    } else {
+        let proxy_url = proxy_port.map(|p| format!("http://127.0.0.1:{p}"));
+        (
+            Connection::start_http(cfg.clone(), resolved.headers.clone(), proxy_url, restart, secrets.clone()),
+            None,
+        )
+    };
+    Upstream {
+        cfg,
+        conn: Some(conn),
+        error: None,
+        secrets,
+        workspace,
+        proxy_port,
+        _proxy: proxy,
+    }
+}
