@@ -497,10 +497,7 @@ impl Broker {
             headers,
             body,
         } = *hop;
-        let target = guard::parse_target(url).map_err(Failure::denied)?;
-        guard::check_target(&target, policy.mode, &policy.hosts, &self.trusted)
-            .map_err(Failure::denied)?;
-        let addrs = self.addresses(policy, &target, deadline, rec)?;
+        let (target, addrs) = self.check_and_resolve(policy, url, deadline, rec)?;
         let https = target.url.scheme() == "https";
         if https && !self.cfg.extra_ca_files.is_empty() {
             rec.extra_ca = true;
@@ -574,6 +571,23 @@ impl Broker {
             }
         }
         Ok((target, resp))
+    }
+
+    /// Parses and checks `url` under `policy` and resolves it to the only addresses it may be
+    /// connected to (every rule of the guard, the host overrides and the trusted ranges). The
+    /// upstreams' egress proxy (`upstream::proxy`) goes through here too.
+    pub(crate) fn check_and_resolve(
+        &self,
+        policy: &Policy,
+        url: &str,
+        deadline: Instant,
+        rec: &mut HopRecord,
+    ) -> Result<(Target, Vec<SocketAddr>), Failure> {
+        let target = guard::parse_target(url).map_err(Failure::denied)?;
+        guard::check_target(&target, policy.mode, &policy.hosts, &self.trusted)
+            .map_err(Failure::denied)?;
+        let addrs = self.addresses(policy, &target, deadline, rec)?;
+        Ok((target, addrs))
     }
 
     /// The addresses a hop may connect to: an operator override, the literal address, or one
