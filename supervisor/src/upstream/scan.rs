@@ -135,15 +135,20 @@ fn is_greek_lookalike(c: char) -> bool {
     "ΑΒΕΖΗΙΚΜΝΟΡΤΥΧαικνορτυχ".contains(c)
 }
 
+/// Control, zero-width, bidi and other characters that print as nothing or rearrange what
+/// is printed around them.
+pub fn is_invisible(c: char) -> bool {
+    c.is_control()
+        || is_zero_width(c)
+        || is_bidi_override(c)
+        || matches!(c, '\u{AD}' | '\u{180E}' | '\u{200E}' | '\u{200F}')
+}
+
 /// Escapes control characters, zero-width, bidi and other invisible characters as `\u{..}`.
 pub fn printable(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        let invisible = c.is_control()
-            || is_zero_width(c)
-            || is_bidi_override(c)
-            || matches!(c, '\u{AD}' | '\u{180E}' | '\u{200E}' | '\u{200F}');
-        if invisible {
+        if is_invisible(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
         } else {
             out.push(c);
