@@ -264,8 +264,10 @@ fn first_char(text: &str, pred: fn(char) -> bool) -> Option<Range<usize>> {
         .map(|(i, c)| i..i + c.len_utf8())
 }
 
-/// Scans one text; `field` names it in the hits. `other_tools`: the names (and aliases) of
-/// the other exposed tools, for CROSS_SERVER_IMPERATIVE. At most one hit per pattern.
+/// Scans one text; `field` names it in the hits. `other_tools`: for CROSS_SERVER_IMPERATIVE,
+/// the names (and aliases) exposed by the *other* servers, stsd's own tools included; leave
+/// out the tool's siblings on its own server (pointing at a sibling, "call list_dir first",
+/// is a workflow, not an injection). At most one hit per pattern.
 pub fn scan_text(field: &str, text: &str, other_tools: &[&str]) -> Vec<Hit> {
     let mut out = Vec::new();
     let mut hit = |pattern: Pattern, r: Option<Range<usize>>| {
@@ -348,8 +350,9 @@ fn schema_descriptions<'v>(v: &'v Value, at: &str, depth: usize, out: &mut Vec<(
     }
 }
 
-/// Scans a tool's name, description and every description in its input schema. The tool's
-/// own name is never counted as "another tool".
+/// Scans a tool's name, description and every description in its input schema (fields
+/// `name`, `description`, `inputSchema/properties/<p>/description`, ...). `other_tools` as
+/// for [`scan_text`]; the tool's own name is never counted as another tool.
 pub fn scan_tool(
     name: &str,
     description: Option<&str>,
