@@ -1,1 +1,586 @@
-//! See mod.rs.
+//! The tool fingerprint ledger (seed 001, McpToolHashLedger): a SHA-256 of each tool's
+//! canonical content, trusted on first sight, so a silently redefined tool ("rug pull")
+//! cannot ride in on an earlier approval. Unlike the seed, the fingerprint covers the
+//! annotations too: an annotation-only redefinition (readOnlyHint flipped) is a MISMATCH.
+//!
+//! One JSON file, replaced atomically on every change; a `Mutex` inside makes a `Ledger`
+//! shareable between threads (one `Ledger` per file per process).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// Hex SHA-256 over the canonical JSON of `{name, description, inputSchema, annotations}`:
+/// object keys sorted (by code point) at every depth, no whitespace, absent fields as null.
+pub fn fingerprint(
+    name: &str,
+    description: Option<&str>,
+    input_schema: Option<&Value>,
+    annotations: Option<&Value>,
+) -> String {
+    let doc = serde_json::json!({
+        "name": name,
+        "description": description,
+        "inputSchema": input_schema,
+        "annotations": annotations,
+    });
+    let mut text = String::new();
+    canonical(&doc, &mut text);
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical(&m[k.as_str()], out);
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(x, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// A fingerprint's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum State {
+    /// Served.
+    Active,
+    /// The content changed since it was approved: withheld until `approve`.
+    AwaitingRereview,
+    /// Withheld whatever its content, until `approve`.
+    Revoked,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Active => "ACTIVE",
+            State::AwaitingRereview => "AWAITING_REREVIEW",
+            State::Revoked => "REVOKED",
+        }
+    }
+}
+
+/// What one observation found, compared with the approved fingerprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    /// First sight: recorded and approved (trust on first sight).
+    New,
+    Unchanged,
+    Mismatch,
+}
+
+/// The answer to [`Ledger::observe`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Observation {
+    pub status: Status,
+    /// The state after the observation.
+    pub state: State,
+    /// The approved fingerprint (for the HashLedgerMismatch event).
+    pub approved: String,
+    pub observed: String,
+}
+
+/// One tool's record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    /// The approved fingerprint.
+    pub approved: String,
+    pub state: State,
+    /// The latest fingerprint that differed from the approved one; `approve` adopts it.
+    pub pending: Option<String>,
+    pub first_seen_ms: i64,
+    pub last_seen_ms: i64,
+    pub approved_at_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ServerUse {
+    last_used_ms: i64,
+}
+
+const VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Data {
+    version: u32,
+    tools: BTreeMap<String, Entry>,
+    servers: BTreeMap<String, ServerUse>,
+}
+
+impl Default for Data {
+    fn default() -> Self {
+        Data {
+            version: VERSION,
+            tools: BTreeMap::new(),
+            servers: BTreeMap::new(),
+        }
+    }
+}
+
+/// Timestamps that only moved by less than this are not written out: `last_seen_ms` and a
+/// server's last use are hour-precise, so a busy upstream does not cost an fsync per call.
+const COALESCE_MS: i64 = 60 * 60 * 1000;
+
+/// The fingerprint ledger, keyed by id (`<upstream-id>/<tool-name>`, `stsd/<tool-name>`).
+#[derive(Debug)]
+pub struct Ledger {
+    path: PathBuf,
+    data: Mutex<Data>,
+}
+
+impl Ledger {
+    /// Opens the ledger at `path`; a missing file is an empty ledger. A file that cannot be
+    /// read or is not a ledger is an error: the ledger is never silently emptied (that would
+    /// re-trust every tool on first sight).
+    pub fn open(path: impl Into<PathBuf>) -> Result<Ledger, String> {
+        let path = path.into();
+        let data = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let data: Data = serde_json::from_slice(&bytes).map_err(|e| {
+                    format!(
+                        "ledger {}: not a fingerprint ledger ({e}); fix it or move it aside \
+                         (a new ledger trusts every tool again on first sight)",
+                        path.display()
+                    )
+                })?;
+                if data.version != VERSION {
+                    return Err(format!(
+                        "ledger {}: version {} is not the version this stsd reads ({VERSION})",
+                        path.display(),
+                        data.version
+                    ));
+                }
+                data
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Data::default(),
+            Err(e) => return Err(format!("ledger {}: cannot read it: {e}", path.display())),
+        };
+        Ok(Ledger {
+            path,
+            data: Mutex::new(data),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Data> {
+        // A panic while holding the lock cannot leave the data half-changed (changes are
+        // made on a copy and swapped in after the write), so a poisoned lock is usable.
+        self.data.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies `change` to a copy, writes the copy if `change` says so, then swaps it in: a
+    /// failed write leaves memory as the file is.
+    fn update<T>(
+        &self,
+        change: impl FnOnce(&mut Data) -> Result<(T, bool), String>,
+    ) -> Result<T, String> {
+        let mut guard = self.lock();
+        let mut next = guard.clone();
+        let (out, dirty) = change(&mut next)?;
+        if dirty {
+            self.save(&next)?;
+            *guard = next;
+        }
+        Ok(out)
+    }
+
+    fn save(&self, data: &Data) -> Result<(), String> {
+        let at =
+            |e: std::io::Error| format!("ledger {}: cannot write it: {e}", self.path.display());
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(at)?;
+        }
+        let mut bytes = serde_json::to_vec_pretty(data)
+            .map_err(|e| format!("ledger {}: {e}", self.path.display()))?;
+        bytes.push(b'\n');
+        crate::store::write_atomic(&self.path, &bytes).map_err(at)
+    }
+
+    /// Records one sighting of `id` with fingerprint `fp`; see [`Ledger::observe_all`].
+    pub fn observe(&self, id: &str, fp: &str) -> Result<Observation, String> {
+        let mut v = self.observe_all(&[(id, fp)])?;
+        v.pop().ok_or_else(|| "ledger: no observation".to_string())
+    }
+
+    /// Records sightings, written once. NEW: recorded ACTIVE. The approved fingerprint:
+    /// UNCHANGED (the state stays: AWAITING_REREVIEW is cleared only by `approve`). Another
+    /// fingerprint: MISMATCH, kept as pending, state AWAITING_REREVIEW. REVOKED stays REVOKED.
+    pub fn observe_all(&self, seen: &[(&str, &str)]) -> Result<Vec<Observation>, String> {
+        let now = crate::store::now_ms();
+        self.update(|d| {
+            let mut dirty = false;
+            let mut out = Vec::with_capacity(seen.len());
+            for &(id, fp) in seen {
+                let Some(e) = d.tools.get_mut(id) else {
+                    d.tools.insert(
+                        id.to_string(),
+                        Entry {
+                            approved: fp.to_string(),
+                            state: State::Active,
+                            pending: None,
+                            first_seen_ms: now,
+                            last_seen_ms: now,
+                            approved_at_ms: now,
+                        },
+                    );
+                    dirty = true;
+                    out.push(Observation {
+                        status: Status::New,
+                        state: State::Active,
+                        approved: fp.to_string(),
+                        observed: fp.to_string(),
+                    });
+                    continue;
+                };
+                if now - e.last_seen_ms >= COALESCE_MS {
+                    e.last_seen_ms = now;
+                    dirty = true;
+                }
+                let status = if e.approved == fp {
+                    Status::Unchanged
+                } else {
+                    if e.pending.as_deref() != Some(fp) {
+                        e.pending = Some(fp.to_string());
+                        dirty = true;
+                    }
+                    if e.state == State::Active {
+                        e.state = State::AwaitingRereview;
+                        dirty = true;
+                    }
+                    Status::Mismatch
+                };
+                out.push(Observation {
+                    status,
+                    state: e.state,
+                    approved: e.approved.clone(),
+                    observed: fp.to_string(),
+                });
+            }
+            Ok((out, dirty))
+        })
+    }
+
+    /// Approves `id`: a pending fingerprint becomes the approved one, the state ACTIVE (also
+    /// from REVOKED). Returns the entry as it is now.
+    pub fn approve(&self, id: &str) -> Result<Entry, String> {
+        let now = crate::store::now_ms();
+        self.update(|d| {
+            let e = d.tools.get_mut(id).ok_or_else(|| unknown(id))?;
+            if let Some(p) = e.pending.take() {
+                e.approved = p;
+            }
+            e.state = State::Active;
+            e.approved_at_ms = now;
+            Ok((e.clone(), true))
+        })
+    }
+
+    /// Revokes `id`: withheld whatever it serves until `approve`.
+    pub fn revoke(&self, id: &str) -> Result<Entry, String> {
+        self.update(|d| {
+            let e = d.tools.get_mut(id).ok_or_else(|| unknown(id))?;
+            let dirty = e.state != State::Revoked;
+            e.state = State::Revoked;
+            Ok((e.clone(), dirty))
+        })
+    }
+
+    /// Every entry, by id.
+    pub fn list(&self) -> Vec<(String, Entry)> {
+        self.lock()
+            .tools
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    pub fn get(&self, id: &str) -> Option<Entry> {
+        self.lock().tools.get(id).cloned()
+    }
+
+    /// Whether `id` may be served: known and ACTIVE.
+    pub fn is_servable(&self, id: &str) -> bool {
+        self.get(id).is_some_and(|e| e.state == State::Active)
+    }
+
+    /// Records that an upstream was used at `now_ms` (feeds the doc axis' 90-day point).
+    /// Hour-precise: a use less than an hour after the recorded one changes nothing.
+    pub fn touch_server(&self, upstream_id: &str, now_ms: i64) -> Result<(), String> {
+        self.update(|d| {
+            let stale = d
+                .servers
+                .get(upstream_id)
+                .is_none_or(|s| now_ms - s.last_used_ms >= COALESCE_MS);
+            if stale {
+                d.servers.insert(
+                    upstream_id.to_string(),
+                    ServerUse {
+                        last_used_ms: now_ms,
+                    },
+                );
+            }
+            Ok(((), stale))
+        })
+    }
+
+    /// When an upstream was last used (None: never).
+    pub fn last_used(&self, upstream_id: &str) -> Option<i64> {
+        self.lock().servers.get(upstream_id).map(|s| s.last_used_ms)
+    }
+}
+
+fn unknown(id: &str) -> String {
+    format!("the ledger has no tool {id:?} (see stsd ledger list)")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn temp() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/ledger.json");
+        (dir, path)
+    }
+
+    #[test]
+    fn fingerprint_is_sha256_of_canonical_json() {
+        // Pinned: `{"annotations":null,"description":null,"inputSchema":null,"name":"x"}`.
+        assert_eq!(
+            fingerprint("x", None, None, None),
+            "1547e7075343b2f5b1d9cce4d23771e2fb2aa5c00df5fca7ceed74a3ad7b77c5"
+        );
+        // Keys sorted at every depth, whatever order they came in.
+        let schema: Value =
+            serde_json::from_str(r#"{"type": "object", "properties": {"a": {"type": "string"}}}"#)
+                .unwrap();
+        let ann = json!({"readOnlyHint": true});
+        assert_eq!(
+            fingerprint("x", Some("d"), Some(&schema), Some(&ann)),
+            "9821b0858d4ca2de3cd14c85894659d81b83afa2ff80bd9d284d4c5e3084da46"
+        );
+        let reordered: Value =
+            serde_json::from_str(r#"{"properties": {"a": {"type": "string"}}, "type": "object"}"#)
+                .unwrap();
+        assert_eq!(
+            fingerprint("x", Some("d"), Some(&schema), Some(&ann)),
+            fingerprint("x", Some("d"), Some(&reordered), Some(&ann))
+        );
+        // Absent is null; an empty description is not absent.
+        assert_eq!(
+            fingerprint("x", None, Some(&Value::Null), None),
+            fingerprint("x", None, None, None)
+        );
+        assert_ne!(
+            fingerprint("x", Some(""), None, None),
+            fingerprint("x", None, None, None)
+        );
+    }
+
+    #[test]
+    fn new_unchanged_mismatch() {
+        let (_d, path) = temp();
+        let l = Ledger::open(&path).unwrap();
+        let o = l.observe("up/read", "aa").unwrap();
+        assert_eq!((o.status, o.state), (Status::New, State::Active));
+        assert!(l.is_servable("up/read"));
+        let o = l.observe("up/read", "aa").unwrap();
+        assert_eq!((o.status, o.state), (Status::Unchanged, State::Active));
+        let o = l.observe("up/read", "bb").unwrap();
+        assert_eq!(
+            (o.status, o.state),
+            (Status::Mismatch, State::AwaitingRereview)
+        );
+        assert_eq!((o.approved.as_str(), o.observed.as_str()), ("aa", "bb"));
+        assert!(!l.is_servable("up/read"));
+        let e = l.get("up/read").unwrap();
+        assert_eq!(
+            (e.approved.as_str(), e.pending.as_deref()),
+            ("aa", Some("bb"))
+        );
+        // Sticky until approved, even if the approved content comes back.
+        let o = l.observe("up/read", "aa").unwrap();
+        assert_eq!(
+            (o.status, o.state),
+            (Status::Unchanged, State::AwaitingRereview)
+        );
+        assert!(!l.is_servable("unknown/tool"));
+    }
+
+    #[test]
+    fn annotation_only_change_is_a_mismatch() {
+        let (_d, path) = temp();
+        let l = Ledger::open(&path).unwrap();
+        let schema = json!({"type": "object"});
+        let ro = json!({"readOnlyHint": true});
+        let rw = json!({"readOnlyHint": false, "destructiveHint": true});
+        let before = fingerprint("write", Some("Writes."), Some(&schema), Some(&ro));
+        let after = fingerprint("write", Some("Writes."), Some(&schema), Some(&rw));
+        assert_eq!(l.observe("up/write", &before).unwrap().status, Status::New);
+        let o = l.observe("up/write", &after).unwrap();
+        assert_eq!(
+            (o.status, o.state),
+            (Status::Mismatch, State::AwaitingRereview)
+        );
+    }
+
+    #[test]
+    fn approve_adopts_the_pending_fingerprint() {
+        let (_d, path) = temp();
+        let l = Ledger::open(&path).unwrap();
+        l.observe("up/t", "aa").unwrap();
+        l.observe("up/t", "bb").unwrap();
+        let e = l.approve("up/t").unwrap();
+        assert_eq!(
+            (e.approved.as_str(), e.pending, e.state),
+            ("bb", None, State::Active)
+        );
+        assert_eq!(l.observe("up/t", "bb").unwrap().status, Status::Unchanged);
+        assert!(l.approve("up/nope").is_err());
+        assert!(l.revoke("up/nope").is_err());
+    }
+
+    #[test]
+    fn revoked_stays_revoked_until_approved() {
+        let (_d, path) = temp();
+        let l = Ledger::open(&path).unwrap();
+        l.observe("up/t", "aa").unwrap();
+        assert_eq!(l.revoke("up/t").unwrap().state, State::Revoked);
+        assert!(!l.is_servable("up/t"));
+        let o = l.observe("up/t", "aa").unwrap();
+        assert_eq!((o.status, o.state), (Status::Unchanged, State::Revoked));
+        let o = l.observe("up/t", "cc").unwrap();
+        assert_eq!((o.status, o.state), (Status::Mismatch, State::Revoked));
+        let e = l.approve("up/t").unwrap();
+        assert_eq!((e.approved.as_str(), e.state), ("cc", State::Active));
+        assert!(l.is_servable("up/t"));
+    }
+
+    #[test]
+    fn persists_across_reopen() {
+        let (_d, path) = temp();
+        {
+            let l = Ledger::open(&path).unwrap();
+            l.observe_all(&[("up/a", "aa"), ("up/b", "bb")]).unwrap();
+            l.observe("up/b", "b2").unwrap();
+            l.revoke("up/a").unwrap();
+            l.touch_server("up", 1_000).unwrap();
+        }
+        let l = Ledger::open(&path).unwrap();
+        assert_eq!(l.get("up/a").unwrap().state, State::Revoked);
+        let b = l.get("up/b").unwrap();
+        assert_eq!(
+            (b.state, b.pending.as_deref()),
+            (State::AwaitingRereview, Some("b2"))
+        );
+        assert_eq!(l.last_used("up"), Some(1_000));
+        assert_eq!(l.list().len(), 2);
+    }
+
+    #[test]
+    fn server_use_is_hour_precise() {
+        let (_d, path) = temp();
+        let l = Ledger::open(&path).unwrap();
+        assert_eq!(l.last_used("up"), None);
+        l.touch_server("up", 1_000).unwrap();
+        l.touch_server("up", 1_000 + COALESCE_MS - 1).unwrap();
+        assert_eq!(l.last_used("up"), Some(1_000));
+        l.touch_server("up", 1_000 + COALESCE_MS).unwrap();
+        assert_eq!(l.last_used("up"), Some(1_000 + COALESCE_MS));
+    }
+
+    #[test]
+    fn a_corrupt_file_is_an_error_and_is_left_alone() {
+        let (_d, path) = temp();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"{\"version\": 1, \"tools\": ").unwrap();
+        let err = Ledger::open(&path).unwrap_err();
+        assert!(err.contains("not a fingerprint ledger"), "{err}");
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"{\"version\": 1, \"tools\": "
+        );
+        std::fs::write(&path, b"").unwrap();
+        assert!(
+            Ledger::open(&path).is_err(),
+            "an empty file is not an empty ledger"
+        );
+        std::fs::write(&path, br#"{"version": 9, "tools": {}, "servers": {}}"#).unwrap();
+        assert!(Ledger::open(&path).unwrap_err().contains("version 9"));
+    }
+
+    #[test]
+    fn an_unreadable_path_is_an_error() {
+        let (_d, path) = temp();
+        std::fs::create_dir_all(&path).unwrap(); // a directory where the file should be
+        let err = Ledger::open(&path).unwrap_err();
+        assert!(err.contains("cannot read it"), "{err}");
+    }
+
+    #[test]
+    fn a_failed_write_leaves_memory_as_the_file_is() {
+        let (_d, path) = temp();
+        let l = Ledger::open(&path).unwrap();
+        l.observe("up/a", "aa").unwrap();
+        // Replace the file by a directory: the atomic rename over it fails.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir_all(path.join("x")).unwrap();
+        assert!(l.observe("up/b", "bb").is_err());
+        assert_eq!(l.get("up/b"), None);
+    }
+
+    #[test]
+    fn shared_between_threads() {
+        let (_d, path) = temp();
+        let l = std::sync::Arc::new(Ledger::open(&path).unwrap());
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let l = l.clone();
+                std::thread::spawn(move || {
+                    for j in 0..10 {
+                        l.observe(&format!("up/t{i}-{j}"), "fp").unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(Ledger::open(&path).unwrap().list().len(), 40);
+    }
+}

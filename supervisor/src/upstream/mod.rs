@@ -5,11 +5,13 @@
 //! - `scan`: the description-poisoning scan.
 //! - `ledger`: the fingerprint ledger (NEW / UNCHANGED / MISMATCH), persisted.
 //! - `shadow`: the composition shadowing rules R1-R3.
+//! - `events`: the structured risk events (ServerRiskComputed, ...), logged and audited.
 //! - `client`: one connection to one upstream (rmcp client), restarted with backoff.
 //! - `proxy`: the egress proxy a networked upstream reaches the world through.
 //! - `spawn`: how a stdio upstream is started, confined (`stsd upstream-exec`).
 
 pub mod client;
+pub mod events;
 pub mod ledger;
 pub mod proxy;
 pub mod risk;
