@@ -172,7 +172,11 @@ pub struct Connection {
 impl Connection {
     /// Starts the supervisor task (inside a Tokio runtime) and returns at once; watch
     /// [`Connection::state_watch`] or call [`Connection::wait_ready`].
-    pub fn start(cfg: Arc<UpstreamConfig>, launcher: Launcher, options: Options) -> Arc<Connection> {
+    pub fn start(
+        cfg: Arc<UpstreamConfig>,
+        launcher: Launcher,
+        options: Options,
+    ) -> Arc<Connection> {
         let shared = Arc::new(Shared {
             cfg,
             session: Mutex::new(None),
@@ -319,7 +323,11 @@ impl Connection {
                 ))
             }
             Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
-                return Err(session.lost_error(id))
+                // The connection is broken: end the session so the supervisor reconnects
+                // (an HTTP session has no child whose exit would tell it).
+                let err = session.lost_error(id);
+                session.lost.cancel();
+                return Err(err);
             }
             Err(e) => return Err((Code::UpstreamError, format!("upstream {id}: {e}"))),
         };

@@ -2,8 +2,7 @@
 
 use super::{http, pipes, ConnEvent, ConnState, Launcher, Options, Session, Shared, ToolList};
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, PaginatedRequestParams, ProtocolVersion,
-    Tool,
+    ClientCapabilities, ClientConfig, Implementation, PaginatedRequestParams, ProtocolVersion, Tool,
 };
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -184,8 +183,8 @@ async fn stdio_session(
         }
     }));
 
-    let transport = AsyncRwTransport::<RoleClient, _, _>::new(rmcp_read, stdin)
-        .with_max_line_length(cap);
+    let transport =
+        AsyncRwTransport::<RoleClient, _, _>::new(rmcp_read, stdin).with_max_line_length(cap);
     let changed = Arc::new(Notify::new());
     let handler = Handler {
         changed: changed.clone(),
@@ -234,6 +233,7 @@ async fn stdio_session(
                 break "closed its stdout".to_owned();
             }
             _ = &mut quit => break "the MCP session ended".to_owned(),
+            _ = session.lost.cancelled() => break "the connection broke".to_owned(),
             _ = changed.notified() => refresh(shared, &session.peer, opts, id).await,
         }
     };
@@ -295,15 +295,16 @@ async fn http_session(
     let ready_at = ready(shared, &session, tools, opts, id);
     let quit = running.waiting();
     tokio::pin!(quit);
-    loop {
+    let reason = loop {
         tokio::select! {
-            _ = &mut quit => break,
+            _ = &mut quit => break "the HTTP session ended",
+            _ = session.lost.cancelled() => break "the HTTP connection broke",
             _ = changed.notified() => refresh(shared, &session.peer, opts, id).await,
         }
     }
+    .to_owned();
     session.lost.cancel();
     shared.set_session(None);
-    let reason = "the HTTP session ended".to_owned();
     tracing::warn!(upstream = &**id, reason = %reason, "upstream disconnected");
     emit(
         opts,
@@ -386,7 +387,12 @@ fn ready(
     publish(shared, tools, opts, id);
     shared.set_session(Some(session.clone()));
     shared.state.send_replace(ConnState::Ready);
-    tracing::info!(upstream = id, pid = session.pid, tools = count, "upstream connected");
+    tracing::info!(
+        upstream = id,
+        pid = session.pid,
+        tools = count,
+        "upstream connected"
+    );
     emit(
         opts,
         &ConnEvent::Connected {

@@ -86,9 +86,14 @@ fn text(result: &CallToolResult) -> String {
 }
 
 async fn echo(conn: &Connection, s: &str) -> Result<String, (Code, String)> {
-    conn.call("echo", args(json!({"text": s})), Duration::from_secs(10), never())
-        .await
-        .map(|r| text(&r))
+    conn.call(
+        "echo",
+        args(json!({"text": s})),
+        Duration::from_secs(10),
+        never(),
+    )
+    .await
+    .map(|r| text(&r))
 }
 
 /// Calls echo until it answers (the connection came back), or panics after 20 s.
@@ -139,11 +144,19 @@ async fn list_changed_after_a_rug_pull_publishes_a_new_generation() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut opts = fast();
     let sink = seen.clone();
-    opts.events = Some(Arc::new(move |e: &ConnEvent| sink.lock().unwrap().push(e.clone())));
+    opts.events = Some(Arc::new(move |e: &ConnEvent| {
+        sink.lock().unwrap().push(e.clone())
+    }));
     let conn = hostile_conn("rugpull", None, opts).await;
     let mut rx = conn.tools();
     let before = rx.borrow_and_update().clone();
-    let weather = |l: &ToolList| l.tools.iter().find(|t| t.name == "weather").cloned().unwrap();
+    let weather = |l: &ToolList| {
+        l.tools
+            .iter()
+            .find(|t| t.name == "weather")
+            .cloned()
+            .unwrap()
+    };
     assert_eq!(before.generation, 1);
     assert_eq!(
         weather(&before).annotations.unwrap().destructive_hint,
@@ -176,11 +189,18 @@ async fn a_crash_mid_call_is_upstream_lost_and_the_upstream_restarts() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut opts = fast();
     let sink = seen.clone();
-    opts.events = Some(Arc::new(move |e: &ConnEvent| sink.lock().unwrap().push(e.clone())));
+    opts.events = Some(Arc::new(move |e: &ConnEvent| {
+        sink.lock().unwrap().push(e.clone())
+    }));
     let conn = hostile_conn("crash", None, opts).await;
     let first = conn.pid().unwrap();
     let err = conn
-        .call("crash", Default::default(), Duration::from_secs(10), never())
+        .call(
+            "crash",
+            Default::default(),
+            Duration::from_secs(10),
+            never(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.0, Code::UpstreamLost, "{err:?}");
@@ -188,7 +208,9 @@ async fn a_crash_mid_call_is_upstream_lost_and_the_upstream_restarts() {
     assert_ne!(conn.pid().unwrap(), first);
     let seen = seen.lock().unwrap();
     assert!(
-        seen.iter().any(|e| matches!(e, ConnEvent::Exited { reason } if reason.contains("exit status: 3"))),
+        seen.iter().any(
+            |e| matches!(e, ConnEvent::Exited { reason } if reason.contains("exit status: 3"))
+        ),
         "{seen:?}"
     );
     assert!(seen
@@ -203,7 +225,12 @@ async fn an_output_flood_is_output_limit_read_bounded_and_recovers() {
     let conn = hostile_conn("flood", None, fast()).await;
     let started = Instant::now();
     let err = conn
-        .call("flood", args(json!({"mb": 50})), Duration::from_secs(60), never())
+        .call(
+            "flood",
+            args(json!({"mb": 50})),
+            Duration::from_secs(60),
+            never(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.0, Code::OutputLimit, "{err:?}");
@@ -222,7 +249,12 @@ async fn a_reply_over_the_limit_within_the_line_cap_is_refused_without_a_restart
     let conn = hostile_conn("flood", Some((1 << 20) - 4096), fast()).await;
     let pid = conn.pid();
     let err = conn
-        .call("flood", args(json!({"mb": 1})), Duration::from_secs(30), never())
+        .call(
+            "flood",
+            args(json!({"mb": 1})),
+            Duration::from_secs(30),
+            never(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.0, Code::OutputLimit, "{err:?}");
@@ -245,7 +277,12 @@ async fn a_slow_call_times_out_is_cancelled_upstream_and_the_connection_stays() 
     assert!(conn.wait_ready(Duration::from_secs(30)).await);
     let started = Instant::now();
     let err = conn
-        .call("slow", args(json!({"seconds": 30})), Duration::from_millis(500), never())
+        .call(
+            "slow",
+            args(json!({"seconds": 30})),
+            Duration::from_millis(500),
+            never(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.0, Code::Timeout, "{err:?}");
@@ -253,7 +290,10 @@ async fn a_slow_call_times_out_is_cancelled_upstream_and_the_connection_stays() 
     // The upstream heard notifications/cancelled and stopped the handler.
     let start = Instant::now();
     while std::fs::read_to_string(log.path()).unwrap() != "slow cancelled\n" {
-        assert!(start.elapsed() < Duration::from_secs(10), "no notifications/cancelled");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no notifications/cancelled"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(echo(&conn, "awake").await.unwrap(), "awake");
@@ -282,7 +322,12 @@ async fn a_caller_that_went_away_stops_the_call() {
         flag.store(true, Ordering::SeqCst);
     });
     let err = conn
-        .call("slow", args(json!({"seconds": 30})), Duration::from_secs(20), cancel)
+        .call(
+            "slow",
+            args(json!({"seconds": 30})),
+            Duration::from_secs(20),
+            cancel,
+        )
         .await
         .unwrap_err();
     assert_eq!(err.0, Code::Cancelled, "{err:?}");
@@ -321,10 +366,7 @@ fn backoff_doubles_up_to_the_max() {
         ..Default::default()
     });
     let ms: Vec<u128> = (1..=9).map(|a| opts.backoff(a).as_millis()).collect();
-    assert_eq!(
-        ms,
-        [250, 500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]
-    );
+    assert_eq!(ms, [250, 500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
     assert_eq!(opts.backoff(u32::MAX).as_millis(), 30000);
 }
 
@@ -335,8 +377,13 @@ async fn stop_kills_the_child_and_fails_calls_in_flight() {
     let inflight = {
         let conn = conn.clone();
         tokio::spawn(async move {
-            conn.call("slow", args(json!({"seconds": 30})), Duration::from_secs(20), never())
-                .await
+            conn.call(
+                "slow",
+                args(json!({"seconds": 30})),
+                Duration::from_secs(20),
+                never(),
+            )
+            .await
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -344,7 +391,10 @@ async fn stop_kills_the_child_and_fails_calls_in_flight() {
     let err = inflight.await.unwrap().unwrap_err();
     assert_eq!(err.0, Code::UpstreamLost, "{err:?}");
     assert_eq!(conn.state(), ConnState::Stopped);
-    assert_eq!(echo(&conn, "x").await.unwrap_err().0, Code::UpstreamUnavailable);
+    assert_eq!(
+        echo(&conn, "x").await.unwrap_err().0,
+        Code::UpstreamUnavailable
+    );
     // Gone, or a zombie until Tokio reaps it.
     let start = Instant::now();
     loop {
@@ -364,8 +414,18 @@ async fn the_reference_time_server() {
         launcher(python(), vec!["-m".into(), "mcp_server_time".into()]),
         fast(),
     );
-    assert!(conn.wait_ready(Duration::from_secs(30)).await, "{:?}", conn.state());
-    let names: Vec<_> = conn.tools().borrow().tools.iter().map(|t| t.name.to_string()).collect();
+    assert!(
+        conn.wait_ready(Duration::from_secs(30)).await,
+        "{:?}",
+        conn.state()
+    );
+    let names: Vec<_> = conn
+        .tools()
+        .borrow()
+        .tools
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
     assert_eq!(names, ["get_current_time", "convert_time"]);
     let result = conn
         .call(
@@ -378,14 +438,18 @@ async fn the_reference_time_server() {
         .unwrap();
     let reply: Value = serde_json::from_str(&text(&result)).unwrap();
     assert_eq!(reply["timezone"], "UTC");
-    assert!(reply["datetime"].as_str().unwrap().ends_with("+00:00"), "{reply}");
+    assert!(
+        reply["datetime"].as_str().unwrap().ends_with("+00:00"),
+        "{reply}"
+    );
 }
 
 #[tokio::test]
 async fn the_reference_filesystem_server() {
-    let server = need(root().join(
-        "target/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js",
-    ));
+    let server = need(
+        root()
+            .join("target/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"),
+    );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("hello.txt"), "hi").unwrap();
     let allowed = dir.path().canonicalize().unwrap().display().to_string();
@@ -397,24 +461,58 @@ async fn the_reference_filesystem_server() {
         ),
         fast(),
     );
-    assert!(conn.wait_ready(Duration::from_secs(30)).await, "{:?}", conn.state());
-    let names: Vec<_> = conn.tools().borrow().tools.iter().map(|t| t.name.to_string()).collect();
-    for name in ["list_allowed_directories", "list_directory", "read_text_file", "write_file"] {
+    assert!(
+        conn.wait_ready(Duration::from_secs(30)).await,
+        "{:?}",
+        conn.state()
+    );
+    let names: Vec<_> = conn
+        .tools()
+        .borrow()
+        .tools
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    for name in [
+        "list_allowed_directories",
+        "list_directory",
+        "read_text_file",
+        "write_file",
+    ] {
         assert!(names.iter().any(|n| n == name), "{names:?}");
     }
     let dirs = conn
-        .call("list_allowed_directories", Default::default(), Duration::from_secs(10), never())
+        .call(
+            "list_allowed_directories",
+            Default::default(),
+            Duration::from_secs(10),
+            never(),
+        )
         .await
         .unwrap();
     assert!(text(&dirs).contains(&allowed), "{}", text(&dirs));
     let listing = conn
-        .call("list_directory", args(json!({"path": allowed})), Duration::from_secs(10), never())
+        .call(
+            "list_directory",
+            args(json!({"path": allowed})),
+            Duration::from_secs(10),
+            never(),
+        )
         .await
         .unwrap();
-    assert!(text(&listing).contains("[FILE] hello.txt"), "{}", text(&listing));
+    assert!(
+        text(&listing).contains("[FILE] hello.txt"),
+        "{}",
+        text(&listing)
+    );
     // An MCP-level failure the server reports as a tool error stays a result (is_error).
     let outside = conn
-        .call("list_directory", args(json!({"path": "/etc"})), Duration::from_secs(10), never())
+        .call(
+            "list_directory",
+            args(json!({"path": "/etc"})),
+            Duration::from_secs(10),
+            never(),
+        )
         .await
         .unwrap();
     assert_eq!(outside.is_error, Some(true));
@@ -450,15 +548,88 @@ async fn streamable_http_with_headers() {
     let unused: Launcher = Arc::new(|| Err("not stdio".to_owned()));
 
     let conn = Connection::start(http("s3cret"), unused.clone(), fast());
-    assert!(conn.wait_ready(Duration::from_secs(30)).await, "{:?}", conn.state());
+    assert!(
+        conn.wait_ready(Duration::from_secs(30)).await,
+        "{:?}",
+        conn.state()
+    );
     assert_eq!(conn.tools().borrow().tools.len(), 10);
     assert_eq!(echo(&conn, "over http").await.unwrap(), "over http");
     assert_eq!(conn.pid(), None);
 
     let wrong = Connection::start(http("guess"), unused, fast());
     assert!(!wrong.wait_ready(Duration::from_secs(2)).await);
-    assert!(matches!(wrong.state(), ConnState::Restarting { .. }), "{:?}", wrong.state());
+    assert!(
+        matches!(wrong.state(), ConnState::Restarting { .. }),
+        "{:?}",
+        wrong.state()
+    );
     let err = echo(&wrong, "x").await.unwrap_err();
     assert_eq!(err.0, Code::UpstreamUnavailable);
-    assert!(!err.1.contains("guess"), "the header value leaked: {}", err.1);
+    assert!(
+        !err.1.contains("guess"),
+        "the header value leaked: {}",
+        err.1
+    );
+}
+
+/// The HTTP server goes away: a call fails UPSTREAM_LOST (or UNAVAILABLE if the supervisor
+/// noticed first) and the connection leaves Ready to reconnect with backoff.
+#[tokio::test]
+async fn an_http_upstream_that_dies_is_lost_and_reconnected() {
+    use tokio::io::AsyncBufReadExt;
+    let mut server = tokio::process::Command::new(python())
+        .arg(hostile())
+        .args(["slow", "--http"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    tokio::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut port)
+        .await
+        .unwrap();
+    let cfg = Arc::new(UpstreamConfig {
+        id: "http".to_owned(),
+        url: Some(format!("http://127.0.0.1:{}/mcp", port.trim())),
+        ..Default::default()
+    });
+    let conn = Connection::start(cfg, Arc::new(|| Err("not stdio".to_owned())), fast());
+    assert!(
+        conn.wait_ready(Duration::from_secs(30)).await,
+        "{:?}",
+        conn.state()
+    );
+    let inflight = {
+        let conn = conn.clone();
+        tokio::spawn(async move {
+            conn.call(
+                "slow",
+                args(json!({"seconds": 30})),
+                Duration::from_secs(20),
+                never(),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill().await.unwrap();
+    let started = Instant::now();
+    let err = inflight.await.unwrap().unwrap_err();
+    assert_eq!(err.0, Code::UpstreamLost, "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let err = echo(&conn, "x").await.unwrap_err();
+    assert!(
+        matches!(err.0, Code::UpstreamLost | Code::UpstreamUnavailable),
+        "{err:?}"
+    );
+    let mut rx = conn.state_watch();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|s| matches!(s, ConnState::Restarting { .. })),
+    )
+    .await
+    .unwrap()
+    .unwrap();
 }
