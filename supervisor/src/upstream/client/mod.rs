@@ -275,6 +275,13 @@ impl Connection {
                 format!("upstream {id} is not connected: {why}"),
             ));
         };
+        if session.lost.is_cancelled() {
+            // Ended before this call began; the supervisor has not cleared it yet.
+            return Err((
+                Code::UpstreamUnavailable,
+                format!("upstream {id} is not connected: it is restarting"),
+            ));
+        }
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
         // Dropping this future before the reply sends notifications/cancelled (rmcp).
         let reply = session.peer.call_tool_once(params);

@@ -633,3 +633,43 @@ async fn an_http_upstream_that_dies_is_lost_and_reconnected() {
     .unwrap()
     .unwrap();
 }
+
+/// With a proxy configured, requests go to the proxy (absolute-form), never to the server.
+#[tokio::test]
+async fn an_http_upstream_goes_through_the_proxy() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = proxy.accept().await {
+            let mut head = vec![0u8; 4096];
+            let n = sock.read(&mut head).await.unwrap_or(0);
+            let line = String::from_utf8_lossy(&head[..n])
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned();
+            let _ = tx.send(line);
+            let _ = sock
+                .write_all(
+                    b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                )
+                .await;
+        }
+    });
+    let cfg = Arc::new(UpstreamConfig {
+        id: "proxied".to_owned(),
+        url: Some("http://upstream.invalid:8080/mcp".to_owned()),
+        ..Default::default()
+    });
+    let mut opts = fast();
+    opts.http_proxy = Some(proxy_url);
+    let conn = Connection::start(cfg, Arc::new(|| Err("not stdio".to_owned())), opts);
+    let line = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(line, "POST http://upstream.invalid:8080/mcp HTTP/1.1");
+    assert!(!conn.wait_ready(Duration::from_millis(500)).await);
+}
