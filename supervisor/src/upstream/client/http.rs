@@ -1,0 +1,56 @@
+//! The Streamable HTTP transport for a `url` upstream: reqwest with rustls (ring, the bundled
+//! Mozilla roots, as the egress broker uses) and, when given, stsd's egress proxy.
+
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use stsd_profiles::upstream::UpstreamConfig;
+
+pub type HttpTransport = StreamableHttpClientTransport<reqwest::Client>;
+
+/// The transport for `cfg.url`. Header values are already resolved (secrets in them are
+/// never echoed: errors name the header, not its value).
+pub fn transport(
+    cfg: &UpstreamConfig,
+    url: &str,
+    proxy: Option<&str>,
+    max_event: usize,
+    connect_timeout: Duration,
+) -> Result<HttpTransport, String> {
+    let mut headers = HashMap::new();
+    for (name, value) in &cfg.headers {
+        let name = http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("header {name:?}: not a valid header name"))?;
+        let mut value = http::HeaderValue::from_str(value)
+            .map_err(|_| format!("header {name}: the value is not a valid header value"))?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    // No system proxy: an upstream reaches the network only through the proxy given here.
+    let mut client = reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(connect_timeout)
+        .tls_backend_preconfigured(tls_config()?);
+    if let Some(proxy) = proxy {
+        let proxy = reqwest::Proxy::all(proxy).map_err(|e| format!("proxy {proxy}: {e}"))?;
+        client = client.proxy(proxy);
+    }
+    let client = client.build().map_err(|e| format!("HTTP client: {e}"))?;
+    let config = StreamableHttpClientTransportConfig::with_uri(url)
+        .custom_headers(headers)
+        .max_sse_event_size(max_event);
+    Ok(StreamableHttpClientTransport::with_client(client, config))
+}
+
+fn tls_config() -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
