@@ -161,7 +161,7 @@ pub fn ledger(socket: &Path, what: LedgerCmd) -> ExitCode {
                             "{}  {}  {}{}",
                             s(&e["id"]),
                             s(&e["state"]),
-                            s(&e["fingerprint"]).chars().take(16).collect::<String>(),
+                            s(&e["approved"]).chars().take(16).collect::<String>(),
                             e["pending"]
                                 .as_str()
                                 .map(|p| format!("  pending {}", &p[..p.len().min(16)]))

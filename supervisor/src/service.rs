@@ -622,28 +622,37 @@ impl Service {
         for t in std::mem::take(&mut p.tools) {
             let id = format!("stsd/{}", t.spec.name);
             let fp = own_fingerprint(&t);
-            let seen = ledger.observe(&id, &fp);
+            let seen = match ledger.observe(&id, &fp) {
+                Ok(s) => s,
+                Err(e) => {
+                    // Fail closed: a ledger that cannot be written vouches for nothing.
+                    tracing::error!(tool = %t.spec.name, error = %e, "the fingerprint ledger cannot be written");
+                    p.withheld.push((t.spec.name.clone(), format!("LEDGER_UNAVAILABLE: {e}")));
+                    continue;
+                }
+            };
             if seen.status == crate::upstream::ledger::Status::Mismatch {
-                let ev = crate::upstream::events::RiskEvent::mismatch(
-                    &id,
-                    ledger.approved_fingerprint(&id),
-                    &fp,
-                );
+                let ev = crate::upstream::events::RiskEvent::HashLedgerMismatch {
+                    id: id.clone(),
+                    upstream: "stsd".into(),
+                    tool: t.spec.name.clone(),
+                    approved_fingerprint: seen.approved.clone(),
+                    observed_fingerprint: fp.clone(),
+                    state: seen.state,
+                };
                 ev.emit();
                 if let (Some(log), Ok(v)) = (&self.audit, serde_json::to_value(&ev)) {
                     let _ = log.append_value(&v);
                 }
             }
-            if seen.servable() {
+            if seen.state == crate::upstream::ledger::State::Active {
                 kept.push(t);
             } else {
                 p.withheld.push((
                     t.spec.name.clone(),
                     format!(
-                        "{}: its content changed since it was approved (ledger {}): \
-                         stsd ledger approve {id}",
+                        "{}: its content changed since it was approved: stsd ledger approve {id}",
                         seen.state.as_str(),
-                        seen.status.as_str()
                     ),
                 ));
             }

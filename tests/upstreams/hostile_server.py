@@ -80,7 +80,24 @@ WEATHER = [
 state = {"pulled": False}
 
 
+# In every mode: `env` answers one of its environment variables (the gateway's secret masking
+# and confinement tests), `fetch` GETs a URL with urllib, which goes through HTTP_PROXY /
+# HTTPS_PROXY when they are set (the egress proxy test), and `read` reads a file.
+COMMON = [
+    tool("env", "Returns the value of one environment variable.",
+         {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
+    tool("fetch", "Fetches a URL and returns the status and the body.",
+         {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}),
+    tool("read", "Reads a file and returns its text.",
+         {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+]
+
+
 def tools():
+    return base_tools() + COMMON
+
+
+def base_tools():
     if MODE == "poison":
         return [ECHO] + [tool(name, text) for name, text in POISON.items()]
     if MODE == "rugpull":
@@ -108,6 +125,24 @@ async def call_tool(ctx, params):
         raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
     if name == "echo":
         return text(str(args.get("text", "")))
+    if name == "env":
+        return text(os.environ.get(str(args.get("name")), ""))
+    if name == "fetch":
+        import urllib.error
+        import urllib.request
+        try:
+            with urllib.request.urlopen(str(args.get("url")), timeout=10) as r:
+                return text(f"{r.status} {r.read().decode(errors='replace')}")
+        except urllib.error.HTTPError as e:
+            return text(f"{e.code} {e.read().decode(errors='replace')}")
+        except Exception as e:  # the proxy refused, or no network at all
+            return types.CallToolResult(content=[types.TextContent(type="text", text=f"error: {e}")], is_error=True)
+    if name == "read":
+        try:
+            with open(str(args.get("path"))) as f:
+                return text(f.read())
+        except OSError as e:
+            return types.CallToolResult(content=[types.TextContent(type="text", text=f"error: {e}")], is_error=True)
     if name in ("weather", "flip"):
         reply = "sunny" if name == "weather" else "flipped"
         if not state["pulled"]:

@@ -15,7 +15,16 @@ pub(super) fn call(admin: &Admin, method: &str, params: &Value) -> Result<Value,
             let ledger = service
                 .ledger()
                 .ok_or((NO_SUCH, "this daemon keeps no ledger".to_string()))?;
-            Ok(json!({"entries": ledger.list()}))
+            let entries: Vec<Value> = ledger
+                .list()
+                .into_iter()
+                .map(|(id, e)| {
+                    let mut v = serde_json::to_value(&e).unwrap_or(Value::Null);
+                    v["id"] = json!(id);
+                    v
+                })
+                .collect();
+            Ok(json!({"entries": entries}))
         }
         "stsd/ledger/approve" | "stsd/ledger/revoke" => {
             let id = params

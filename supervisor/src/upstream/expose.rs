@@ -2,7 +2,7 @@
 //! risk scores, the poisoning scan, the fingerprint ledger, the approval requirement, the
 //! `max_risk` cap, then the shadowing rules across every member. Pure but for the ledger.
 
-use super::events::RiskEvent;
+use super::events::{CompositionAction, RiskEvent};
 use super::ledger::{self, Ledger};
 use super::risk::{self, Composed, ServerRisk, ToolRisk};
 use super::scan::{self, Hit};
@@ -92,13 +92,14 @@ pub fn compute(
     let mut out = Exposed::default();
     let mut events = Vec::new();
     let mut candidates: Vec<WrappedTool> = Vec::new();
-    // Every exposed name and upstream tool name, for the cross-server imperative pattern.
-    let mut all_names: Vec<String> = own.to_vec();
-    for l in listed {
+    // Per upstream, its tools' names and aliases: the cross-server imperative pattern looks
+    // for the names of *other* servers' tools (and stsd's own), not a tool's siblings.
+    let names_of = |l: &Listed| -> Vec<String> {
+        let mut v = Vec::new();
         for t in l.tools.into_iter().flatten() {
             if let Some(n) = t.get("name").and_then(Value::as_str) {
-                all_names.push(n.to_string());
-                all_names.push(
+                v.push(n.to_string());
+                v.push(
                     l.cfg
                         .aliases
                         .get(n)
@@ -107,7 +108,8 @@ pub fn compute(
                 );
             }
         }
-    }
+        v
+    };
     for l in listed {
         let u = l.cfg;
         let Some(tools) = l.tools else {
@@ -131,7 +133,19 @@ pub fn compute(
             oauth_scopes: &u.oauth_scopes,
         };
         let server = risk::server_risk(&facts);
-        events.push(RiskEvent::server(&u.id, &server));
+        events.push(RiskEvent::ServerRiskComputed {
+            upstream: u.id.clone(),
+            host_class: facts.host,
+            risk: server.clone(),
+        });
+        if let Some(f) = server.floor {
+            events.push(RiskEvent::floor(&u.id, None, f));
+        }
+        let mut others: Vec<String> = own.to_vec();
+        for o in listed.iter().filter(|o| o.cfg.id != u.id) {
+            others.extend(names_of(o));
+        }
+        let others: Vec<&str> = others.iter().map(String::as_str).collect();
         out.servers.push((u.id.clone(), Some(server.clone())));
         for t in tools {
             let Some(name) = t.get("name").and_then(Value::as_str) else {
@@ -158,23 +172,23 @@ pub fn compute(
                 trusted_server: u.trust.is_some(),
             };
             let tool = risk::tool_risk(&tool_facts);
-            events.push(RiskEvent::tool(&u.id, name, &tool));
-            let others: Vec<&str> = all_names
-                .iter()
-                .map(String::as_str)
-                .filter(|n| *n != name && *n != alias)
-                .collect();
-            let mut hits = scan::scan_tool(
-                name,
-                upstream_description.unwrap_or_default(),
-                input_schema.as_ref(),
-                &others,
-            );
+            if let Some(f) = tool.floor {
+                events.push(RiskEvent::floor(&u.id, Some(name), f));
+            }
+            let mut hits =
+                scan::scan_tool(name, upstream_description, input_schema.as_ref(), &others);
             if let Some(d) = u.descriptions.get(name) {
-                hits.extend(scan::scan_tool(&alias, d, None, &others));
+                hits.extend(scan::scan_tool(&alias, Some(d), None, &others));
             }
             for h in &hits {
-                events.push(RiskEvent::poisoning(&u.id, name, h));
+                events.push(RiskEvent::PoisoningHit {
+                    upstream: u.id.clone(),
+                    tool: name.to_string(),
+                    pattern: h.pattern,
+                    field: h.field.clone(),
+                    excerpt: h.excerpt.clone(),
+                    blocked: gw.block_on_poisoning,
+                });
             }
             let ledger_id = format!("{}/{}", u.id, name);
             let fp = ledger::fingerprint(
@@ -183,13 +197,16 @@ pub fn compute(
                 input_schema.as_ref(),
                 annotations.as_ref(),
             );
-            let seen = if observe {
-                ledger.observe(&ledger_id, &fp)
-            } else {
-                ledger.peek(&ledger_id, &fp)
-            };
+            let seen = look_up(ledger, &ledger_id, &fp, observe);
             if seen.status == ledger::Status::Mismatch {
-                events.push(RiskEvent::mismatch(&ledger_id, ledger.approved_fingerprint(&ledger_id), &fp));
+                events.push(RiskEvent::HashLedgerMismatch {
+                    id: ledger_id.clone(),
+                    upstream: u.id.clone(),
+                    tool: name.to_string(),
+                    approved_fingerprint: seen.approved.clone(),
+                    observed_fingerprint: fp.clone(),
+                    state: seen.state,
+                });
             }
             let withhold = |why: String, out: &mut Exposed| {
                 out.withheld.push(Withheld {
@@ -199,20 +216,19 @@ pub fn compute(
                     why,
                 })
             };
-            if !seen.servable() {
+            if seen.state != ledger::State::Active {
                 withhold(
                     format!(
-                        "{}: the tool's fingerprint is not approved (ledger {}): \
+                        "{}: the tool changed since it was approved (or was revoked): \
                          stsd ledger approve {ledger_id}",
                         seen.state.as_str(),
-                        seen.status.as_str()
                     ),
                     &mut out,
                 );
                 continue;
             }
             if gw.block_on_poisoning && !hits.is_empty() {
-                let names: Vec<&str> = hits.iter().map(|h| h.pattern.as_str()).collect();
+                let names: Vec<String> = hits.iter().map(|h| format!("{:?}", h.pattern)).collect();
                 withhold(
                     format!(
                         "POISONING: {} ([gateway] block_on_poisoning)",
@@ -235,6 +251,14 @@ pub fn compute(
             let switch = u.approval.get(name).copied().or(u.approval_default);
             let approval = requirement(&facts, switch, &config.approval);
             let composed = risk::compose(&server, &tool, approval.required);
+            events.push(RiskEvent::ToolPublishRiskComputed {
+                upstream: u.id.clone(),
+                tool: name.to_string(),
+                alias: alias.clone(),
+                tool_risk: tool.clone(),
+                server_level: server.level,
+                composed: composed.clone(),
+            });
             if let Some(max) = u.max_risk {
                 if composed.level > max {
                     withhold(
@@ -285,19 +309,25 @@ pub fn compute(
     let violations = shadow::check(&members, &own_refs);
     for c in candidates {
         let mine: Vec<&shadow::Violation> =
-            violations.iter().filter(|v| v.applies_to(&c.upstream, &c.tool)).collect();
+            violations.iter().filter(|v| v.alias == c.alias).collect();
+        let event = |v: Option<&shadow::Violation>| RiskEvent::CompositionLifecycle {
+            action: if v.is_some() {
+                CompositionAction::Refused
+            } else {
+                CompositionAction::Enabled
+            },
+            upstream: c.upstream.clone(),
+            tool: c.tool.clone(),
+            alias: c.alias.clone(),
+            rule: v.map(|v| v.rule),
+            detail: v.map(|v| v.detail.clone()),
+        };
         if mine.is_empty() {
-            events.push(RiskEvent::composition(&c.upstream, &c.tool, &c.alias, None, &c.composed));
+            events.push(event(None));
             out.tools.push(c);
         } else {
             for v in &mine {
-                events.push(RiskEvent::composition(
-                    &c.upstream,
-                    &c.tool,
-                    &c.alias,
-                    Some(v),
-                    &c.composed,
-                ));
+                events.push(event(Some(v)));
             }
             out.withheld.push(Withheld {
                 upstream: c.upstream.clone(),
@@ -313,6 +343,45 @@ pub fn compute(
     }
     out.tools.sort_by(|a, b| a.alias.cmp(&b.alias));
     (out, events)
+}
+
+/// The ledger's verdict on `fp`: recorded (the daemon), or only looked up (a preview, which
+/// must leave the ledger as it is). A ledger that cannot be written withholds the tool.
+fn look_up(ledger: &Ledger, id: &str, fp: &str, observe: bool) -> ledger::Observation {
+    use ledger::{Observation, State, Status};
+    if observe {
+        return ledger.observe(id, fp).unwrap_or_else(|e| {
+            tracing::error!(id, error = %e, "the fingerprint ledger cannot be written");
+            Observation {
+                status: Status::Mismatch,
+                state: State::AwaitingRereview,
+                approved: String::new(),
+                observed: fp.to_string(),
+            }
+        });
+    }
+    match ledger.get(id) {
+        None => Observation {
+            status: Status::New,
+            state: State::Active,
+            approved: fp.to_string(),
+            observed: fp.to_string(),
+        },
+        Some(e) => Observation {
+            status: if e.approved == fp {
+                Status::Unchanged
+            } else {
+                Status::Mismatch
+            },
+            state: if e.state == State::Active && e.approved != fp {
+                State::AwaitingRereview
+            } else {
+                e.state
+            },
+            approved: e.approved,
+            observed: fp.to_string(),
+        },
+    }
 }
 
 /// The composed level a client sees in `_meta`.

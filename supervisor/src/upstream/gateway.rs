@@ -3,7 +3,6 @@
 //! upstream's tool list changes. The service asks it for the wrapped tools and hands it calls.
 
 use super::client::{self, Connection};
-use super::events::RiskEvent;
 use super::expose::{self, Exposed, Listed, WrappedTool};
 use super::ledger::Ledger;
 use super::proxy::{EgressProxy, ProxyHop};
@@ -92,7 +91,7 @@ impl Gateway {
         });
         for u in &gw.upstreams {
             if let Some(conn) = &u.conn {
-                let (me, mut rx) = (Arc::downgrade(&gw), conn.watch_tools());
+                let (me, mut rx) = (Arc::downgrade(&gw), conn.tools());
                 tokio::spawn(async move {
                     while rx.changed().await.is_ok() {
                         let Some(gw) = me.upgrade() else { return };
@@ -136,7 +135,7 @@ impl Gateway {
         let lists: Vec<Option<Vec<Value>>> = self
             .upstreams
             .iter()
-            .map(|u| u.conn.as_ref().and_then(|c| c.tools_json()))
+            .map(|u| u.conn.as_ref().and_then(|c| tools_json(c)))
             .collect();
         let listed: Vec<Listed> = self
             .upstreams
@@ -199,7 +198,9 @@ impl Gateway {
                 u.error.clone().unwrap_or_else(|| "not set up".into()),
             ));
         };
-        self.ledger.touch_server(&u.cfg.id, crate::store::now_ms());
+        if let Err(e) = self.ledger.touch_server(&u.cfg.id, crate::store::now_ms()) {
+            tracing::warn!(upstream = %u.cfg.id, error = %e, "the ledger did not record the use");
+        }
         conn.call(
             &tool.tool,
             args,
@@ -244,7 +245,17 @@ impl Gateway {
                     .filter(|w| &w.upstream == id)
                     .collect();
                 let read_paths = u.cfg.command.as_deref().map(|c| {
-                    super::spawn::read_paths_for(&u.cfg, c)
+                    match stsd_profiles::os::process::resolve_program(
+                        c,
+                        Some(std::ffi::OsStr::new(super::spawn::DEFAULT_PATH)),
+                    ) {
+                        Ok(p) => json!(stsd_profiles::os::process::derive_read_paths(
+                            &p,
+                            &u.cfg.args,
+                            &u.cfg.read_paths
+                        )),
+                        Err(e) => json!(e),
+                    }
                 });
                 json!({
                     "id": id,
@@ -271,7 +282,10 @@ impl Gateway {
     pub fn settled(&self) -> bool {
         self.upstreams.iter().all(|u| match &u.conn {
             None => true,
-            Some(c) => c.tools_json().is_some() || c.failed(),
+            Some(c) => {
+                tools_json(c).is_some()
+                    || matches!(c.state(), client::ConnState::Restarting { .. })
+            }
         })
     }
 
@@ -282,6 +296,20 @@ impl Gateway {
             }
         }
     }
+}
+
+/// An upstream's tools as listed (JSON), None until it has listed them once.
+fn tools_json(c: &Connection) -> Option<Vec<Value>> {
+    let list = c.tools().borrow().clone();
+    if list.generation == 0 {
+        return None;
+    }
+    Some(
+        list.tools
+            .iter()
+            .filter_map(|t| serde_json::to_value(t).ok())
+            .collect(),
+    )
 }
 
 /// Resolves an upstream's references, makes its workspace and proxy, and starts its
@@ -333,10 +361,14 @@ fn set_up(config: &Arc<Config>, u: UpstreamConfig, stsd_exe: &Path, sink: &Event
         }
     };
     let proxy_port = proxy.as_ref().map(|p| p.port());
-    let restart = client::Backoff {
-        initial: Duration::from_millis(gw.restart_initial_ms),
-        max: Duration::from_millis(gw.restart_max_ms),
-    };
+    let mut options = client::Options::from_gateway(gw);
+    options.http_proxy = proxy.as_ref().map(|p| p.url());
+    // The connection sees the resolved values; `cfg` (reports, logs) keeps the references.
+    let mut live = (*cfg).clone();
+    live.args = resolved.args.clone();
+    live.env = resolved.env.clone();
+    live.headers = resolved.headers.clone();
+    let live = Arc::new(live);
     let (conn, workspace) = if cfg.is_stdio() {
         let workspace = cfg
             .workspace
@@ -349,23 +381,15 @@ fn set_up(config: &Arc<Config>, u: UpstreamConfig, stsd_exe: &Path, sink: &Event
                 secrets,
             );
         }
-        // The command line with its references resolved (the env carries the rest).
-        let mut c = (*cfg).clone();
-        c.args = resolved.args.clone();
-        let (env, exe, ws) = (resolved.env.clone(), stsd_exe.to_path_buf(), workspace.clone());
+        let (c, exe, ws) = (live.clone(), stsd_exe.to_path_buf(), workspace.clone());
         let launcher: client::Launcher = Arc::new(move || {
-            super::spawn::command(&c, env.clone(), &ws, proxy_port, &exe, uid, gid)
+            super::spawn::command_as(&c, c.env.clone(), &ws, proxy_port, &exe, uid, gid)
         });
-        (
-            Connection::start_stdio(cfg.clone(), launcher, restart, secrets.clone()),
-            Some(workspace),
-        )
+        (Connection::start(live, launcher, options), Some(workspace))
     } else {
-        let proxy_url = proxy_port.map(|p| format!("http://127.0.0.1:{p}"));
-        (
-            Connection::start_http(cfg.clone(), resolved.headers.clone(), proxy_url, restart, secrets.clone()),
-            None,
-        )
+        let launcher: client::Launcher =
+            Arc::new(|| Err("an HTTP upstream is not launched".to_string()));
+        (Connection::start(live, launcher, options), None)
     };
     Upstream {
         cfg,

@@ -6,7 +6,7 @@
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use stsd_profiles::upstream::{AuthKind, Trust, UpstreamConfig};
+use stsd_profiles::upstream::{AuthKind, UpstreamConfig};
 use stsd_profiles::Config;
 
 /// Every upstream the config and the toolsets documents declare. Errors name the file and a
@@ -84,6 +84,11 @@ fn string_map(v: Option<&Value>, at: &str) -> Result<BTreeMap<String, String>, S
     }
 }
 
+fn parse<T: serde::de::DeserializeOwned>(k: &str, v: &str) -> Result<T, String> {
+    serde_json::from_value(Value::String(v.to_string()))
+        .map_err(|_| format!("/server/{k}: {v:?} is not a known value"))
+}
+
 /// A toolset of kind `mcp`: `server` holds `command`/`args`/`env` or `url` (and stsd's
 /// gateway keys: `trust`, `docsUrl`, `docsAdequate`, `workspace`, `readPaths`, `network`,
 /// `maxRisk`, `timeoutMs`, `auth`); `headers` the HTTP headers; `tools[]` the tools to
@@ -113,10 +118,6 @@ fn from_toolset(set: &Value) -> Result<UpstreamConfig, String> {
         network: strings(server.get("network"), "/server/network")?,
         timeout_ms: server.get("timeoutMs").and_then(Value::as_u64),
         ..UpstreamConfig::default()
-    };
-    let parse = |k: &str, v: &str| {
-        serde_json::from_value(Value::String(v.to_string()))
-            .map_err(|_| format!("/server/{k}: {v:?} is not a known value"))
     };
     if let Some(t) = s("trust") {
         u.trust = Some(parse("trust", &t)?);
@@ -332,7 +333,7 @@ mod tests {
         let u = from_toolset(&set).unwrap();
         assert_eq!(u.id, "files");
         assert_eq!(u.command.as_deref(), Some("node"));
-        assert_eq!(u.trust, Some(Trust::Community));
+        assert_eq!(u.trust, Some(stsd_profiles::upstream::Trust::Community));
         assert_eq!(u.tools, Some(vec!["read_file".into(), "list".into()]));
         assert_eq!(u.approval.get("read_file"), Some(&true));
         assert_eq!(u.approval.get("list"), Some(&false));

@@ -125,8 +125,11 @@ async fn lists_the_poison_tools_and_calls_echo() {
             "ansi_escape",
             "cross_server_imperative",
             "echo",
+            "env",
             "exfiltration_directive",
+            "fetch",
             "hidden_instruction",
+            "read",
             "role_hijack",
             "system_prompt_override",
             "unicode_homoglyph_risk",
@@ -553,7 +556,7 @@ async fn streamable_http_with_headers() {
         "{:?}",
         conn.state()
     );
-    assert_eq!(conn.tools().borrow().tools.len(), 10);
+    assert_eq!(conn.tools().borrow().tools.len(), 13);
     assert_eq!(echo(&conn, "over http").await.unwrap(), "over http");
     assert_eq!(conn.pid(), None);
 
