@@ -354,6 +354,22 @@ pub enum Command {
     /// Internal: the zygote that forks workers (started by the daemon, never by hand).
     #[command(hide = true)]
     Zygote,
+    /// Internal: confine this process to a stdio upstream's profile (JSON, see
+    /// stsd_profiles::os::process), then exec PROGRAM with this environment. Exit 126 with
+    /// SANDBOX_UNAVAILABLE on stderr when the profile cannot be applied.
+    #[command(hide = true)]
+    UpstreamExec {
+        #[arg(long, value_name = "JSON")]
+        profile: String,
+        #[arg(value_name = "PROGRAM")]
+        program: String,
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
 }
 
 /// Man pages (one per visible subcommand, as `man stsd-call`) and completions for bash, zsh

@@ -111,6 +111,32 @@ fn decide(socket: &std::path::Path, id: u64, approve: bool, reason: &str) -> Exi
     }
 }
 
+/// `stsd upstream-exec`: returns only when the upstream could not be started confined.
+fn upstream_exec() -> ExitCode {
+    let code = match Cli::try_parse() {
+        Ok(Cli {
+            command:
+                Some(Command::UpstreamExec {
+                    profile,
+                    program,
+                    args,
+                }),
+            ..
+        }) => stsd::upstream::spawn::exec_main(&profile, &program, &args),
+        Ok(_) => {
+            eprintln!(
+                "SANDBOX_UNAVAILABLE: usage: stsd upstream-exec --profile JSON -- PROGRAM [ARGS..]"
+            );
+            stsd_profiles::os::process::EXIT_SANDBOX_UNAVAILABLE
+        }
+        Err(e) => {
+            eprintln!("SANDBOX_UNAVAILABLE: {e}");
+            stsd_profiles::os::process::EXIT_SANDBOX_UNAVAILABLE
+        }
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
 fn main() -> ExitCode {
     // The worker must not start a logging subscriber or touch anything before its sandbox:
     // dispatch it first.
@@ -124,6 +150,9 @@ fn main() -> ExitCode {
         Some(a) if a == "zygote" => {
             return ExitCode::from(stsd_worker::run_zygote().clamp(0, 255) as u8)
         }
+        // Before systemd's variables are taken and logging starts: the upstream gets exactly
+        // the environment this process was given, and it must stay single-threaded.
+        Some(a) if a == "upstream-exec" => return upstream_exec(),
         _ => {}
     }
     // systemd's variables are read and removed before any thread exists (see systemd/).
@@ -432,6 +461,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Worker | Command::Zygote => ExitCode::from(EXIT_USAGE),
+        Command::Worker | Command::Zygote | Command::UpstreamExec { .. } => {
+            ExitCode::from(EXIT_USAGE)
+        }
     }
 }

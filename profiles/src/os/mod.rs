@@ -4,6 +4,7 @@
 
 pub mod landlock;
 pub mod privileges;
+pub mod process;
 pub mod seccomp;
 
 use privileges::RLimits;
