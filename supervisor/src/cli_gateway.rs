@@ -88,7 +88,12 @@ fn print_upstream(u: &Value) {
         }
     }
     for w in u["withheld"].as_array().into_iter().flatten() {
-        println!("  withheld {} -> {}: {}", s(&w["tool"]), s(&w["alias"]), s(&w["why"]));
+        println!(
+            "  withheld {} -> {}: {}",
+            s(&w["tool"]),
+            s(&w["alias"]),
+            s(&w["why"])
+        );
     }
 }
 
@@ -107,7 +112,10 @@ pub fn check(
         Err(e) => return fail(e),
     };
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
     } else {
         let ups = report["upstreams"].as_array().cloned().unwrap_or_default();
         if ups.is_empty() {

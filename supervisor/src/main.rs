@@ -399,7 +399,9 @@ fn main() -> ExitCode {
                 timeout_seconds,
                 config,
             } => match load_config(config.config) {
-                Ok((config, _)) => cli_gateway::check(&config, id.as_deref(), json, timeout_seconds),
+                Ok((config, _)) => {
+                    cli_gateway::check(&config, id.as_deref(), json, timeout_seconds)
+                }
                 Err(code) => code,
             },
             UpstreamCmd::List { json, socket } => cli_gateway::list(&socket.path(), json),

@@ -113,13 +113,12 @@ fn to_tool(t: &PublishedTool) -> Tool {
 
 /// Every tool served now: stsd's own, then the wrapped upstream tools (per the exposure).
 pub fn served_tools(service: &Service) -> Vec<Tool> {
-    let mut out: Vec<Tool> = if service.config().gateway.exposure
-        == stsd_profiles::upstream::Exposure::Upstream
-    {
-        Vec::new()
-    } else {
-        service.published().tools.iter().map(to_tool).collect()
-    };
+    let mut out: Vec<Tool> =
+        if service.config().gateway.exposure == stsd_profiles::upstream::Exposure::Upstream {
+            Vec::new()
+        } else {
+            service.published().tools.iter().map(to_tool).collect()
+        };
     out.extend(service.wrapped().iter().map(wrapped_tool));
     out
 }

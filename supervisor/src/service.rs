@@ -498,10 +498,9 @@ impl Service {
         all_toolsets.extend(toolsets.iter().cloned());
         let published = publish_with_toolsets(&sources, &config, &all_toolsets)
             .map_err(|errors| format!("toolsets:\n  {}", errors.join("\n  ")))?;
-        let ledger = crate::upstream::ledger::Ledger::open(&crate::upstream::gateway::ledger_path(
-            &config,
-        ))
-        .map(Arc::new)?;
+        let ledger =
+            crate::upstream::ledger::Ledger::open(crate::upstream::gateway::ledger_path(&config))
+                .map(Arc::new)?;
         let pool = Pool::start(opts.clone(), pool_size);
         let service = Arc::new(Service {
             ledger: Some(ledger),
@@ -627,7 +626,8 @@ impl Service {
                 Err(e) => {
                     // Fail closed: a ledger that cannot be written vouches for nothing.
                     tracing::error!(tool = %t.spec.name, error = %e, "the fingerprint ledger cannot be written");
-                    p.withheld.push((t.spec.name.clone(), format!("LEDGER_UNAVAILABLE: {e}")));
+                    p.withheld
+                        .push((t.spec.name.clone(), format!("LEDGER_UNAVAILABLE: {e}")));
                     continue;
                 }
             };
@@ -1095,8 +1095,9 @@ impl Service {
             .ledger
             .clone()
             .ok_or("the fingerprint ledger is not open")?;
-        let gw =
-            crate::upstream::Gateway::start(config, declared, stsd_exe, ledger, changed, sink, true)?;
+        let gw = crate::upstream::Gateway::start(
+            config, declared, stsd_exe, ledger, changed, sink, true,
+        )?;
         gw.set_own(self.own_names());
         *self.gateway.write().unwrap_or_else(|e| e.into_inner()) = Some(gw);
         Ok(())
@@ -1107,7 +1108,11 @@ impl Service {
         if self.config().gateway.exposure == Exposure::Upstream {
             return Vec::new();
         }
-        self.published().names().iter().map(|n| n.to_string()).collect()
+        self.published()
+            .names()
+            .iter()
+            .map(|n| n.to_string())
+            .collect()
     }
 
     /// The wrapped upstream tools as served (none when the exposure is own tools only).

@@ -27,10 +27,10 @@ pub(super) fn call(admin: &Admin, method: &str, params: &Value) -> Result<Value,
             Ok(json!({"entries": entries}))
         }
         "stsd/ledger/approve" | "stsd/ledger/revoke" => {
-            let id = params
-                .get("id")
-                .and_then(Value::as_str)
-                .ok_or((-32602, "params: {\"id\": \"<upstream>/<tool>\" or \"stsd/<tool>\"}".to_string()))?;
+            let id = params.get("id").and_then(Value::as_str).ok_or((
+                -32602,
+                "params: {\"id\": \"<upstream>/<tool>\" or \"stsd/<tool>\"}".to_string(),
+            ))?;
             let ledger = service
                 .ledger()
                 .ok_or((NO_SUCH, "this daemon keeps no ledger".to_string()))?;
@@ -84,8 +84,10 @@ pub(super) fn tool_entries(service: &Service) -> Vec<Value> {
         .collect();
     if let Some(gw) = service.gateway() {
         for w in &gw.exposed().withheld {
-            out.push(json!({"name": w.alias, "state": "WITHHELD", "upstream": w.upstream,
-                            "reason": w.why}));
+            out.push(
+                json!({"name": w.alias, "state": "WITHHELD", "upstream": w.upstream,
+                            "reason": w.why}),
+            );
         }
     }
     out

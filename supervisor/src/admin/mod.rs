@@ -367,7 +367,10 @@ impl Admin {
     }
 
     /// Re-publishes after a change and tells subscribed clients.
-    pub(crate) fn republish(&self, changed: &tokio::sync::broadcast::Sender<()>) -> Result<(), (i32, String)> {
+    pub(crate) fn republish(
+        &self,
+        changed: &tokio::sync::broadcast::Sender<()>,
+    ) -> Result<(), (i32, String)> {
         match self.service.reload() {
             Ok(true) => {
                 let _ = changed.send(());

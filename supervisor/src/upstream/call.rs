@@ -147,7 +147,10 @@ pub async fn call_wrapped(
 
 /// An upstream result as stsd answers it: its content blocks as they are (masked), its
 /// text parts joined for the plain-text view, its structured content.
-fn reply_of(r: &rmcp::model::CallToolResult, secrets: &stsd_protocol::envvar::SecretSet) -> ToolReply {
+fn reply_of(
+    r: &rmcp::model::CallToolResult,
+    secrets: &stsd_protocol::envvar::SecretSet,
+) -> ToolReply {
     let blocks: Vec<Value> = r
         .content
         .iter()

@@ -116,8 +116,10 @@ pub fn compute(
             out.servers.push((u.id.clone(), None));
             continue;
         };
-        let annotations: Vec<Option<risk::Annotations>> =
-            tools.iter().map(risk::Annotations::from_tool_json).collect();
+        let annotations: Vec<Option<risk::Annotations>> = tools
+            .iter()
+            .map(risk::Annotations::from_tool_json)
+            .collect();
         let facts = risk::ServerFacts {
             host: risk::classify(u.url.as_deref()),
             auth: super::sources::auth_kind(u),
@@ -151,7 +153,10 @@ pub fn compute(
             let Some(name) = t.get("name").and_then(Value::as_str) else {
                 continue;
             };
-            if u.tools.as_ref().is_some_and(|only| !only.iter().any(|n| n == name)) {
+            if u.tools
+                .as_ref()
+                .is_some_and(|only| !only.iter().any(|n| n == name))
+            {
                 continue;
             }
             let alias = u

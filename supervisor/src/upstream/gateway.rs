@@ -130,7 +130,11 @@ impl Gateway {
     /// Re-scores every upstream's current list, applies the ledger and the rules, swaps the
     /// exposure in, and tells clients when the served list changed.
     pub fn recompute(&self) {
-        let config = self.config.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let config = self
+            .config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let own = self.own.read().unwrap_or_else(|e| e.into_inner()).clone();
         let lists: Vec<Option<Vec<Value>>> = self
             .upstreams
@@ -190,7 +194,10 @@ impl Gateway {
         cancel: Arc<AtomicBool>,
     ) -> Result<rmcp::model::CallToolResult, (Code, String)> {
         let Some(u) = self.upstream(&tool.upstream) else {
-            return Err((Code::UpstreamUnavailable, format!("no upstream {}", tool.upstream)));
+            return Err((
+                Code::UpstreamUnavailable,
+                format!("no upstream {}", tool.upstream),
+            ));
         };
         let Some(conn) = &u.conn else {
             return Err((
@@ -283,8 +290,7 @@ impl Gateway {
         self.upstreams.iter().all(|u| match &u.conn {
             None => true,
             Some(c) => {
-                tools_json(c).is_some()
-                    || matches!(c.state(), client::ConnState::Restarting { .. })
+                tools_json(c).is_some() || matches!(c.state(), client::ConnState::Restarting { .. })
             }
         })
     }
@@ -376,10 +382,7 @@ fn set_up(config: &Arc<Config>, u: UpstreamConfig, stsd_exe: &Path, sink: &Event
             .unwrap_or_else(|| state_dir(config).join("upstreams").join(&cfg.id));
         let (uid, gid) = (config.worker.uid, config.worker.gid);
         if let Err(e) = super::spawn::prepare_workspace(&workspace, uid, gid) {
-            return failed(
-                format!("workspace {}: {e}", workspace.display()),
-                secrets,
-            );
+            return failed(format!("workspace {}: {e}", workspace.display()), secrets);
         }
         let (c, exe, ws) = (live.clone(), stsd_exe.to_path_buf(), workspace.clone());
         let launcher: client::Launcher = Arc::new(move || {

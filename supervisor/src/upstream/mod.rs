@@ -10,18 +10,18 @@
 //! - `proxy`: the egress proxy a networked upstream reaches the world through.
 //! - `spawn`: how a stdio upstream is started, confined (`stsd upstream-exec`).
 
+pub mod call;
 pub mod client;
 pub mod events;
+pub mod expose;
+pub mod gateway;
 pub mod ledger;
+pub mod preview;
 pub mod proxy;
 pub mod risk;
 pub mod scan;
 pub mod shadow;
-pub mod spawn;
-pub mod call;
-pub mod expose;
-pub mod gateway;
-pub mod preview;
 pub mod sources;
+pub mod spawn;
 
 pub use gateway::Gateway;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use stsd_profiles::Config;
 
 pub fn run(config: &Config, only: Option<&str>, wait: Duration) -> Result<Value, String> {
-    let mut declared = super::sources::declared(config, &config.daemon.toolsets)
-        .map_err(|e| e.join("\n"))?;
+    let mut declared =
+        super::sources::declared(config, &config.daemon.toolsets).map_err(|e| e.join("\n"))?;
     if let Some(id) = only {
         declared.retain(|u| u.id == id);
         if declared.is_empty() {
@@ -20,7 +20,7 @@ pub fn run(config: &Config, only: Option<&str>, wait: Duration) -> Result<Value,
         }
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the stsd binary: {e}"))?;
-    let ledger = Arc::new(Ledger::open(&ledger_path(config))?);
+    let ledger = Arc::new(Ledger::open(ledger_path(config))?);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

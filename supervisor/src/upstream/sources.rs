@@ -251,16 +251,18 @@ pub fn resolve_upstream(u: &UpstreamConfig, secrets_dir: Option<&Path>) -> Resul
     let ctx = |what: &str, e: String| format!("upstream {}: {what}: {e}", u.id);
     let mut c = Connect::default();
     for (k, v) in &u.env {
-        let r = resolve_refs(v, secrets_dir, &mut found).map_err(|e| ctx(&format!("env {k}"), e))?;
+        let r =
+            resolve_refs(v, secrets_dir, &mut found).map_err(|e| ctx(&format!("env {k}"), e))?;
         c.env.insert(k.clone(), r);
     }
     for (i, a) in u.args.iter().enumerate() {
-        c.args
-            .push(resolve_refs(a, secrets_dir, &mut found).map_err(|e| ctx(&format!("args[{i}]"), e))?);
+        c.args.push(
+            resolve_refs(a, secrets_dir, &mut found).map_err(|e| ctx(&format!("args[{i}]"), e))?,
+        );
     }
     for (k, v) in &u.headers {
-        let r = resolve_refs(v, secrets_dir, &mut found)
-            .map_err(|e| ctx(&format!("header {k}"), e))?;
+        let r =
+            resolve_refs(v, secrets_dir, &mut found).map_err(|e| ctx(&format!("header {k}"), e))?;
         c.headers.insert(k.clone(), r);
     }
     c.secrets = found.secrets;

@@ -68,8 +68,8 @@ const PACKAGE_MARKERS: &[&str] = &[
 /// - `/etc/<name>` when it is a directory named after the program or its interpreter and
 ///   that is a known runtime (Debian's `/etc/python3.11` holds the interpreter's
 ///   sitecustomize); never another program's configuration.
-/// - For each argument that is an absolute path (or `--opt=/path`) and exists, its package
-///   root: if the path lies inside a `node_modules`, `site-packages` or `dist-packages`
+/// - For each argument that is an absolute path (or `--opt=/path`) to a file (a script, a
+///   module; never a directory, which is data), its package root: if the path lies inside a `node_modules`, `site-packages` or `dist-packages`
 ///   directory, the outermost one (its dependencies are siblings there) or, for Python, the
 ///   virtual environment holding it (a parent with `pyvenv.cfg`); else the nearest parent
 ///   holding a package marker (package.json, pyproject.toml, setup.py, setup.cfg,
@@ -96,8 +96,11 @@ pub fn derive_read_paths(program: &Path, args: &[String], extra: &[PathBuf]) -> 
             .into_iter()
             .flatten()
         {
+            // Files only: a directory argument is data the server is told to serve (the
+            // filesystem server's allowed roots), and data is granted by `workspace` and
+            // `read_paths`, never read off the command line.
             let p = Path::new(candidate);
-            if p.is_absolute() && p.exists() {
+            if p.is_absolute() && p.is_file() {
                 out.push(package_root(p));
             }
         }
