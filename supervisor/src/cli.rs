@@ -147,6 +147,10 @@ pub enum UpstreamCmd {
         /// How long to wait for each upstream's tool list.
         #[arg(long, default_value_t = 30)]
         timeout_seconds: u64,
+        /// The catalog the daemon serves beside them (default: the bundled one): rule R1 and
+        /// the cross-server pattern read its tool names.
+        #[arg(long, value_name = "PATH")]
+        catalog: Vec<PathBuf>,
         #[command(flatten)]
         config: ConfigArg,
     },

@@ -22,6 +22,17 @@ fn s(v: &Value) -> String {
     }
 }
 
+fn print_hits(t: &Value) {
+    for h in t["poisoning"].as_array().into_iter().flatten() {
+        println!(
+            "      POISONING {} in {}: {}",
+            s(&h["pattern"]),
+            s(&h["field"]),
+            s(&h["excerpt"])
+        );
+    }
+}
+
 /// One upstream's report as text: the server's axes and floor, then each tool's.
 fn print_upstream(u: &Value) {
     let r = &u["serverRisk"];
@@ -78,14 +89,7 @@ fn print_upstream(u: &Value) {
                 .unwrap_or_default(),
             s(&t["ledgerState"]),
         );
-        for h in t["poisoning"].as_array().into_iter().flatten() {
-            println!(
-                "      POISONING {} in {}: {}",
-                s(&h["pattern"]),
-                s(&h["field"]),
-                s(&h["excerpt"])
-            );
-        }
+        print_hits(t);
     }
     for w in u["withheld"].as_array().into_iter().flatten() {
         println!(
@@ -94,6 +98,7 @@ fn print_upstream(u: &Value) {
             s(&w["alias"]),
             s(&w["why"])
         );
+        print_hits(w);
     }
 }
 
@@ -102,10 +107,25 @@ pub fn check(
     only: Option<&str>,
     json_out: bool,
     timeout_seconds: u64,
+    catalog: Vec<std::path::PathBuf>,
 ) -> ExitCode {
+    let sources = if catalog.is_empty() {
+        vec![stsd::service::Source::Bundled]
+    } else {
+        catalog
+            .into_iter()
+            .map(stsd::service::Source::Path)
+            .collect()
+    };
+    let own: Vec<String> = stsd::service::publish(&sources, config)
+        .tools
+        .iter()
+        .map(|t| t.spec.name.clone())
+        .collect();
     let report = match stsd::upstream::preview::run(
         config,
         only,
+        &own,
         std::time::Duration::from_secs(timeout_seconds),
     ) {
         Ok(r) => r,

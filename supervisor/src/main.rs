@@ -397,10 +397,11 @@ fn main() -> ExitCode {
                 id,
                 json,
                 timeout_seconds,
+                catalog,
                 config,
             } => match load_config(config.config) {
                 Ok((config, _)) => {
-                    cli_gateway::check(&config, id.as_deref(), json, timeout_seconds)
+                    cli_gateway::check(&config, id.as_deref(), json, timeout_seconds, catalog)
                 }
                 Err(code) => code,
             },

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import ROOT, Daemon, stsd_bin
+from conftest import CATALOG, ROOT, Daemon, stsd_bin
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -29,6 +29,19 @@ PATTERNS = [
     "UNICODE_RTL_OVERRIDE", "UNICODE_HOMOGLYPH_RISK", "ANSI_ESCAPE", "CROSS_SERVER_IMPERATIVE",
     "EXFILTRATION_DIRECTIVE",
 ]
+
+
+@pytest.fixture
+def tmp_path():
+    """A directory the confined upstreams' user (nobody, when the tests run as root) can
+    traverse: pytest's own are 0700, and a workspace or a state directory below one of those
+    is refused (rightly) by stsd."""
+    import shutil
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix="stsd-gw-"))
+    d.chmod(0o711)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def text_of(r) -> str:
@@ -131,7 +144,7 @@ def test_two_third_party_servers_are_reexposed_confined(tmp_path):
         assert st["NoNewPrivs"] == "1" and st["Seccomp"] == "2", st
         if os.geteuid() == 0:
             assert st["Uid"].split()[0] == "65534" and st["CapEff"] == "0000000000000000", st
-        calls = [r for r in audit_lines(d) if r.get("upstream")]
+        calls = [r for r in audit_lines(d) if "callId" in r and r.get("upstream")]
         assert {r["upstream"]["id"] for r in calls} == {"fs", "time"}
         denied = [r for r in calls if r["params"].get("path") == "/etc/passwd"]
         assert denied and denied[0]["outcome"] == "ERROR"
@@ -146,19 +159,25 @@ def test_poisoned_descriptions_are_reported_and_blocked_on_request(tmp_path):
     [gateway] block_on_poisoning, the poisoned tools are withheld while the clean one serves."""
     config = hostile("evil", "poison")
     cfg = tmp_path / "check.toml"
-    cfg.write_text(config)
-    out = subprocess.run([stsd_bin(), "upstream", "check", "--json", "--config", str(cfg)],
+    # The test catalog is hand-written (no Local Pass), as the daemon fixture serves it.
+    cfg.write_text("[daemon]\nrequire_local_pass = false\n" + config)
+    # --catalog: the own tools the daemon would serve beside (the cross-server pattern looks
+    # for their names too).
+    out = subprocess.run([stsd_bin(), "upstream", "check", "--json", "--config", str(cfg),
+                          "--catalog", str(CATALOG)],
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "STSD_STATE_DIR": str(tmp_path / "check-state")})
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)["upstreams"][0]
-    hits = {(t["tool"], h["pattern"]) for t in report["tools"] for h in t["poisoning"]}
+    hits = {(t["tool"], h["pattern"]) for t in report["tools"] + report["withheld"]
+            for h in t.get("poisoning", [])}
     for p in PATTERNS:
         assert (p.lower(), p) in hits, (p, sorted(hits))
     assert not [h for (tool, h) in hits if tool == "echo"]
     assert report["serverRisk"]["level"]
     # Text output names the patterns too.
-    text = subprocess.run([stsd_bin(), "upstream", "check", "--config", str(cfg)],
+    text = subprocess.run([stsd_bin(), "upstream", "check", "--config", str(cfg),
+                           "--catalog", str(CATALOG)],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "STSD_STATE_DIR": str(tmp_path / "check-state")})
     assert "POISONING HIDDEN_INSTRUCTION" in text.stdout, text.stdout
@@ -272,7 +291,8 @@ def test_a_crash_mid_call_and_a_flood_are_classified_and_the_daemon_keeps_servin
             assert r.is_error is False
         anyio.run(client, d, body)
         assert d.proc.poll() is None
-        codes = [r["error"]["code"] for r in audit_lines(d) if r.get("upstream") and r.get("error")]
+        codes = [r["error"]["code"] for r in audit_lines(d)
+                 if "callId" in r and r.get("upstream") and r.get("error")]
         assert "UPSTREAM_LOST" in codes and "OUTPUT_LIMIT" in codes
     finally:
         d.stop()
@@ -376,7 +396,8 @@ def test_an_own_spec_edited_behind_a_sighup_is_withheld_until_approved(tmp_path)
     catalog = tmp_path / "cat"
     catalog.mkdir()
     spec = {"name": "greet", "description": "Greets.", "codeType": "Javascript",
-            "params": [{"name": "who", "type": "STRING", "required": True, "description": "who"}],
+            "params": [{"name": "who", "type": "STRING", "required": True, "description": "who",
+                        "testValue": "ann"}],
             "code": "return 'hi ' + who;", "draft": False}
     (catalog / "greet.json").write_text(json.dumps(spec))
     d = Daemon(tmp_path, catalog=catalog).start()

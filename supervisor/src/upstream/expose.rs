@@ -46,6 +46,9 @@ pub struct Withheld {
     pub tool: String,
     pub alias: String,
     pub why: String,
+    /// Poisoning-scan hits, when the tool got as far as the scan.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub poisoning: Vec<Hit>,
 }
 
 /// What one upstream contributes right now.
@@ -219,6 +222,7 @@ pub fn compute(
                     tool: name.to_string(),
                     alias: alias.clone(),
                     why,
+                    poisoning: hits.clone(),
                 })
             };
             if seen.state != ledger::State::Active {
@@ -233,7 +237,7 @@ pub fn compute(
                 continue;
             }
             if gw.block_on_poisoning && !hits.is_empty() {
-                let names: Vec<String> = hits.iter().map(|h| format!("{:?}", h.pattern)).collect();
+                let names: Vec<&str> = hits.iter().map(|h| h.pattern.as_str()).collect();
                 withhold(
                     format!(
                         "POISONING: {} ([gateway] block_on_poisoning)",
@@ -343,6 +347,7 @@ pub fn compute(
                     .map(|v| format!("{}: {}", v.rule.as_str(), v.detail))
                     .collect::<Vec<_>>()
                     .join("; "),
+                poisoning: c.hits.clone(),
             });
         }
     }

@@ -10,7 +10,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stsd_profiles::Config;
 
-pub fn run(config: &Config, only: Option<&str>, wait: Duration) -> Result<Value, String> {
+/// `own`: the names of the tools the daemon serves beside the upstreams.
+pub fn run(
+    config: &Config,
+    only: Option<&str>,
+    own: &[String],
+    wait: Duration,
+) -> Result<Value, String> {
     let mut declared =
         super::sources::declared(config, &config.daemon.toolsets).map_err(|e| e.join("\n"))?;
     if let Some(id) = only {
@@ -42,7 +48,7 @@ pub fn run(config: &Config, only: Option<&str>, wait: Duration) -> Result<Value,
         while !gw.settled() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        gw.recompute();
+        gw.set_own(own.to_vec());
         let report = gw.report();
         gw.stop();
         Ok(report)

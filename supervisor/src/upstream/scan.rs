@@ -102,7 +102,7 @@ static RE: LazyLock<Option<Regexes>> = LazyLock::new(|| {
         )
         .ok()?,
         exfil: Regex::new(
-            r"(?is)\b(?:exfiltrate|(?:send|post|forward|upload)(?:\s+\S+){0,4}?\s+to|forward\s+all)\b.{0,100}?(?:[a-z0-9._%+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}|https?://|www\.)",
+            r"(?is)\b(?:exfiltrate|(?:send|post|forward|upload)(?:s|ing|ed)?(?:\s+\S+){0,4}?\s+to|forward\s+all)\b.{0,100}?(?:[a-z0-9._%+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}|https?://|www\.)",
         )
         .ok()?,
     })
