@@ -629,7 +629,9 @@ fn a_trickling_tls_handshake_or_a_slow_reader_cannot_outlast_the_timeout() {
             "{what}: {got}"
         );
         let ms = got[i][1].as_u64().unwrap_or(u64::MAX);
-        assert!((1400..4000).contains(&ms), "{what}: took {ms} ms");
+        // The bound is the point (without the deadline it never ends); its width is for a
+        // loaded 2-core machine, where 8 MiB through a trickling reader is slow to give up.
+        assert!((1400..6000).contains(&ms), "{what}: took {ms} ms");
     }
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
 }

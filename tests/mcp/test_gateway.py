@@ -370,12 +370,24 @@ def test_upstream_secrets_are_resolved_and_masked(tmp_path):
 
 
 def test_per_tool_approval_gates_wrapped_tools(tmp_path):
-    config = hostile("ap", "slow", 'approval = { echo = true }\n')
-    d = Daemon(tmp_path, extra_config=config).start()
+    """Declared as seed 003 has it: a CJSON toolsets document whose toolset is an MCP server,
+    with `requiresApproval` per tool."""
+    toolsets = tmp_path / "toolsets.json"
+    toolsets.write_text(json.dumps({
+        "schema": "https://schema.cjson.dev/0/toolsets/cjson-toolsets-0.1.0-SNAPSHOT.schema.json",
+        "toolsets": [{
+            "id": "ap", "kind": "mcp",
+            "server": {"command": f"{UPVENV}/bin/python", "args": [str(HOSTILE), "slow"]},
+            "tools": [{"name": "echo", "requiresApproval": True}, {"name": "env"},
+                      {"name": "slow", "enabled": False}],
+        }],
+    }))
+    d = Daemon(tmp_path, extra_config=f'[daemon]\ntoolsets = ["{toolsets}"]\n').start()
     try:
         tools = wait_for(d, lambda t: "ap__echo" in t, "upstream up")
         assert tools["ap__echo"]["approval"]["required"] is True
         assert tools["ap__env"]["approval"]["required"] is False
+        assert "ap__slow" not in tools and "ap__fetch" not in tools  # only the listed, enabled ones
 
         async def body(c):
             listed = {t.name: t for t in (await c.list_tools()).tools}
@@ -412,3 +424,38 @@ def test_an_own_spec_edited_behind_a_sighup_is_withheld_until_approved(tmp_path)
         wait_for(d, lambda t: t.get("greet", {}).get("state") == "ACTIVE", "greet approved")
     finally:
         d.stop()
+
+
+def test_an_http_upstream_is_reached_through_the_egress_proxy_with_its_secret_header(tmp_path):
+    """A Streamable HTTP upstream (the hostile server over HTTP, wanting a header) reached by
+    rmcp's client through the upstream's egress proxy; the header's value comes from a secret
+    reference and shows up nowhere."""
+    env = {**os.environ, "HOSTILE_REQUIRE_HEADER": "x-api-key:k-5e6f7a8b9c0d"}
+    server = subprocess.Popen([f"{UPVENV}/bin/python", str(HOSTILE), "slow", "--http"],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(server.stdout.readline())
+        config = (
+            f'[egress]\nhost_overrides = {{ "upstream.test" = "127.0.0.1:{port}" }}\n'
+            f'[[upstream]]\nid = "web"\nurl = "http://upstream.test:{port}/mcp"\n'
+            'headers = { "x-api-key" = "${env:STSD_TEST_UPSTREAM_KEY}" }\n'
+        )
+        d = Daemon(tmp_path, extra_config=config)
+        d.env = lambda: {**Daemon.env(d), "STSD_TEST_UPSTREAM_KEY": "k-5e6f7a8b9c0d"}
+        d.start()
+        try:
+            wait_for(d, lambda t: "web__echo" in t, "the HTTP upstream's tools served")
+
+            async def body(c):
+                r = await c.call_tool("web__echo", {"text": "over http"})
+                assert r.is_error is False and text_of(r) == "over http", text_of(r)
+            anyio.run(client, d, body)
+            hops = [r for r in audit_lines(d) if r.get("event") == "UpstreamEgress"]
+            assert any(h["host"] == "upstream.test" and h["allowed"] for h in hops), hops
+            assert upstream_list(d)["web"]["serverRisk"]["auth"] == 1  # an API key
+            for f in (d.audit, d.log, d.config):
+                assert "k-5e6f7a8b9c0d" not in f.read_text()
+        finally:
+            d.stop()
+    finally:
+        server.kill()
