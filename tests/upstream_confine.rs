@@ -142,6 +142,7 @@ def sock(family, kind):
 fn reads_only_the_read_paths_and_writes_only_the_workspace() {
     let s = Scratch::new();
     let outside = s.root.join("outside.txt");
+    let _ = std::fs::remove_file("/tmp/stsd-upstream-confine-probe");
     let code = format!(
         "{PY_PRELUDE}\nprint(' '.join([tryopen('/etc/passwd','r'), tryopen('/etc/shadow','r'), \
          tryopen('{data}','r'), tryopen('{secret}','r'), tryopen('{ws}/new.txt','w'), \
@@ -253,9 +254,18 @@ def sc(nr, *a):
     if r == 0 and nr == 56:
         os._exit(0)  # a clone that went through: the child leaves at once
     return "ok" if r >= 0 else errno.errorcode[ctypes.get_errno()]
+def in_child(f):
+    # A probe whose success would change this process (being traced) runs in a child that
+    # reports through its exit status.
+    pid = os.fork()
+    if pid == 0:
+        r = f()
+        os._exit(0 if r == "ok" else getattr(errno, r))
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return "ok" if code == 0 else errno.errorcode[code]
 CLONE_NEWUSER = 0x10000000
 res = dict(
-    ptrace=sc(101, 0, 0, 0, 0),            # PTRACE_TRACEME
+    ptrace=in_child(lambda: sc(101, 0, 0, 0, 0)),  # PTRACE_TRACEME
     unshare=sc(272, CLONE_NEWUSER),
     clone_newuser=sc(56, CLONE_NEWUSER | 17, 0, 0, 0, 0),
     clone3=sc(435, 0, 0),
