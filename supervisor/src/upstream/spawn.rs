@@ -9,7 +9,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Stdio;
 use stsd_profiles::baseline::WorkerConfig;
-use stsd_profiles::os::process::{ProcessLimits, ProcessProfile, EXIT_SANDBOX_UNAVAILABLE};
+use stsd_profiles::os::process::{self, ProcessLimits, ProcessProfile, EXIT_SANDBOX_UNAVAILABLE};
 use stsd_profiles::upstream::UpstreamConfig;
 
 /// PATH when the config gives none.
@@ -37,6 +37,10 @@ pub fn command(
 /// stdin, stdout and stderr are piped; the child is killed when the handle is dropped, and it
 /// leads a process group of its own, so [`kill_group`] also reaches what it spawned.
 /// `stsd_exe` is the stsd binary (the daemon's held exe path).
+///
+/// Spawn it from a thread that lives as long as the upstream should (a runtime worker
+/// thread, i.e. from an async task): the parent-death signal `upstream-exec` arms follows the
+/// thread that forked it, so a `spawn_blocking` thread retiring would kill the upstream.
 pub fn command_as(
     cfg: &UpstreamConfig,
     env: BTreeMap<String, String>,
@@ -75,6 +79,23 @@ pub fn command_as(
         .kill_on_drop(true)
         .process_group(0);
     Ok(cmd)
+}
+
+/// What `upstream-exec` will let `cfg`'s program read (for `stsd upstream check`): its
+/// command resolved on the upstream's PATH (the config's, else [`DEFAULT_PATH`]), then
+/// `stsd_profiles::os::process::derive_read_paths`. The workspace comes on top of these.
+pub fn read_paths(cfg: &UpstreamConfig) -> Result<Vec<std::path::PathBuf>, String> {
+    let program = cfg
+        .command
+        .as_deref()
+        .ok_or_else(|| format!("upstream {}: not a stdio upstream", cfg.id))?;
+    let path_var = cfg.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
+    let resolved = process::resolve_program(program, Some(std::ffi::OsStr::new(path_var)))?;
+    Ok(process::derive_read_paths(
+        &resolved,
+        &cfg.args,
+        &cfg.read_paths,
+    ))
 }
 
 /// The upstream's whole environment (see [`command_as`]).
@@ -263,6 +284,16 @@ mod tests {
         let e = environment(BTreeMap::new(), Path::new("/w"), None);
         assert_eq!(e["PATH"], DEFAULT_PATH);
         assert!(!e.contains_key("HTTP_PROXY"));
+    }
+
+    #[test]
+    fn read_paths_resolve_the_command_on_the_upstreams_path() {
+        let l = read_paths(&stdio("sh", &[])).unwrap();
+        assert!(l.contains(&std::path::PathBuf::from("/usr")));
+        assert!(!l.iter().any(|p| p.starts_with("/etc/passwd")));
+        let mut cfg = stdio("sh", &[]);
+        cfg.env.insert("PATH".into(), "/nonexistent".into());
+        assert!(read_paths(&cfg).is_err());
     }
 
     #[test]

@@ -9,8 +9,11 @@ use landlock::{
 use std::path::{Path, PathBuf};
 
 /// The newest ABI whose rights we ask for; the kernel's own, when older, is used (best
-/// effort), but see [`restrict`] for what must be there.
-const ABI_WANTED: ABI = ABI::V6;
+/// effort), but see [`restrict`] for what must be there. ABI 6 scopes abstract Unix sockets
+/// and signals; ABI 9 (Linux 7.1) adds connecting to pathname Unix sockets (ResolveUnix),
+/// then allowed in the workspace only. Before it, pathname sockets are fenced by file
+/// permissions alone (the daemon's own socket is 0660 in a 0700 directory).
+const ABI_WANTED: ABI = ABI::V9;
 /// TCP bind and connect rules came with ABI 4.
 const ABI_NET: i64 = 4;
 
