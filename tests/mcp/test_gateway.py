@@ -350,7 +350,8 @@ def test_upstream_secrets_are_resolved_and_masked(tmp_path):
     secrets.mkdir()
     (secrets / "API_TOKEN").write_text("tok-9f8e7d6c5b4a\n")
     config = (f'[gateway]\nsecrets_dir = "{secrets}"\n'
-              + hostile("sec", "slow", 'env = { TOKEN = "${secret:API_TOKEN}" }\n'))
+              + hostile("sec", "slow",
+                        'env = { TOKEN = "${secret:API_TOKEN}", HOSTILE_STDERR = "TOKEN" }\n'))
     d = Daemon(tmp_path, extra_config=config).start()
     try:
         wait_for(d, lambda t: "sec__env" in t, "upstream up")
@@ -459,3 +460,21 @@ def test_an_http_upstream_is_reached_through_the_egress_proxy_with_its_secret_he
             d.stop()
     finally:
         server.kill()
+
+
+def test_an_upstream_that_cannot_be_confined_never_runs(tmp_path):
+    """`stsd upstream-exec` fails closed (here: the program does not exist on its PATH): the
+    upstream serves nothing, says SANDBOX_UNAVAILABLE, and the daemon serves the rest."""
+    config = ('[[upstream]]\nid = "ghost"\ncommand = "no-such-program-for-stsd"\n'
+              + hostile("ok", "slow"))
+    d = Daemon(tmp_path, extra_config=config).start()
+    try:
+        tools = wait_for(d, lambda t: "ok__echo" in t, "the other upstream served")
+        assert not [n for n in tools if n.startswith("ghost__")]
+        deadline = time.time() + 30
+        while "SANDBOX_UNAVAILABLE" not in str(upstream_list(d)["ghost"]["state"]):
+            assert time.time() < deadline, upstream_list(d)["ghost"]
+            time.sleep(0.2)
+        assert "SANDBOX_UNAVAILABLE" in d.log.read_text()
+    finally:
+        d.stop()

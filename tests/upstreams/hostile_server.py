@@ -200,6 +200,11 @@ def serve_http():
 
 
 if __name__ == "__main__":
+    # HOSTILE_STDERR=NAME: print that variable's value to stderr at start, as a server that
+    # logs its configuration would (stsd must mask it in its own log).
+    if os.environ.get("HOSTILE_STDERR"):
+        print("error: starting with", os.environ.get(os.environ["HOSTILE_STDERR"], ""),
+              file=sys.stderr, flush=True)
     if "--http" in sys.argv:
         serve_http()
     else:

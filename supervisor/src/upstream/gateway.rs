@@ -369,6 +369,7 @@ fn set_up(config: &Arc<Config>, u: UpstreamConfig, stsd_exe: &Path, sink: &Event
     let proxy_port = proxy.as_ref().map(|p| p.port());
     let mut options = client::Options::from_gateway(gw);
     options.http_proxy = proxy.as_ref().map(|p| p.url());
+    options.secrets = secrets.clone();
     // The connection sees the resolved values; `cfg` (reports, logs) keeps the references.
     let mut live = (*cfg).clone();
     live.args = resolved.args.clone();

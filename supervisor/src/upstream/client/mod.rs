@@ -65,6 +65,8 @@ pub struct Options {
     /// HTTP upstream: stsd's egress proxy, `http://127.0.0.1:PORT`.
     pub http_proxy: Option<String>,
     pub events: Option<OnEvent>,
+    /// The upstream's resolved secrets: masked in every stderr line that is logged.
+    pub secrets: stsd_protocol::envvar::SecretSet,
 }
 
 impl Options {
@@ -76,6 +78,7 @@ impl Options {
             connect_timeout: Duration::from_secs(30),
             http_proxy: None,
             events: None,
+            secrets: Default::default(),
         }
     }
 
@@ -270,10 +273,12 @@ impl Connection {
                 ConnState::Stopped => "it is stopped".to_owned(),
                 _ => "it is starting".to_owned(),
             };
-            return Err((
-                Code::UpstreamUnavailable,
-                format!("upstream {id} is not connected: {why}"),
-            ));
+            let code = if why.contains("SANDBOX_UNAVAILABLE") {
+                Code::SandboxUnavailable
+            } else {
+                Code::UpstreamUnavailable
+            };
+            return Err((code, format!("upstream {id} is not connected: {why}")));
         };
         if session.lost.is_cancelled() {
             // Ended before this call began; the supervisor has not cleared it yet.

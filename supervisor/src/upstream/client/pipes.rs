@@ -64,7 +64,12 @@ const STDERR_LINE: usize = 4096;
 
 /// Logs the child's stderr line by line under the upstream's id: lines that look like an
 /// error at warn, the rest at debug. Bounded: a line longer than 4 KiB is cut.
-pub async fn log_stderr<R: AsyncRead + Unpin>(from: R, id: Arc<str>) {
+/// Every line is masked with the upstream's secrets first.
+pub async fn log_stderr<R: AsyncRead + Unpin>(
+    from: R,
+    id: Arc<str>,
+    secrets: stsd_protocol::envvar::SecretSet,
+) {
     let mut reader = BufReader::new(from);
     let mut line = Vec::with_capacity(256);
     let mut cut = false;
@@ -72,7 +77,7 @@ pub async fn log_stderr<R: AsyncRead + Unpin>(from: R, id: Arc<str>) {
         let (used, end_of_line) = match reader.fill_buf().await {
             Ok([]) | Err(_) => {
                 if !line.is_empty() {
-                    emit(&id, &line, cut);
+                    emit(&id, &line, cut, &secrets);
                 }
                 return;
             }
@@ -89,7 +94,7 @@ pub async fn log_stderr<R: AsyncRead + Unpin>(from: R, id: Arc<str>) {
         };
         reader.consume(used);
         if end_of_line {
-            emit(&id, &line, cut);
+            emit(&id, &line, cut, &secrets);
             line.clear();
             cut = false;
         }
@@ -102,14 +107,21 @@ fn take(line: &mut Vec<u8>, bytes: &[u8], cut: &mut bool) {
     *cut |= bytes.len() > room;
 }
 
-fn emit(id: &str, line: &[u8], cut: bool) {
-    let text = String::from_utf8_lossy(line);
+fn emit(id: &str, line: &[u8], cut: bool, secrets: &stsd_protocol::envvar::SecretSet) {
+    let text = secrets.mask(&String::from_utf8_lossy(line));
     let text = text.trim_end();
     let more = if cut { " [cut]" } else { "" };
     let lower = text.to_ascii_lowercase();
-    if ["error", "exception", "traceback", "fatal", "panic"]
-        .iter()
-        .any(|w| lower.contains(w))
+    if [
+        "error",
+        "exception",
+        "traceback",
+        "fatal",
+        "panic",
+        "sandbox_unavailable",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
     {
         tracing::warn!(upstream = id, "upstream stderr: {text}{more}");
     } else {

@@ -166,7 +166,11 @@ async fn stdio_session(
         return Err("cannot start: no pipes".to_owned());
     };
     tracing::info!(upstream = &**id, pid, "upstream started");
-    let _stderr = AbortOnDrop(tokio::spawn(pipes::log_stderr(stderr, id.clone())));
+    let _stderr = AbortOnDrop(tokio::spawn(pipes::log_stderr(
+        stderr,
+        id.clone(),
+        opts.secrets.clone(),
+    )));
 
     let cap = cap(shared);
     let overflow = Arc::new(AtomicBool::new(false));
@@ -245,6 +249,13 @@ async fn stdio_session(
             tokio::time::timeout(Duration::from_millis(500), child.0.wait()).await
         {
             reason = format!("{reason}; exited: {status}");
+            if crate::upstream::spawn::is_sandbox_unavailable(status.code()) {
+                // `stsd upstream-exec` could not confine it, so nothing of it ran.
+                reason = format!(
+                    "SANDBOX_UNAVAILABLE: the upstream could not be confined (its stderr, in \
+                     the log, says why); {reason}"
+                );
+            }
         } else {
             pipes::kill(&mut child.0);
             let _ = tokio::time::timeout(Duration::from_secs(2), child.0.wait()).await;

@@ -55,6 +55,7 @@ fn fast() -> Options {
         connect_timeout: Duration::from_secs(30),
         http_proxy: None,
         events: None,
+        secrets: Default::default(),
     }
 }
 
