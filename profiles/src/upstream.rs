@@ -66,6 +66,8 @@ pub enum Exposure {
 pub enum Trust {
     VendorOfficial,
     Community,
+    /// A catalog entry without curation (scores like an unknown server).
+    None,
 }
 
 /// Seed 001's auth axis.
@@ -101,7 +103,8 @@ pub struct UpstreamConfig {
     pub auth: Option<AuthKind>,
     /// OAuth scopes granted to the connection (the privileged-scope floor reads them).
     pub oauth_scopes: Vec<String>,
-    /// Catalog trust; absent: a user-typed server.
+    /// Catalog trust: "vendor-official", "community", "none" (a catalog entry without
+    /// curation); absent: a server the operator typed in.
     pub trust: Option<Trust>,
     pub docs_url: Option<String>,
     pub docs_adequate: Option<bool>,

@@ -435,7 +435,7 @@ pub struct Reloaded {
 /// differ between `old` and `new`.
 fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
     let (o, n) = (&old.daemon, &new.daemon);
-    let checks: [(&'static str, bool); 10] = [
+    let checks: [(&'static str, bool); 11] = [
         ("[daemon] socket_group", o.socket_group != n.socket_group),
         ("[daemon] admin_uids", o.admin_uids != n.admin_uids),
         (
@@ -454,6 +454,9 @@ fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
         ("[daemon] catalog_dir", o.catalog_dir != n.catalog_dir),
         ("[worker]", old.worker != new.worker),
         ("[metrics]", old.metrics != new.metrics),
+        // Upstreams are connected at start; [gateway] policy (exposure, blocking, known
+        // hosts) applies at once.
+        ("[[upstream]]", old.upstream != new.upstream),
         (
             "[approval] max_pending",
             old.approval.max_pending != new.approval.max_pending,

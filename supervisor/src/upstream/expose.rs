@@ -9,7 +9,7 @@ use super::scan::{self, Hit};
 use super::shadow;
 use crate::approval::{requirement, Requirement, ToolFacts};
 use serde_json::{json, Value};
-use stsd_profiles::upstream::{GatewayConfig, UpstreamConfig};
+use stsd_profiles::upstream::{GatewayConfig, Trust, UpstreamConfig};
 use stsd_profiles::{Config, RiskLevel};
 
 /// One upstream tool as stsd serves it.
@@ -177,7 +177,7 @@ pub fn compute(
                 annotations: risk::Annotations::from_tool_json(t),
                 side_effect: None,
                 sends_user_data: false,
-                trusted_server: u.trust.is_some(),
+                trusted_server: matches!(u.trust, Some(Trust::VendorOfficial | Trust::Community)),
             };
             let tool = risk::tool_risk(&tool_facts);
             if let Some(f) = tool.floor {

@@ -255,6 +255,8 @@ pub fn server_risk(f: &ServerFacts<'_>) -> ServerRisk {
     let trust = match f.trust {
         Some(Trust::VendorOfficial) => 0,
         Some(Trust::Community) => 1,
+        // A catalog entry with no curation: seed 001's "else 2".
+        Some(Trust::None) => 2,
         None if f.known_host => 1,
         None => 2,
     };

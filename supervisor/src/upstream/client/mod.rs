@@ -67,6 +67,8 @@ pub struct Options {
     pub events: Option<OnEvent>,
     /// The upstream's resolved secrets: masked in every stderr line that is logged.
     pub secrets: stsd_protocol::envvar::SecretSet,
+    /// The tool list is listed again this often, besides on `tools/list_changed`.
+    pub relist: Duration,
 }
 
 impl Options {
@@ -79,6 +81,7 @@ impl Options {
             http_proxy: None,
             events: None,
             secrets: Default::default(),
+            relist: Duration::from_secs(60),
         }
     }
 

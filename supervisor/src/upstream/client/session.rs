@@ -221,6 +221,9 @@ async fn stdio_session(
     let ready_at = ready(shared, &session, tools, opts, id);
     let quit = running.waiting();
     tokio::pin!(quit);
+    let mut relist =
+        tokio::time::interval_at(tokio::time::Instant::now() + opts.relist, opts.relist);
+    relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let mut reason = loop {
         tokio::select! {
@@ -239,6 +242,8 @@ async fn stdio_session(
             _ = &mut quit => break "the MCP session ended".to_owned(),
             _ = session.lost.cancelled() => break "the connection broke".to_owned(),
             _ = changed.notified() => refresh(shared, &session.peer, opts, id).await,
+            // A redefinition the upstream does not announce is still caught.
+            _ = relist.tick() => refresh(shared, &session.peer, opts, id).await,
         }
     };
     session.lost.cancel();
@@ -306,11 +311,16 @@ async fn http_session(
     let ready_at = ready(shared, &session, tools, opts, id);
     let quit = running.waiting();
     tokio::pin!(quit);
+    let mut relist =
+        tokio::time::interval_at(tokio::time::Instant::now() + opts.relist, opts.relist);
+    relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let reason = loop {
         tokio::select! {
             _ = &mut quit => break "the HTTP session ended",
             _ = session.lost.cancelled() => break "the HTTP connection broke",
             _ = changed.notified() => refresh(shared, &session.peer, opts, id).await,
+            // A redefinition the upstream does not announce is still caught.
+            _ = relist.tick() => refresh(shared, &session.peer, opts, id).await,
         }
     }
     .to_owned();

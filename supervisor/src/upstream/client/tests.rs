@@ -56,6 +56,7 @@ fn fast() -> Options {
         http_proxy: None,
         events: None,
         secrets: Default::default(),
+        relist: Duration::from_secs(60),
     }
 }
 
@@ -141,6 +142,30 @@ async fn lists_the_poison_tools_and_calls_echo() {
     assert_eq!(echo(&conn, "héllo").await.unwrap(), "héllo");
     assert!(conn.pid().is_some());
     assert_eq!(conn.state(), ConnState::Ready);
+}
+
+#[tokio::test]
+async fn a_silent_redefinition_is_caught_by_the_periodic_relist() {
+    let mut opts = fast();
+    opts.relist = Duration::from_millis(200);
+    let conn = hostile_conn("silentpull", None, opts).await;
+    let mut rx = conn.tools();
+    assert_eq!(rx.borrow_and_update().generation, 1);
+    conn.call("flip", Default::default(), Duration::from_secs(10), never())
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), rx.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    let after = rx.borrow().clone();
+    assert_eq!(after.generation, 2);
+    let weather = after.tools.iter().find(|t| t.name == "weather").unwrap();
+    assert!(weather
+        .description
+        .as_deref()
+        .unwrap_or_default()
+        .contains("id_rsa"));
 }
 
 #[tokio::test]
