@@ -139,7 +139,15 @@ fn a_posture_change_takes_a_fresh_worker() {
     let write = |v: &Value, p: &Path| std::fs::write(p, v.to_string());
     write(&tool(json!({})), &catalog).unwrap_or_else(|e| panic!("{e}"));
     let cat = catalog.display().to_string();
-    let d = Daemon::start_with(dir, 1, "", &cat, &["--worker-reuse", "5"]);
+    // The spec is edited behind a SIGHUP on purpose: the fingerprint ledger, which would
+    // withhold it until approved, is off here (tests/mcp/test_gateway.py covers it).
+    let d = Daemon::start_with(
+        dir,
+        1,
+        "[gateway]\nledger_own_specs = false\n",
+        &cat,
+        &["--worker-reuse", "5"],
+    );
     let mut c = d.connect();
     c.call(1, "posture", json!({}));
     assert_eq!(text(&c.response()), "undefined");
