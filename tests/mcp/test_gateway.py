@@ -383,7 +383,8 @@ def test_per_tool_approval_gates_wrapped_tools(tmp_path):
                       {"name": "slow", "enabled": False}],
         }],
     }))
-    d = Daemon(tmp_path, extra_config=f'[daemon]\ntoolsets = ["{toolsets}"]\n').start()
+    # Keys before any table join the harness's [daemon].
+    d = Daemon(tmp_path, extra_config=f'toolsets = ["{toolsets}"]\n').start()
     try:
         tools = wait_for(d, lambda t: "ap__echo" in t, "upstream up")
         assert tools["ap__echo"]["approval"]["required"] is True

@@ -182,7 +182,11 @@ def serve_http():
 
     import uvicorn
 
-    app = server.streamable_http_app()
+    # Reached as a made-up host name through stsd's proxy: no DNS-rebinding Host check here
+    # (the test's own header check stands in for authentication).
+    from mcp.server.transport_security import TransportSecuritySettings
+    app = server.streamable_http_app(
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
     need = os.environ.get("HOSTILE_REQUIRE_HEADER")
 
     async def guarded(scope, receive, send):

@@ -199,17 +199,27 @@ async fn stdio_session(
     let running = tokio::select! {
         r = connect(handler, transport, ct.clone(), opts) => r,
         status = child.0.wait() => Err(match status {
-            Ok(s) => format!("exited during initialize: {s}"),
+            Ok(s) => exit_reason("exited during initialize", s),
             Err(e) => format!("lost during initialize: {e}"),
         }),
     };
-    let running = running.map_err(|e| {
-        if overflow.load(Ordering::SeqCst) {
-            format!("wrote a message longer than {cap} bytes during initialize")
-        } else {
-            e
+    let running = match running {
+        Ok(r) => r,
+        Err(e) if overflow.load(Ordering::SeqCst) => {
+            return Err(format!(
+                "wrote a message longer than {cap} bytes during initialize ({e})"
+            ))
         }
-    })?;
+        Err(e) if e.starts_with("SANDBOX_UNAVAILABLE") => return Err(e),
+        Err(e) => {
+            // The session may have noticed the closed pipe before the exit: the exit status
+            // says more (a confinement that failed, above all).
+            match tokio::time::timeout(Duration::from_millis(500), child.0.wait()).await {
+                Ok(Ok(s)) => return Err(exit_reason(&e, s)),
+                _ => return Err(e),
+            }
+        }
+    };
     let session = Arc::new(Session {
         peer: running.peer().clone(),
         pid,
@@ -253,14 +263,7 @@ async fn stdio_session(
         if let Ok(Ok(status)) =
             tokio::time::timeout(Duration::from_millis(500), child.0.wait()).await
         {
-            reason = format!("{reason}; exited: {status}");
-            if crate::upstream::spawn::is_sandbox_unavailable(status.code()) {
-                // `stsd upstream-exec` could not confine it, so nothing of it ran.
-                reason = format!(
-                    "SANDBOX_UNAVAILABLE: the upstream could not be confined (its stderr, in \
-                     the log, says why); {reason}"
-                );
-            }
+            reason = exit_reason(&reason, status);
         } else {
             pipes::kill(&mut child.0);
             let _ = tokio::time::timeout(Duration::from_secs(2), child.0.wait()).await;
@@ -446,5 +449,19 @@ fn publish(shared: &Shared, tools: Vec<Tool>, opts: &Options, id: &str) {
     if let Some(generation) = generation {
         tracing::info!(upstream = id, generation, "upstream tool list changed");
         emit(opts, &ConnEvent::ToolsChanged { generation });
+    }
+}
+
+/// `what` and the exit status; an exit of `stsd upstream-exec` that says it could not confine
+/// the upstream (so nothing of it ran) leads with SANDBOX_UNAVAILABLE.
+fn exit_reason(what: &str, status: std::process::ExitStatus) -> String {
+    let reason = format!("{what}; exited: {status}");
+    if crate::upstream::spawn::is_sandbox_unavailable(status.code()) {
+        format!(
+            "SANDBOX_UNAVAILABLE: the upstream could not be confined (its stderr, in the log, \
+             says why); {reason}"
+        )
+    } else {
+        reason
     }
 }
