@@ -55,6 +55,42 @@ pub struct AuditRecord {
     pub upstream: Option<crate::upstream::call::UpstreamAudit>,
 }
 
+impl AuditRecord {
+    /// The record of a call as it arrives (outcome ERROR until it is finished), for one of
+    /// stsd's own tools or a wrapped upstream tool alike.
+    pub fn arrived(
+        call_id: u64,
+        caller: &crate::service::Caller,
+        tool_id: String,
+        name: String,
+        risk_level: String,
+        params: Value,
+    ) -> AuditRecord {
+        AuditRecord {
+            ts: crate::store::now_ms(),
+            call_id,
+            tool_id,
+            name,
+            category: None,
+            tool_safety: Value::Null,
+            risk_level,
+            params,
+            outcome: "ERROR",
+            error: None,
+            elapsed_ms: 0,
+            worker_pid: None,
+            peer_uid: caller.peer_uid,
+            principal: caller.principal.clone(),
+            limits_hit: Vec::new(),
+            transport: caller.transport,
+            egress: Vec::new(),
+            approval: None,
+            metrics: None,
+            upstream: None,
+        }
+    }
+}
+
 /// Seed 004's execution metrics, per call: in the audit record and the result's `_meta`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -123,19 +159,18 @@ impl AuditLog {
     /// Appends one record. Errors are returned so the caller can decide; the daemon logs them
     /// and still answers (a full disk must not take tool calls down with it).
     pub fn append(&self, rec: &AuditRecord) -> std::io::Result<()> {
-        let mut line = escape_line_breaks(serde_json::to_vec(rec).map_err(std::io::Error::other)?);
-        line.push(b'\n');
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.1.write_all(&line)?;
-        g.1.flush()
+        self.append_line(rec)
     }
-}
 
-impl AuditLog {
     /// A gateway event (risk computations, poisoning hits, ledger mismatches, upstream
     /// egress), one line beside the call records; readers tell it apart by its `event` field.
     pub fn append_value(&self, v: &Value) -> std::io::Result<()> {
-        let mut line = escape_line_breaks(serde_json::to_vec(v).map_err(std::io::Error::other)?);
+        self.append_line(v)
+    }
+
+    fn append_line(&self, value: &impl Serialize) -> std::io::Result<()> {
+        let mut line =
+            escape_line_breaks(serde_json::to_vec(value).map_err(std::io::Error::other)?);
         line.push(b'\n');
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         g.1.write_all(&line)?;

@@ -754,28 +754,18 @@ impl Service {
         self.inflight.fetch_add(1, Ordering::SeqCst);
         let _inflight = InFlight(&self.inflight);
         let call_id = self.next_call_id();
-        let mut record = AuditRecord {
-            ts: started,
+        let mut record = AuditRecord::arrived(
             call_id,
-            tool_id: tool.tool_id.clone(),
-            name: tool.spec.name.clone(),
-            category: tool.spec.category.clone(),
-            tool_safety: serde_json::to_value(&tool.resolved.tool_safety).unwrap_or(Value::Null),
-            risk_level: tool.resolved.risk.to_string(),
-            params: Value::Object(args.clone()),
-            outcome: "ERROR",
-            error: None,
-            elapsed_ms: 0,
-            worker_pid: None,
-            peer_uid: caller.peer_uid,
-            principal: caller.principal.clone(),
-            limits_hit: Vec::new(),
-            transport: caller.transport,
-            egress: Vec::new(),
-            approval: None,
-            metrics: None,
-            upstream: None,
-        };
+            caller,
+            tool.tool_id.clone(),
+            tool.spec.name.clone(),
+            tool.resolved.risk.to_string(),
+            Value::Object(args.clone()),
+        );
+        record.ts = started;
+        record.category = tool.spec.category.clone();
+        record.tool_safety =
+            serde_json::to_value(&tool.resolved.tool_safety).unwrap_or(Value::Null);
 
         // The secrets of this tool mask its record from the start: a call refused before it
         // runs (bad arguments, say) has its params masked like any other.

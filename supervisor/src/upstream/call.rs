@@ -60,34 +60,21 @@ pub async fn call_wrapped(
         .upstream(&tool.upstream)
         .map(|u| u.secrets.clone())
         .unwrap_or_default();
-    let mut record = AuditRecord {
-        ts: crate::store::now_ms(),
+    let mut record = AuditRecord::arrived(
         call_id,
-        tool_id: tool.ledger_id.clone(),
-        name: tool.alias.clone(),
-        category: None,
-        tool_safety: Value::Null,
-        risk_level: tool.composed.level.to_string(),
-        params: mask_value(&Value::Object(args.clone()), &secrets),
-        outcome: "ERROR",
-        error: None,
-        elapsed_ms: 0,
-        worker_pid: None,
-        peer_uid: caller.peer_uid,
-        principal: caller.principal.clone(),
-        limits_hit: Vec::new(),
-        transport: caller.transport,
-        egress: Vec::new(),
-        approval: None,
-        metrics: None,
-        upstream: Some(UpstreamAudit {
-            id: tool.upstream.clone(),
-            tool: tool.tool.clone(),
-            server_risk: tool.server_risk.level.to_string(),
-            tool_risk: tool.tool_risk.level.to_string(),
-            floor_trigger: tool.composed.floor_trigger.map(|f| f.name().to_string()),
-        }),
-    };
+        caller,
+        tool.ledger_id.clone(),
+        tool.alias.clone(),
+        tool.composed.level.to_string(),
+        mask_value(&Value::Object(args.clone()), &secrets),
+    );
+    record.upstream = Some(UpstreamAudit {
+        id: tool.upstream.clone(),
+        tool: tool.tool.clone(),
+        server_risk: tool.server_risk.level.to_string(),
+        tool_risk: tool.tool_risk.level.to_string(),
+        floor_trigger: tool.composed.floor_trigger.map(|f| f.name().to_string()),
+    });
     if let Err(e) = check_arguments(&tool.input_schema, &args) {
         let reply = ToolReply::error(Code::InvalidInput, &e);
         return service.finish(record, &secrets, t0, reply);
