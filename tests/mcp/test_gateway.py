@@ -20,9 +20,26 @@ from conftest import CATALOG, ROOT, Daemon, stsd_bin
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-FS_SERVER = ROOT / "target/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
-UPVENV = ROOT / "target/upstream-venv"
-HOSTILE = ROOT / "tests/upstreams/hostile_server.py"
+# Resolved: scripts/setup-test-deps may have put them where the upstreams' user can read them.
+FS_SERVER = Path(os.path.realpath(
+    ROOT / "target/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"))
+UPVENV = Path(os.path.realpath(ROOT / "target/upstream-venv"))
+
+
+def _readable_copy(src: Path) -> Path:
+    """The fixture, where a confined upstream (nobody) can read it whatever the checkout's
+    modes are."""
+    import shutil
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix="stsd-fixtures-"))
+    d.chmod(0o755)
+    dst = d / src.name
+    shutil.copy(src, dst)
+    dst.chmod(0o644)
+    return dst
+
+
+HOSTILE = _readable_copy(ROOT / "tests/upstreams/hostile_server.py")
 DOCS = 'docs_url = "https://github.com/modelcontextprotocol/servers"\ndocs_adequate = true\n'
 PATTERNS = [
     "HIDDEN_INSTRUCTION", "SYSTEM_PROMPT_OVERRIDE", "ROLE_HIJACK", "UNICODE_ZERO_WIDTH",
