@@ -172,6 +172,13 @@ pub fn status(socket: &Path, json_out: bool) -> ExitCode {
                 v["sandbox"]["landlockAbi"],
                 v["sandbox"]["seccomp"],
             );
+            let g = &v["gateway"];
+            if !g.is_null() {
+                println!(
+                    "gateway: {} of {} upstreams connected; upstream tools served {}, withheld {}",
+                    g["connected"], g["upstreams"], g["toolsServed"], g["toolsWithheld"]
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e) => fail(e),

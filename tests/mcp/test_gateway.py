@@ -156,6 +156,9 @@ def test_two_third_party_servers_are_reexposed_confined(tmp_path):
             assert r.is_error is True and text_of(r).startswith("INVALID_INPUT"), text_of(r)
 
         anyio.run(client, d, body)
+        status = admin(d, "status", "--json")["gateway"]
+        assert status["upstreams"] == 2 and status["connected"] == 2, status
+        assert status["toolsServed"] == 5, status
         pid = upstream_list(d)["fs"]["pid"]
         st = status_of(pid)
         assert st["NoNewPrivs"] == "1" and st["Seccomp"] == "2", st

@@ -116,6 +116,16 @@ impl Admin {
             "calls": {"inFlight": self.service.in_flight(), "waiting": self.service.waiting()},
             "catalog": {"served": p.tools.len(), "withheld": p.withheld.len()},
             "approvalsPending": self.service.gate.pending().len(),
+            "gateway": self.service.gateway().map(|g| {
+                let e = g.exposed();
+                json!({
+                    "upstreams": g.upstreams.len(),
+                    "connected": g.upstreams.iter().filter(|u| u.conn.as_ref().is_some_and(|c|
+                        c.state() == crate::upstream::client::ConnState::Ready)).count(),
+                    "toolsServed": e.tools.len(),
+                    "toolsWithheld": e.withheld.len(),
+                })
+            }),
             "sandbox": {"landlockAbi": sandbox, "seccomp": true},
         })
     }
