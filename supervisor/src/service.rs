@@ -729,12 +729,7 @@ impl Service {
         let config = self.config();
         let Some(tool) = self.own_tool(&published, name) else {
             // Not one of stsd's own: a wrapped upstream tool, or nothing.
-            let gw = self.gateway();
-            let wrapped = match (&gw, config.gateway.exposure) {
-                (Some(g), Exposure::Both | Exposure::Upstream) => g.get(name),
-                _ => None,
-            };
-            let (Some(gw), Some(tool)) = (gw, wrapped) else {
+            let (Some(gw), Some(tool)) = (self.gateway(), self.wrapped_tool(name)) else {
                 return Err(CallFailure::UnknownTool(name.to_string()));
             };
             self.inflight.fetch_add(1, Ordering::SeqCst);
@@ -1116,16 +1111,23 @@ impl Service {
         }
     }
 
-    /// The approval requirement and prompt of any served tool (own or wrapped), for
-    /// transports that ask ahead of the call.
-    pub fn approval_of(&self, name: &str) -> Option<Requirement> {
-        if let Some(t) = self.own_tool(&self.published(), name) {
-            return Some(t.approval);
+    /// A served wrapped tool by name (none when the exposure is own tools only).
+    fn wrapped_tool(&self, name: &str) -> Option<crate::upstream::expose::WrappedTool> {
+        match self.config().gateway.exposure {
+            Exposure::Both | Exposure::Upstream => self.gateway()?.get(name),
+            Exposure::Own => None,
         }
-        self.wrapped()
-            .into_iter()
-            .find(|t| t.alias == name)
-            .map(|t| t.approval)
+    }
+
+    /// The approval requirement of any served tool (own or wrapped), for transports that ask
+    /// ahead of the call.
+    pub fn approval_of(&self, name: &str) -> Option<Requirement> {
+        if self.config().gateway.exposure != Exposure::Upstream {
+            if let Some(t) = self.published().get(name) {
+                return Some(t.approval.clone());
+            }
+        }
+        self.wrapped_tool(name).map(|t| t.approval)
     }
 
     /// The approval prompt for any served tool (own or wrapped), secrets masked.
@@ -1133,7 +1135,7 @@ impl Service {
         if let Some(t) = self.own_tool(&self.published(), name) {
             return Some(self.approval_prompt(&t, args));
         }
-        let w = self.wrapped().into_iter().find(|t| t.alias == name)?;
+        let w = self.wrapped_tool(name)?;
         let secrets = self
             .gateway()
             .and_then(|g| g.upstream(&w.upstream).map(|u| u.secrets.clone()))

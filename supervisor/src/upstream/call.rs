@@ -25,10 +25,10 @@ pub struct UpstreamAudit {
     pub floor_trigger: Option<String>,
 }
 
-/// Checks `args` against the tool's input schema; the error names the JSON pointer.
-fn check_arguments(schema: &Value, args: &Map<String, Value>) -> Result<(), String> {
-    let validator = jsonschema::validator_for(schema)
-        .map_err(|e| format!("the upstream's input schema does not compile: {e}"))?;
+/// Checks `args` against the tool's input schema (compiled when it was exposed); the error
+/// names the JSON pointer.
+fn check_arguments(tool: &WrappedTool, args: &Map<String, Value>) -> Result<(), String> {
+    let validator = tool.validator.as_ref().map_err(Clone::clone)?;
     let instance = Value::Object(args.clone());
     let errors: Vec<String> = validator
         .iter_errors(&instance)
@@ -75,7 +75,7 @@ pub async fn call_wrapped(
         tool_risk: tool.tool_risk.level.to_string(),
         floor_trigger: tool.composed.floor_trigger.map(|f| f.name().to_string()),
     });
-    if let Err(e) = check_arguments(&tool.input_schema, &args) {
+    if let Err(e) = check_arguments(&tool, &args) {
         let reply = ToolReply::error(Code::InvalidInput, &e);
         return service.finish(record, &secrets, t0, reply);
     }

@@ -9,8 +9,9 @@ use super::scan::{self, Hit};
 use super::shadow;
 use crate::approval::{requirement, Requirement, ToolFacts};
 use serde_json::{json, Value};
+use std::sync::Arc;
 use stsd_profiles::upstream::{GatewayConfig, Trust, UpstreamConfig};
-use stsd_profiles::{Config, RiskLevel};
+use stsd_profiles::Config;
 
 /// One upstream tool as stsd serves it.
 #[derive(Debug, Clone)]
@@ -23,6 +24,8 @@ pub struct WrappedTool {
     pub description: String,
     /// The upstream's input schema, unchanged.
     pub input_schema: Value,
+    /// It compiled once, when the tool was exposed (Err: why not; every call says so).
+    pub validator: Result<Arc<jsonschema::Validator>, String>,
     pub output_schema: Option<Value>,
     /// The upstream's annotations, passed through (hints, never trusted for policy beyond
     /// the score).
@@ -286,6 +289,7 @@ pub fn compute(
                     .get(name)
                     .cloned()
                     .unwrap_or_else(|| upstream_description.unwrap_or_default().to_string()),
+                validator: compile(input_schema.as_ref()),
                 input_schema: input_schema
                     .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
                 output_schema: t.get("outputSchema").cloned().filter(|v| !v.is_null()),
@@ -355,6 +359,14 @@ pub fn compute(
     (out, events)
 }
 
+/// The validator of an input schema, compiled once per exposure rather than per call.
+fn compile(schema: Option<&Value>) -> Result<Arc<jsonschema::Validator>, String> {
+    let empty = json!({"type": "object"});
+    jsonschema::validator_for(schema.unwrap_or(&empty))
+        .map(Arc::new)
+        .map_err(|e| format!("the upstream's input schema does not compile: {e}"))
+}
+
 /// The ledger's verdict on `fp`: recorded (the daemon), or only looked up (a preview, which
 /// must leave the ledger as it is). A ledger that cannot be written withholds the tool.
 fn look_up(ledger: &Ledger, id: &str, fp: &str, observe: bool) -> ledger::Observation {
@@ -392,9 +404,4 @@ fn look_up(ledger: &Ledger, id: &str, fp: &str, observe: bool) -> ledger::Observ
             observed: fp.to_string(),
         },
     }
-}
-
-/// The composed level a client sees in `_meta`.
-pub fn level(t: &WrappedTool) -> RiskLevel {
-    t.composed.level
 }

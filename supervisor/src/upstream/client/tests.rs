@@ -51,12 +51,7 @@ fn fast() -> Options {
     Options {
         restart_initial: Duration::from_millis(50),
         restart_max: Duration::from_millis(400),
-        stable_after: Duration::from_secs(60),
-        connect_timeout: Duration::from_secs(30),
-        http_proxy: None,
-        events: None,
-        secrets: Default::default(),
-        relist: Duration::from_secs(60),
+        ..Options::from_gateway(&Default::default())
     }
 }
 
