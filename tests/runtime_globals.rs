@@ -378,7 +378,13 @@ fn non_deterministic_tools_have_the_right_shape() {
         json!({"timeZone": "Asia/Seoul"}),
     )
     .to_string();
-    assert!(t.contains("+09:00") || t.contains("Asia/Seoul"), "{t}");
+    // In the hour after midnight in Seoul (15:00-16:00 UTC), `hour12: false` formats the hour
+    // as 24, as node does too ("2026-11-24, 24:39:48"), and the tool then computes +33:00:
+    // the catalog tool's own bug, reproduced faithfully, not a runtime fault.
+    assert!(
+        t.contains("+09:00") || t.contains("Asia/Seoul") || t.contains("T24:"),
+        "{t}"
+    );
     let u = run(
         &find("default-tool-specs-builtin-helpers.json", "uuid"),
         json!({}),
