@@ -250,6 +250,9 @@ pub struct WorkerTimings {
     pub cpu_us: u64,
     /// Bytes the QuickJS heap held when the body ended (JS_ComputeMemoryUsage malloc_size).
     pub heap_bytes: u64,
+    /// Page faults (minor, getrusage ru_minflt) while applying the posture, binding the
+    /// context and running the body: what a fresh worker pays for its first touches.
+    pub faults: [u64; 3],
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

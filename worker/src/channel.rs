@@ -45,6 +45,19 @@ impl Channel {
         }
     }
 
+    /// Waits until the supervisor closes the socket (or kills this process); anything it
+    /// sends meanwhile is ignored.
+    pub fn await_close(&self) {
+        let mut buf = [0u8; 64];
+        loop {
+            match recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Ok(n) if n > 0 => continue,
+                _ => return,
+            }
+        }
+    }
+
     pub fn recv(&self) -> Result<ToWorker, String> {
         let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
         // MSG_TRUNC: SEQPACKET reports the record's real length, so an oversize one is seen.

@@ -8,6 +8,7 @@ mod channel;
 mod console;
 mod engine;
 mod globals;
+mod inherit;
 mod jsstring;
 mod zygote;
 
@@ -40,6 +41,12 @@ pub const ATTACK_MODE: bool = cfg!(all(feature = "attack", debug_assertions));
 /// This process's resource use: (peak resident set in KiB, CPU time in µs); zeros when
 /// unknown.
 fn usage() -> (u64, u64) {
+    let (rss, cpu, _) = usage_faults();
+    (rss, cpu)
+}
+
+/// [`usage`] and the minor page faults so far.
+fn usage_faults() -> (u64, u64, u64) {
     // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_SELF is allowed by the
     // seccomp profile.
     unsafe {
@@ -47,9 +54,13 @@ fn usage() -> (u64, u64) {
         if libc::getrusage(libc::RUSAGE_SELF, &mut u) == 0 {
             let us =
                 |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1_000_000 + t.tv_usec.max(0) as u64;
-            (u.ru_maxrss.max(0) as u64, us(u.ru_utime) + us(u.ru_stime))
+            (
+                u.ru_maxrss.max(0) as u64,
+                us(u.ru_utime) + us(u.ru_stime),
+                u.ru_minflt.max(0) as u64,
+            )
         } else {
-            (0, 0)
+            (0, 0, 0)
         }
     }
 }
@@ -159,6 +170,7 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
             Err(_) => return 0,
         };
         let started = Instant::now();
+        let f0 = usage_faults().2;
         let deadline = started + Duration::from_millis(job.limits.timeout_ms);
         if job.attack.is_some() && !ATTACK_MODE {
             return fail(
@@ -204,6 +216,7 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
             }
         }
         let profile_us = started.elapsed().as_micros() as u64;
+        let f1 = usage_faults().2;
         if channel.send(&FromWorker::Confined).is_err() {
             return 73;
         }
@@ -232,11 +245,11 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
         };
         let context_us = t_ctx.elapsed().as_micros() as u64;
         let t_run = Instant::now();
-        let cpu_before = usage().1;
+        let (_, cpu_before, f2) = usage_faults();
         let outcome = engine.run(&job);
         let run_us = t_run.elapsed().as_micros() as u64;
         let heap_bytes = engine.heap_bytes();
-        let (rss_kib, cpu_after) = usage();
+        let (rss_kib, cpu_after, f3) = usage_faults();
         let clean = outcome.is_ok() || matches!(&outcome, Err(f) if f.code == Code::JsError);
         let sent = match outcome {
             Ok(r) => engine::send_result(&channel, &r),
@@ -249,13 +262,25 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
             max_rss_kib: rss_kib,
             cpu_us: cpu_after.saturating_sub(cpu_before),
             heap_bytes,
+            faults: [
+                f1.saturating_sub(f0),
+                f2.saturating_sub(f1),
+                f3.saturating_sub(f2),
+            ],
         }));
         // Only a call that ended cleanly leaves a worker fit for another.
         if sent.is_err() || !job.keep_alive || !clean {
             // The process ends here and the kernel frees its memory at once; tearing the
             // runtime down first (a full GC, then every free) would only cost CPU.
             std::mem::forget(engine);
-            return if sent.is_err() { 74 } else { 0 };
+            if sent.is_err() {
+                return 74;
+            }
+            // The supervisor has everything and ends this process when the reply is on its
+            // way. Exiting now would put the teardown (unmapping every page) on this CPU
+            // ahead of the supervisor reading the last frame.
+            channel.await_close();
+            return 0;
         }
         drop(engine);
         // The next call's context, made now, while nobody waits; Ready again says it is made

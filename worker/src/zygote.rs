@@ -63,6 +63,10 @@ pub fn run() -> i32 {
     // never uses it: no tool code ever runs here. What a context would otherwise get fresh
     // per worker, Math.random's state, is seeded per call (see engine::Engine::bind).
     let warm = super::engine::Warm::new();
+    // What the workers inherit ready to use (see inherit.rs): the page-table entries of the
+    // code this process has run, and where its heap starts, for each worker to own it.
+    super::inherit::share_code();
+    let heap = super::inherit::heap_start();
     let mut req = [0u8; 8];
     loop {
         match recv(ctrl.as_raw_fd(), &mut req, MsgFlags::empty()) {
@@ -99,6 +103,7 @@ pub fn run() -> i32 {
                 unsafe { libc::_exit(70) };
             }
             super::set_name(c"stsd-worker");
+            super::inherit::own_heap(heap);
             let code = super::serve(uid, gid, warm);
             // SAFETY: _exit ends this process; nothing in it needs flushing or tearing down.
             unsafe { libc::_exit(code) };

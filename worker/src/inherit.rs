@@ -1,0 +1,112 @@
+//! What a forked worker inherits ready to use, so that its call does not pay for first
+//! touches. On a VM a page fault costs a few microseconds, and a worker forked from the
+//! zygote used to take about 90 of them inside its call (`stsd run --timings` counts them):
+//! its code is file-backed, and fork(2) does not copy a file-backed mapping's page-table
+//! entries (the child faults them in again); and every heap page it writes is shared with the
+//! zygote, so the first write copies it.
+//!
+//! - [`share_code`] (the zygote, once): each private code mapping (of stsd and of its
+//!   libraries) gets one anonymous page of its own, which makes fork copy the mapping's
+//!   page-table entries (the kernel copies them for every mapping that has anonymous pages).
+//!   What is copied is what the zygote itself ran while it started and made the first
+//!   context: entries pointing at pages the page cache already holds, no new memory.
+//! - [`own_heap`] (each forked worker, before Ready): writes every heap page once, so the
+//!   copies are made while nobody waits rather than inside the call.
+//!
+//! Neither changes what a worker can do or see: the same bytes at the same addresses, with
+//! the same protections, before any job exists.
+
+use std::fs;
+
+/// One line of /proc/self/maps that matters here.
+struct Mapping {
+    start: usize,
+    end: usize,
+    perms: [u8; 4],
+    path: String,
+}
+
+fn mappings() -> Vec<Mapping> {
+    let Ok(text) = fs::read_to_string("/proc/self/maps") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let (range, perms) = (f.next()?, f.next()?);
+            let path = f.nth(3).unwrap_or("").to_string();
+            let (a, b) = range.split_once('-')?;
+            let perms: [u8; 4] = perms.as_bytes().try_into().ok()?;
+            Some(Mapping {
+                start: usize::from_str_radix(a, 16).ok()?,
+                end: usize::from_str_radix(b, 16).ok()?,
+                perms,
+                path,
+            })
+        })
+        .collect()
+}
+
+/// The zygote, after its start and first context: makes fork copy the page-table entries of
+/// its code mappings. Returns how many mappings it changed. A mapping that refuses (a policy
+/// forbidding writable code, say) is left as it was: each worker then faults its pages in.
+pub fn share_code() -> usize {
+    let mut done = 0;
+    for m in mappings() {
+        // Code only: read-only data is mostly touched once, at start (sharing its entries too
+        // would double an idle worker's proportional memory for a few faults a call).
+        let code = &m.perms == b"r-xp";
+        if !code || !m.path.starts_with('/') || m.end <= m.start {
+            continue;
+        }
+        let (addr, len) = (m.start as *mut libc::c_void, m.end - m.start);
+        let p = libc::PROT_READ | libc::PROT_EXEC;
+        // SAFETY: the range is a whole mapping of this process, as the kernel listed it. It
+        // is made writable only for the one write below, which stores back the byte that is
+        // already there (the process is single-threaded: nothing reads it in between), and
+        // its protection is then restored. The code running here may sit in the range: it
+        // stays executable throughout and its bytes never change.
+        unsafe {
+            if libc::mprotect(addr, len, p | libc::PROT_WRITE) != 0 {
+                continue;
+            }
+            let b = addr as *mut u8;
+            std::ptr::write_volatile(b, std::ptr::read_volatile(b));
+            if libc::mprotect(addr, len, p) != 0 {
+                // Dropping a right cannot fail where adding it did not; if it ever did, no
+                // worker may inherit writable code: end the zygote (the supervisor makes
+                // another, and reports it if that one fails too).
+                libc::_exit(70);
+            }
+        }
+        done += 1;
+    }
+    done
+}
+
+/// Where the zygote's heap begins (its end is the program break at the time of the fork).
+pub fn heap_start() -> Option<usize> {
+    mappings()
+        .into_iter()
+        .find(|m| m.path == "[heap]")
+        .map(|m| m.start)
+}
+
+/// A forked worker, before Ready: writes each page of its heap once, so its private copies
+/// are made now. `start` is [`heap_start`] as the zygote read it.
+pub fn own_heap(start: Option<usize>) {
+    let Some(start) = start else { return };
+    // SAFETY: sbrk(0) only reads the current break.
+    let end = unsafe { libc::sbrk(0) } as usize;
+    let page = 4096;
+    let mut p = start;
+    while p < end {
+        // SAFETY: [start, break) is this process's heap, mapped read-write; the byte is read
+        // and stored back unchanged, and the process is single-threaded.
+        unsafe {
+            let b = p as *mut u8;
+            std::ptr::write_volatile(b, std::ptr::read_volatile(b));
+        }
+        p += page;
+    }
+}
