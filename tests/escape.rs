@@ -224,7 +224,9 @@ fn proc_status_in(mode: stsd_profiles::baseline::SpawnMode) {
                 {
                     let limits =
                         std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
-                    return Some((s, limits));
+                    let stat =
+                        std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                    return Some((s, limits, stsd_tests::sched_policy(&stat)));
                 }
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -237,7 +239,7 @@ fn proc_status_in(mode: stsd_profiles::baseline::SpawnMode) {
         }
     });
     assert!(out.result.is_ok(), "{mode:?}: {out:?}");
-    let (status, limits) = watcher
+    let (status, limits, policy) = watcher
         .join()
         .ok()
         .flatten()
@@ -250,6 +252,13 @@ fn proc_status_in(mode: stsd_profiles::baseline::SpawnMode) {
             .unwrap_or_default()
     };
     assert_eq!(field("NoNewPrivs:"), "1");
+    // A worker is made as background work (SCHED_IDLE, see profiles/src/os/priority.rs);
+    // its call runs at the normal policy.
+    assert_eq!(
+        policy,
+        Some(0),
+        "{mode:?}: the call runs under policy {policy:?}"
+    );
     // The posture-independent limits (set before Ready) and the posture's.
     for (name, want) in [
         ("Max processes", "0 0"),

@@ -402,7 +402,7 @@ fn a_kept_worker_runs_a_second_job_in_a_fresh_context() {
     j.keep_alive = true;
     j.reuse_calls = 2;
     let opts = exec_options();
-    let w = stsd::exec::spawn_ready(&opts).unwrap_or_else(|e| panic!("{e:?}"));
+    let w = stsd::exec::spawn_ready(&opts, true).unwrap_or_else(|e| panic!("{e:?}"));
     let pid = w.pid();
     let (out, kept) = stsd::exec::run_keeping(w, &j, &opts, None, &mut |_| {});
     assert_eq!(ok_json(&out), 1);

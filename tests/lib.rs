@@ -94,6 +94,15 @@ pub const SPAWN_MODES: [stsd_profiles::baseline::SpawnMode; 2] = [
     stsd_profiles::baseline::SpawnMode::Exec,
 ];
 
+/// The scheduling policy in a /proc/PID/stat line (its 41st field; 0 is SCHED_OTHER, 5
+/// SCHED_IDLE).
+pub fn sched_policy(stat: &str) -> Option<u32> {
+    // pid (comm) state ...: comm may hold spaces, so count from after the last ')', where
+    // the state is field 3.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(41 - 3)?.parse().ok()
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

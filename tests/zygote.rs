@@ -302,3 +302,96 @@ fn status_names_the_spawn_mode_and_the_zygote() {
         assert_eq!(s["pool"]["zygotePid"].as_i64().map(|p| p as i32), z, "{s}");
     }
 }
+
+/// A forked worker finds its code's page-table entries and its own heap pages in place
+/// (worker/src/inherit.rs): binding its context and running a small body take about 10 page
+/// faults in a release build and 30 in a debug one. A worker that faulted them in itself took
+/// about 90 and 100, a few microseconds each on a VM.
+#[test]
+fn a_forked_worker_finds_its_pages_in_place() {
+    let opts = stsd_tests::exec_options_in(stsd_profiles::baseline::SpawnMode::Zygote);
+    let base = stsd_tests::scratch_base();
+    let code = "const xs = [3, 1, 4, 1, 5, 9, 2, 6].map((x) => x * 2);\n\
+                return { n: xs.length, s: JSON.stringify(xs.sort((a, b) => a - b)) };";
+    let mut faults = Vec::new();
+    for _ in 0..5 {
+        let j = stsd_tests::job(code, stsd_protocol::frames::FsAccess::None, base.path());
+        let out = stsd::exec::run_job(&j, &opts, &mut |_| {});
+        assert!(out.result.is_ok(), "{:?}", out.result);
+        let f = out.timings.worker.faults;
+        faults.push(f[1] + f[2]);
+    }
+    faults.sort();
+    assert!(
+        faults[2] <= 50,
+        "page faults binding the context and running the body: {faults:?}"
+    );
+}
+
+/// Each code mapping is made writable for one store in the zygote (inherit.rs), then put
+/// back: no mapping of the zygote or of a worker is writable and executable, and the code is
+/// still mapped read-execute.
+#[test]
+fn no_mapping_of_the_zygote_or_a_worker_is_writable_and_executable() {
+    if !stsd_tests::is_root() {
+        eprintln!("skipped: reading another user's /proc/PID/maps needs root");
+        return;
+    }
+    let d = Daemon::start(2, "");
+    let zygote = wait_for_zygote(&d, None);
+    d.wait_until("an idle worker", 10, |c| {
+        c.iter().any(|w| !w.2 && w.1 != 'Z')
+    });
+    let idle: Vec<i32> = d
+        .children()
+        .iter()
+        .filter(|c| !c.2 && c.1 != 'Z')
+        .map(|c| c.0)
+        .collect();
+    for pid in idle.into_iter().chain([zygote]) {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        assert!(
+            maps.lines().any(|l| l.contains(" r-xp ")),
+            "{pid} has no code mapping: {maps}"
+        );
+        for line in maps.lines() {
+            let perms = line.split_whitespace().nth(1).unwrap_or("");
+            assert!(
+                !(perms.contains('w') && perms.contains('x')),
+                "{pid} maps writable code: {line}"
+            );
+        }
+    }
+}
+
+/// Workers waiting in the pool were made as background work (SCHED_IDLE: a fork or a
+/// worker's start never delays a call) when the daemon may put them back for their calls
+/// (root); the zygote, between urgent forks, too. tests/escape.rs checks that a call runs at
+/// the normal policy.
+#[test]
+fn pool_workers_and_the_zygote_wait_at_background_priority() {
+    if !stsd_tests::is_root() {
+        eprintln!("skipped: only a root daemon may put a worker back to normal priority");
+        return;
+    }
+    const SCHED_IDLE: u32 = 5;
+    let d = Daemon::start(2, "");
+    let mut c = d.connect();
+    // A call uses a pool worker, which the pool replaces in the background.
+    c.call(1, "echo-console", json!({ "text": "x" }));
+    let r = c.response();
+    assert!(!is_error(&r), "{r}");
+    let policy = |pid: i32| {
+        stsd_tests::sched_policy(
+            &std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default(),
+        )
+    };
+    d.wait_until("two background pool workers", 10, |c| {
+        c.iter()
+            .filter(|w| !w.2 && w.1 != 'Z' && policy(w.0) == Some(SCHED_IDLE))
+            .count()
+            >= 2
+    });
+    let zygote = wait_for_zygote(&d, None);
+    assert_eq!(policy(zygote), Some(SCHED_IDLE), "the zygote");
+}

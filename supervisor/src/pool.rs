@@ -8,7 +8,7 @@
 //! longest-parked go), and one that waits longer than `[worker] reuse_idle_seconds` is killed
 //! by the refill thread.
 
-use crate::exec::{spawn_ready, CallError, ExecOptions, ReadyWorker};
+use crate::exec::{reap_later, spawn_ready, CallError, ExecOptions, ReadyWorker};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -135,6 +135,8 @@ impl Pool {
 
     /// Keeps `target` workers ready, and kills parked workers whose idle time is up.
     fn refill_loop(&self) {
+        // Making workers is background work: a call in flight goes first.
+        stsd_profiles::os::priority::background(0);
         let idle = self.opts.reuse_idle;
         loop {
             let expired = {
@@ -164,7 +166,7 @@ impl Pool {
                 drop(expired); // killed and reaped, outside the lock
                 continue;
             }
-            match spawn_ready(&self.opts) {
+            match spawn_ready(&self.opts, false) {
                 Ok(w) => {
                     let mut st = self.lock();
                     if st.stopping {
@@ -197,7 +199,7 @@ impl Pool {
         self.wake.notify_one();
         match warm {
             Some(w) => Ok(w),
-            None => spawn_ready(&self.opts),
+            None => spawn_ready(&self.opts, true),
         }
     }
 
@@ -235,7 +237,7 @@ impl Pool {
             }
             found
         };
-        drop(unfit); // killed and reaped, outside the lock
+        unfit.into_iter().for_each(reap_later); // outside the lock, and off the call path
         match parked {
             Some(w) => Ok(w),
             None => self.take(),
@@ -266,7 +268,9 @@ impl Pool {
         };
         // The refill thread keeps time for the expiry.
         self.wake.notify_one();
-        drop(let_go); // killed and reaped, outside the lock
+        if let Some(w) = let_go {
+            reap_later(w); // outside the lock, and off the call path
+        }
     }
 
     /// Workers warm and waiting right now.

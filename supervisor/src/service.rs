@@ -912,7 +912,9 @@ impl Service {
             // should prevent, or its CPU budget for all its calls spent) is replaced, once, by
             // a fresh worker. The refusal comes before any of the tool's code runs.
             if reused && matches!(&out.result, Err(e) if e.code == Code::SandboxUnavailable) {
-                drop(kept.take());
+                if let Some(w) = kept.take() {
+                    exec::reap_later(w);
+                }
                 let fresh = me.pool.take()?;
                 job.keep_alive = me.reuse > 1;
                 (out, kept) = exec::run_keeping(fresh, &job, &opts, Some(&cancel), &mut on_event);

@@ -3,6 +3,7 @@
 //! process, set rlimits, Landlock, then seccomp (last, because it forbids the calls above).
 
 pub mod landlock;
+pub mod priority;
 pub mod privileges;
 pub mod process;
 pub mod seccomp;

@@ -300,8 +300,9 @@ impl std::ops::DerefMut for FrameBuf {
     }
 }
 
-/// Finished workers are killed and reaped here, off the reply path.
-fn reap_later(w: ReadyWorker) {
+/// Finished (or unwanted) workers are killed and reaped here, off the reply path: a kill is
+/// quick, but waiting for the process to be gone means waiting for its teardown.
+pub fn reap_later(w: ReadyWorker) {
     use std::sync::mpsc::{channel, Sender};
     use std::sync::{Mutex, OnceLock};
     static REAPER: OnceLock<Mutex<Sender<ReadyWorker>>> = OnceLock::new();
@@ -309,7 +310,14 @@ fn reap_later(w: ReadyWorker) {
         let (tx, rx) = channel::<ReadyWorker>();
         let _ = std::thread::Builder::new()
             .name("stsd-reaper".into())
-            .spawn(move || rx.into_iter().for_each(drop));
+            .spawn(move || {
+                // A finished worker's teardown must not delay the next call.
+                stsd_profiles::os::priority::background(0);
+                for w in rx {
+                    stsd_profiles::os::priority::background(w.pid());
+                    drop(w);
+                }
+            });
         Mutex::new(tx)
     });
     let tx = tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -318,8 +326,9 @@ fn reap_later(w: ReadyWorker) {
     }
 }
 
-/// Makes a worker and waits for its Ready frame.
-pub fn spawn_ready(opts: &ExecOptions) -> Result<ReadyWorker, CallError> {
+/// Makes a worker and waits for its Ready frame. `urgent`: a call waits for it (else it is
+/// for the pool, made as background work: see `os::priority`).
+pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, CallError> {
     let t0 = Instant::now();
     let Spawned {
         proc,
@@ -327,7 +336,7 @@ pub fn spawn_ready(opts: &ExecOptions) -> Result<ReadyWorker, CallError> {
         maker_cpu_ns,
     } = opts
         .spawner
-        .spawn()
+        .spawn(urgent)
         .map_err(|e| CallError::new(Code::WorkerCrashed, format!("cannot start a worker: {e}")))?;
     // From here on, dropping `w` kills and reaps the process.
     let mut w = ReadyWorker {
@@ -362,7 +371,7 @@ pub fn spawn_ready(opts: &ExecOptions) -> Result<ReadyWorker, CallError> {
 /// Runs one job in a fresh worker. Never panics on anything the worker does.
 pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>)) -> CallOutcome {
     let t0 = Instant::now();
-    match spawn_ready(opts) {
+    match spawn_ready(opts, true) {
         Ok(w) => {
             let mut out = run_on(w, job, opts, None, on_event);
             out.timings.total_us = t0.elapsed().as_micros() as u64;
@@ -421,6 +430,9 @@ pub fn run_keeping(
         peak_rss_kib: None,
         console_lines: 0,
     };
+    // A worker is made, and a reused one makes its next context, as background work
+    // (os::priority); its call is not.
+    stsd_profiles::os::priority::foreground(w.pid());
     on_event(Event::Started(w.pid()));
     let mut killed_at_deadline = false;
     let mut cancelled = false;
@@ -610,7 +622,8 @@ pub fn run_keeping(
     if settled.is_some() && protocol_error.is_none() && !killed_at_deadline {
         if job.keep_alive && clean && w.is_alive() {
             w.served += 1;
-            // It makes its next context now, and says Ready when it has.
+            // It makes its next context now, as background work, and says Ready when it has.
+            stsd_profiles::os::priority::background(w.pid());
             w.making_context = true;
             kept = Some(w);
         } else {

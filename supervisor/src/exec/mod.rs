@@ -6,6 +6,6 @@ pub mod spawn;
 pub mod zygote;
 
 pub use call::{
-    run_job, run_keeping, run_on, spawn_ready, CallError, CallOutcome, CallValue, Event,
-    ExecOptions, ReadyWorker,
+    reap_later, run_job, run_keeping, run_on, spawn_ready, CallError, CallOutcome, CallValue,
+    Event, ExecOptions, ReadyWorker,
 };

@@ -228,10 +228,12 @@ impl Spawner {
         }
     }
 
-    pub fn spawn(&self) -> std::io::Result<Spawned> {
+    /// A new worker. `urgent`: a call waits for it (else it is for the pool: see
+    /// `os::priority`).
+    pub fn spawn(&self, urgent: bool) -> std::io::Result<Spawned> {
         match self {
             Spawner::Exec { exe, uid, gid } => spawn_exec(exe, *uid, *gid),
-            Spawner::Zygote(z) => z.fork(),
+            Spawner::Zygote(z) => z.fork(urgent),
         }
     }
 }

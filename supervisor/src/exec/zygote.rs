@@ -25,11 +25,13 @@ const FORK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often an idle manager checks that its zygote is still alive.
 const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 
-type Reply = mpsc::SyncSender<std::io::Result<Spawned>>;
+/// A fork request: where to send the worker, and whether a call is waiting for it (else it is
+/// for the pool, and the zygote forks as background work: see `os::priority`).
+type Request = (mpsc::SyncSender<std::io::Result<Spawned>>, bool);
 
 #[derive(Debug)]
 pub struct Zygote {
-    requests: Mutex<Option<mpsc::Sender<Reply>>>,
+    requests: Mutex<Option<mpsc::Sender<Request>>>,
     pid: Arc<Mutex<Option<u32>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Execs the binary the manager holds (its descriptor lives as long as the manager).
@@ -39,7 +41,7 @@ pub struct Zygote {
 impl Zygote {
     /// Starts the manager thread, which execs the first zygote at once.
     pub fn start(exe: ExeFile, uid: u32, gid: u32, max_forks: u32) -> Zygote {
-        let (tx, rx) = mpsc::channel::<Reply>();
+        let (tx, rx) = mpsc::channel::<Request>();
         let pid = Arc::new(Mutex::new(None));
         let exe_path = exe.exec_path();
         let mut m = Manager {
@@ -49,6 +51,7 @@ impl Zygote {
             max_forks: max_forks.max(1),
             live: None,
             pid: pid.clone(),
+            background: false,
         };
         let thread = std::thread::Builder::new()
             .name("stsd-zygote".into())
@@ -76,15 +79,16 @@ impl Zygote {
         *self.pid.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new worker, forked by the zygote (replaced first if it has died).
-    pub fn fork(&self) -> std::io::Result<Spawned> {
+    /// A new worker, forked by the zygote (replaced first if it has died). `urgent`: a call
+    /// waits for it.
+    pub fn fork(&self, urgent: bool) -> std::io::Result<Spawned> {
         let (tx, rx) = mpsc::sync_channel(1);
         let sent = self
             .requests
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map(|r| r.send(tx));
+            .map(|r| r.send((tx, urgent)));
         if !matches!(sent, Some(Ok(()))) {
             return Err(std::io::Error::other("the zygote thread is not running"));
         }
@@ -119,15 +123,17 @@ struct Manager {
     max_forks: u32,
     live: Option<Live>,
     pid: Arc<Mutex<Option<u32>>>,
+    /// The live zygote runs as background work (SCHED_IDLE) now.
+    background: bool,
 }
 
 impl Manager {
-    fn run(&mut self, rx: mpsc::Receiver<Reply>) {
+    fn run(&mut self, rx: mpsc::Receiver<Request>) {
         self.replace();
         loop {
             match rx.recv_timeout(LIVENESS_CHECK) {
-                Ok(reply) => {
-                    let r = self.fork();
+                Ok((reply, urgent)) => {
+                    let r = self.fork(urgent);
                     let _ = reply.send(r);
                 }
                 Err(RecvTimeoutError::Timeout) => {
@@ -163,6 +169,7 @@ impl Manager {
             Ok(l) => {
                 self.set_pid(Some(l.proc.id()));
                 self.live = Some(l);
+                self.background = false;
             }
             Err(e) => tracing::error!(error = %e, "cannot start the zygote"),
         }
@@ -185,8 +192,22 @@ impl Manager {
         })
     }
 
+    /// The zygote's priority for the next fork: background work when it is for the pool, so
+    /// that it yields to calls; the normal priority when a call waits for the worker.
+    fn prioritise(&mut self, urgent: bool) {
+        let Some(l) = self.live.as_ref() else { return };
+        if urgent == self.background {
+            if urgent {
+                stsd_profiles::os::priority::foreground(l.proc.id());
+            } else {
+                stsd_profiles::os::priority::background(l.proc.id());
+            }
+            self.background = !urgent;
+        }
+    }
+
     /// One worker. A zygote that is gone, or fails to answer, is replaced and asked once more.
-    fn fork(&mut self) -> std::io::Result<Spawned> {
+    fn fork(&mut self, urgent: bool) -> std::io::Result<Spawned> {
         let mut last = None;
         for _ in 0..2 {
             if self.live.as_ref().is_none_or(|l| l.forks >= self.max_forks) {
@@ -196,6 +217,10 @@ impl Manager {
                 continue;
             };
             l.forks += 1;
+            self.prioritise(urgent);
+            let Some(l) = self.live.as_mut() else {
+                continue;
+            };
             match ask(l) {
                 Ok(s) => return Ok(s),
                 Err(e) => {
