@@ -2,9 +2,13 @@
 //! zygote, a new worker's start and a finished worker's teardown land on the CPU where a call
 //! is about to run (the scheduler places a woken task beside its waker), and the call waits
 //! for them. So that work runs under SCHED_IDLE (it gets a CPU only when no call wants it): the
-//! zygote and every worker it forks until the worker is given a job, the pool's refill and
-//! reaper threads, and a finished worker while it is torn down. The supervisor puts a worker
-//! back to the normal policy before it sends the job: a call never runs below the supervisor.
+//! zygote while it forks for the pool, every worker it forks until the worker is given a job,
+//! the pool's refill thread, and a reused worker making its next context. Each of those
+//! falls back to the normal policy when a call waits for it (the supervisor puts a worker
+//! back before it sends the job; a call that needs a fork now promotes the zygote), so
+//! starving the background under load only makes calls take the urgent path. A finished
+//! worker is torn down at nice 19 rather than SCHED_IDLE: its memory must come back under
+//! load too.
 //!
 //! Putting a process back needs CAP_SYS_NICE (a root supervisor) or an RLIMIT_NICE that allows
 //! nice 0. A supervisor that has neither leaves every priority as it is.
@@ -44,4 +48,12 @@ pub fn foreground(id: u32) {
     if can_restore() {
         let _ = set_policy(id, libc::SCHED_OTHER);
     }
+}
+
+/// A finished worker, before it is killed: its teardown (unmapping all its memory) yields to
+/// calls but, unlike SCHED_IDLE work, is never starved. Best effort (raising a nice value of
+/// one's own process needs no privilege; of another user's, CAP_SYS_NICE).
+pub fn finished(pid: u32) {
+    // SAFETY: setpriority with plain integers.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, pid as libc::id_t, 19) };
 }

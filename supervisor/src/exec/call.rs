@@ -310,19 +310,39 @@ pub fn reap_later(w: ReadyWorker) {
         let (tx, rx) = channel::<ReadyWorker>();
         let _ = std::thread::Builder::new()
             .name("stsd-reaper".into())
-            .spawn(move || {
-                // A finished worker's teardown must not delay the next call.
-                stsd_profiles::os::priority::background(0);
-                for w in rx {
-                    stsd_profiles::os::priority::background(w.pid());
-                    drop(w);
-                }
-            });
+            .spawn(move || reaper(rx));
         Mutex::new(tx)
     });
     let tx = tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if let Err(back) = tx.send(w) {
         drop(back.0); // no reaper thread: reap inline
+    }
+}
+
+/// Kills each worker as soon as it arrives (a finished worker waits for that, holding its
+/// memory), at the lowest priority so that its teardown yields to calls, and reaps the dead
+/// without ever blocking on one: a teardown slowed by load delays no other kill.
+fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut dying: Vec<ReadyWorker> = Vec::new();
+    loop {
+        let next = if dying.is_empty() {
+            rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        } else {
+            rx.recv_timeout(Duration::from_millis(5))
+        };
+        match next {
+            Ok(mut w) => {
+                stsd_profiles::os::priority::finished(w.pid());
+                w.proc.kill();
+                dying.push(w);
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            // The daemon is ending: the rest are killed and reaped as they are dropped.
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        // A reaped worker is dropped (its Drop finds nothing left to kill).
+        dying.retain_mut(ReadyWorker::is_alive);
     }
 }
 

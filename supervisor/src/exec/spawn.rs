@@ -73,12 +73,21 @@ impl ChildProc {
         matches!(self.try_wait(), Ok(None))
     }
 
-    /// SIGKILL and reap. Only a live, unreaped child of ours is signalled: its pid cannot
-    /// have been reused, and a pid that is not our child (ECHILD) is never touched.
-    pub fn kill_and_reap(&mut self) {
-        if matches!(self.try_wait(), Ok(None)) {
+    /// SIGKILL, without waiting for the process to be gone. Only a live, unreaped child of
+    /// ours is signalled: its pid cannot have been reused, and a pid that is not our child
+    /// (ECHILD) is never touched. Returns whether it was still alive.
+    pub fn kill(&mut self) -> bool {
+        let alive = matches!(self.try_wait(), Ok(None));
+        if alive {
             // SAFETY: kill(2) on our own live child.
             unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
+        alive
+    }
+
+    /// SIGKILL and reap (see [`ChildProc::kill`]).
+    pub fn kill_and_reap(&mut self) {
+        if self.kill() {
             let _ = self.wait();
         }
     }

@@ -15,6 +15,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recvmsg, send, ControlMessageOwned, MsgFlags};
 use std::io::IoSliceMut;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,10 +30,38 @@ const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 /// for the pool, and the zygote forks as background work: see `os::priority`).
 type Request = (mpsc::SyncSender<std::io::Result<Spawned>>, bool);
 
+/// The zygote's scheduling policy (see `os::priority`): background while it forks for the
+/// pool, normal while a call waits for a worker.
+#[derive(Debug, Default)]
+struct Policy {
+    /// Calls waiting for a worker from the zygote right now.
+    urgent_waiting: AtomicUsize,
+    /// The zygote runs under SCHED_IDLE now.
+    background: AtomicBool,
+}
+
+impl Policy {
+    fn foreground(&self, pid: u32) {
+        if self.background.swap(false, Ordering::SeqCst) {
+            stsd_profiles::os::priority::foreground(pid);
+        }
+    }
+
+    /// Only while no call waits: a call's fork never waits behind the background.
+    fn background(&self, pid: u32) {
+        if self.urgent_waiting.load(Ordering::SeqCst) == 0
+            && !self.background.swap(true, Ordering::SeqCst)
+        {
+            stsd_profiles::os::priority::background(pid);
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Zygote {
     requests: Mutex<Option<mpsc::Sender<Request>>>,
     pid: Arc<Mutex<Option<u32>>>,
+    policy: Arc<Policy>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Execs the binary the manager holds (its descriptor lives as long as the manager).
     exe_path: String,
@@ -43,6 +72,7 @@ impl Zygote {
     pub fn start(exe: ExeFile, uid: u32, gid: u32, max_forks: u32) -> Zygote {
         let (tx, rx) = mpsc::channel::<Request>();
         let pid = Arc::new(Mutex::new(None));
+        let policy = Arc::new(Policy::default());
         let exe_path = exe.exec_path();
         let mut m = Manager {
             exe,
@@ -51,7 +81,7 @@ impl Zygote {
             max_forks: max_forks.max(1),
             live: None,
             pid: pid.clone(),
-            background: false,
+            policy: policy.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("stsd-zygote".into())
@@ -66,6 +96,7 @@ impl Zygote {
         Zygote {
             requests: Mutex::new(Some(tx)),
             pid,
+            policy,
             thread: Mutex::new(thread),
             exe_path,
         }
@@ -82,6 +113,22 @@ impl Zygote {
     /// A new worker, forked by the zygote (replaced first if it has died). `urgent`: a call
     /// waits for it.
     pub fn fork(&self, urgent: bool) -> std::io::Result<Spawned> {
+        if urgent {
+            // At once: the zygote may be busy with a background fork this call must not wait
+            // behind at background priority.
+            self.policy.urgent_waiting.fetch_add(1, Ordering::SeqCst);
+            if let Some(pid) = self.pid() {
+                self.policy.foreground(pid);
+            }
+        }
+        let r = self.ask(urgent);
+        if urgent {
+            self.policy.urgent_waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+        r
+    }
+
+    fn ask(&self, urgent: bool) -> std::io::Result<Spawned> {
         let (tx, rx) = mpsc::sync_channel(1);
         let sent = self
             .requests
@@ -123,8 +170,7 @@ struct Manager {
     max_forks: u32,
     live: Option<Live>,
     pid: Arc<Mutex<Option<u32>>>,
-    /// The live zygote runs as background work (SCHED_IDLE) now.
-    background: bool,
+    policy: Arc<Policy>,
 }
 
 impl Manager {
@@ -169,7 +215,8 @@ impl Manager {
             Ok(l) => {
                 self.set_pid(Some(l.proc.id()));
                 self.live = Some(l);
-                self.background = false;
+                // A new zygote starts at the normal policy.
+                self.policy.background.store(false, Ordering::SeqCst);
             }
             Err(e) => tracing::error!(error = %e, "cannot start the zygote"),
         }
@@ -194,15 +241,12 @@ impl Manager {
 
     /// The zygote's priority for the next fork: background work when it is for the pool, so
     /// that it yields to calls; the normal priority when a call waits for the worker.
-    fn prioritise(&mut self, urgent: bool) {
+    fn prioritise(&self, urgent: bool) {
         let Some(l) = self.live.as_ref() else { return };
-        if urgent == self.background {
-            if urgent {
-                stsd_profiles::os::priority::foreground(l.proc.id());
-            } else {
-                stsd_profiles::os::priority::background(l.proc.id());
-            }
-            self.background = !urgent;
+        if urgent {
+            self.policy.foreground(l.proc.id());
+        } else {
+            self.policy.background(l.proc.id());
         }
     }
 
