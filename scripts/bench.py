@@ -232,6 +232,7 @@ def bench_bwrap():
 def run_breakdown():
     keys = ["spawn", "profile", "context", "body", "total"]
     parts = {k: [] for k in keys}
+    faults = {k: [] for k in ["profile", "context", "body"]}
     walls = []
     for _ in range(30):
         t0 = time.perf_counter()
@@ -241,6 +242,10 @@ def run_breakdown():
         m = re.search(r"spawn (\d+) us, profile (\d+) us, context (\d+) us, body (\d+) us, total (\d+) us", p.stderr)
         for k, v in zip(keys, m.groups()):
             parts[k].append(int(v))
+        f = re.search(r"page faults: profile (\d+), context (\d+), body (\d+)", p.stderr)
+        if f:
+            for k, v in zip(faults, f.groups()):
+                faults[k].append(int(v))
     med = statistics.median
     print("\none `stsd run` process (stats-summary), median of 30, microseconds")
     print(f"  whole process, wall clock                 {med(walls):8.0f}")
@@ -248,6 +253,9 @@ def run_breakdown():
     print(f"  apply the posture (rlimits, Landlock, seccomp) {med(parts['profile']):8.0f}")
     print(f"  bind the pre-made QuickJS context         {med(parts['context']):8.0f}")
     print(f"  run the body                              {med(parts['body']):8.0f}")
+    if faults["body"]:
+        print("  page faults (median): posture {:.0f}, context {:.0f}, body {:.0f}".format(
+            med(faults["profile"]), med(faults["context"]), med(faults["body"])))
 
 
 def main():

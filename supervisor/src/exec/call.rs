@@ -314,26 +314,61 @@ pub fn reap_later(w: ReadyWorker) {
         Mutex::new(tx)
     });
     let tx = tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let backlog = REAPER_BACKLOG.fetch_add(1, Ordering::SeqCst) + 1;
     if let Err(back) = tx.send(w) {
+        REAPER_BACKLOG.fetch_sub(1, Ordering::SeqCst);
         drop(back.0); // no reaper thread: reap inline
+        return;
+    }
+    // Under sustained load there is no idle time: the reaper must keep up anyway.
+    if backlog > MAX_IDLE_BACKLOG && REAPER_IDLE.swap(false, Ordering::SeqCst) {
+        stsd_profiles::os::priority::foreground(REAPER_TID.load(Ordering::SeqCst));
     }
 }
 
-/// Kills each worker as soon as it arrives (a finished worker waits for that, holding its
-/// memory), at the lowest priority so that its teardown yields to calls, and reaps the dead
-/// without ever blocking on one: a teardown slowed by load delays no other kill.
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+
+/// Workers handed to the reaper and not yet reaped.
+static REAPER_BACKLOG: AtomicUsize = AtomicUsize::new(0);
+/// The reaper's thread id, and whether it runs as background work now.
+static REAPER_TID: AtomicU32 = AtomicU32::new(0);
+static REAPER_IDLE: AtomicBool = AtomicBool::new(false);
+/// Finished workers that may wait for idle time to be killed and torn down; past that the
+/// reaper runs at the normal policy until it has caught up.
+const MAX_IDLE_BACKLOG: usize = 8;
+
+/// Kills and reaps finished workers as background work (SCHED_IDLE, see `os::priority`):
+/// on a small machine a teardown (unmapping all of a process's memory, freeing its seccomp
+/// programs) otherwise lands on the CPU where the next call is about to run. A finished
+/// worker waits for its kill, idle. When more than [`MAX_IDLE_BACKLOG`] wait, `reap_later`
+/// puts this thread back to the normal policy until none does, so load never makes them
+/// pile up. Reaping never blocks on one worker.
 fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
-    use std::sync::mpsc::RecvTimeoutError;
+    use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+    use stsd_profiles::os::priority;
+    // SAFETY: gettid has no preconditions.
+    REAPER_TID.store(unsafe { libc::gettid() } as u32, Ordering::SeqCst);
     let mut dying: Vec<ReadyWorker> = Vec::new();
     loop {
+        if dying.is_empty() && !REAPER_IDLE.load(Ordering::SeqCst) && priority::can_restore() {
+            priority::background(0);
+            REAPER_IDLE.store(true, Ordering::SeqCst);
+        }
         let next = if dying.is_empty() {
             rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
         } else {
-            rx.recv_timeout(Duration::from_millis(5))
+            match rx.try_recv() {
+                Ok(w) => Ok(w),
+                Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+                Err(TryRecvError::Empty) => rx.recv_timeout(Duration::from_millis(2)),
+            }
         };
         match next {
             Ok(mut w) => {
-                stsd_profiles::os::priority::finished(w.pid());
+                // The teardown inherits this thread's standing.
+                if REAPER_IDLE.load(Ordering::SeqCst) {
+                    priority::background(w.pid());
+                }
                 w.proc.kill();
                 dying.push(w);
             }
@@ -341,8 +376,10 @@ fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
             // The daemon is ending: the rest are killed and reaped as they are dropped.
             Err(RecvTimeoutError::Disconnected) => return,
         }
+        let before = dying.len();
         // A reaped worker is dropped (its Drop finds nothing left to kill).
         dying.retain_mut(ReadyWorker::is_alive);
+        REAPER_BACKLOG.fetch_sub(before - dying.len(), Ordering::SeqCst);
     }
 }
 
