@@ -188,6 +188,9 @@ pub enum ToWorker {
         code: String,
         message: String,
     },
+    /// Reuse: the supervisor has the call's outcome and keeps the worker; it makes its next
+    /// context now (not before: the reply would wait behind it on a busy CPU) and says Ready.
+    Continue,
 }
 
 /// A tool's `fetch`, as the worker forwards it to the supervisor's broker. A body, when

@@ -282,9 +282,18 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
             channel.await_close();
             return 0;
         }
+        // The next call's context is made once the supervisor has the outcome and says so
+        // (until then this process would hold the CPU the supervisor waits for). Ready again
+        // says it is made: the supervisor gives the next call to a reused worker that has.
+        match channel.recv() {
+            Ok(stsd_protocol::frames::ToWorker::Continue) => {}
+            // Closed (the supervisor let this worker go), or confused: stop either way.
+            _ => {
+                std::mem::forget(engine);
+                return 0;
+            }
+        }
         drop(engine);
-        // The next call's context, made now, while nobody waits; Ready again says it is made
-        // (the supervisor gives the next call to a reused worker that has said so).
         warm = engine::Warm::new();
         if channel
             .send(&FromWorker::Ready {

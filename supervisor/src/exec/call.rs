@@ -677,10 +677,15 @@ pub fn run_keeping(
     let mut kept = None;
     let mut status = None;
     if settled.is_some() && protocol_error.is_none() && !killed_at_deadline {
-        if job.keep_alive && clean && w.is_alive() {
-            w.served += 1;
+        let keep = job.keep_alive && clean && w.is_alive() && {
             // It makes its next context now, as background work, and says Ready when it has.
             stsd_profiles::os::priority::background(w.pid());
+            frames::encode(&ToWorker::Continue)
+                .ok()
+                .is_some_and(|b| send(w.socket.as_raw_fd(), &b, MsgFlags::MSG_NOSIGNAL).is_ok())
+        };
+        if keep {
+            w.served += 1;
             w.making_context = true;
             kept = Some(w);
         } else {
