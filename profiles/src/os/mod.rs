@@ -157,10 +157,10 @@ pub fn confine(
     let enosys = seccomp::unpack(&bpf.enosys);
     let allow =
         seccomp::patch_pid(seccomp::unpack(&bpf.allow), std::process::id()).map_err(fail)?;
+    // One filter that decides as the ENOSYS program stacked before the allowlist would.
+    let program = seccomp::merge(&enosys, &allow).map_err(fail)?;
     privileges::apply_rlimits(&rlimits_for(spec, limits, calls)).map_err(fail)?;
     landlock::restrict(spec.fs, base).map_err(fail)?;
-    // The ENOSYS filter first: once the allowlist is in, seccomp() itself is forbidden.
-    seccompiler::apply_filter(&enosys).map_err(|e| fail(format!("seccomp: {e}")))?;
-    seccompiler::apply_filter(&allow).map_err(|e| fail(format!("seccomp: {e}")))?;
+    seccompiler::apply_filter(&program).map_err(|e| fail(format!("seccomp: {e}")))?;
     Ok(())
 }

@@ -7,8 +7,8 @@
 //! falls back to the normal policy when a call waits for it (the supervisor puts a worker
 //! back before it sends the job; a call that needs a fork now promotes the zygote), so
 //! starving the background under load only makes calls take the urgent path. A finished
-//! worker is torn down at nice 19 rather than SCHED_IDLE: its memory must come back under
-//! load too.
+//! worker is torn down under SCHED_IDLE too, while few are (its memory must come back under
+//! load as well: see the supervisor's reaper).
 //!
 //! Putting a process back needs CAP_SYS_NICE (a root supervisor) or an RLIMIT_NICE that allows
 //! nice 0. A supervisor that has neither leaves every priority as it is.
@@ -48,12 +48,4 @@ pub fn foreground(id: u32) {
     if can_restore() {
         let _ = set_policy(id, libc::SCHED_OTHER);
     }
-}
-
-/// A finished worker, before it is killed: its teardown (unmapping all its memory) yields to
-/// calls but, unlike SCHED_IDLE work, is never starved. Best effort (raising a nice value of
-/// one's own process needs no privilege; of another user's, CAP_SYS_NICE).
-pub fn finished(pid: u32) {
-    // SAFETY: setpriority with plain integers.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, pid as libc::id_t, 19) };
 }

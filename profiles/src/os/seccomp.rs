@@ -151,6 +151,91 @@ pub fn patch_pid(mut p: BpfProgram, pid: u32) -> Result<BpfProgram, String> {
     Ok(p)
 }
 
+const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
+const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+
+fn insn(code: u32, k: u32) -> seccompiler::sock_filter {
+    seccompiler::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+/// An unconditional jump at index `at` to index `to` (forward only).
+fn jump(at: usize, to: usize) -> Result<seccompiler::sock_filter, String> {
+    let k = to
+        .checked_sub(at + 1)
+        .and_then(|k| u32::try_from(k).ok())
+        .ok_or("seccomp merge: backward jump")?;
+    Ok(seccompiler::sock_filter {
+        code: JA,
+        jt: 0,
+        jf: 0,
+        k,
+    })
+}
+
+/// One program that decides exactly what the ENOSYS program stacked before the allowlist
+/// decides (the kernel takes the strictest action of stacked filters: a call the allowlist
+/// kills is killed, one it allows and the ENOSYS list names answers ENOSYS, the rest run),
+/// so that a worker installs one filter instead of two: each costs a BPF compilation and a
+/// JIT on the call path, and a deferred free after it.
+///
+/// Layout: the ENOSYS program, whose `ret ALLOW` and `ret ERRNO(ENOSYS)` become jumps to two
+/// trampolines that note which it was in scratch word 0; then the allowlist, whose
+/// `ret ALLOW` becomes a jump to a tail that returns ERRNO(ENOSYS) or ALLOW by that word. Every
+/// other return (a kill) is kept. Instruction counts do not change inside either program, so
+/// their own jumps keep their targets.
+pub fn merge(
+    enosys: &[seccompiler::sock_filter],
+    allow: &[seccompiler::sock_filter],
+) -> Result<BpfProgram, String> {
+    let enosys_ret = SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+    let tramp_allow = enosys.len();
+    let tramp_enosys = tramp_allow + 3;
+    let allow_start = tramp_enosys + 3;
+    let tail = allow_start + allow.len();
+    let mut out = Vec::with_capacity(tail + 4);
+    for (i, f) in enosys.iter().enumerate() {
+        out.push(match (f.code, f.k) {
+            (RET_K, SECCOMP_RET_ALLOW) => jump(i, tramp_allow)?,
+            (RET_K, k) if k == enosys_ret => jump(i, tramp_enosys)?,
+            (RET_K, k) if k & 0xffff_0000 == SECCOMP_RET_ERRNO => {
+                return Err(format!("seccomp merge: unexpected errno action {k:#x}"))
+            }
+            _ => f.clone(),
+        });
+    }
+    for (note, at) in [(0, tramp_allow), (1, tramp_enosys)] {
+        out.push(insn(libc::BPF_LD | libc::BPF_IMM, note));
+        out.push(insn(libc::BPF_ST, 0));
+        out.push(jump(at + 2, allow_start)?);
+    }
+    for (i, f) in allow.iter().enumerate() {
+        out.push(match (f.code, f.k) {
+            (RET_K, SECCOMP_RET_ALLOW) => jump(allow_start + i, tail)?,
+            _ => f.clone(),
+        });
+    }
+    out.push(insn(libc::BPF_LD | libc::BPF_MEM, 0));
+    out.push(seccompiler::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 1,
+        k: 1,
+    });
+    out.push(insn(libc::BPF_RET | libc::BPF_K, enosys_ret));
+    out.push(insn(libc::BPF_RET | libc::BPF_K, SECCOMP_RET_ALLOW));
+    if out.len() > 4096 {
+        return Err(format!("seccomp merge: {} instructions", out.len()));
+    }
+    Ok(out)
+}
+
 /// Syscall names a posture allows (for tests and `--explain` output).
 pub fn allowed_names(fs: FsAccess) -> Vec<String> {
     rules_for(fs, 1)
@@ -163,6 +248,109 @@ pub fn allowed_names(fs: FsAccess) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A classic-BPF interpreter for what seccompiler emits and [`merge`] adds; anything else
+    /// fails the test.
+    fn run(p: &[seccompiler::sock_filter], data: &[u8; 64]) -> u32 {
+        let (mut a, mut x, mut mem, mut pc) = (0u32, 0u32, [None::<u32>; 16], 0usize);
+        let word = |k: u32| {
+            let k = k as usize;
+            u32::from_ne_bytes([data[k], data[k + 1], data[k + 2], data[k + 3]])
+        };
+        loop {
+            let f = &p[pc];
+            let code = u32::from(f.code);
+            pc += 1;
+            match code {
+                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => a = word(f.k),
+                c if c == libc::BPF_LD | libc::BPF_IMM => a = f.k,
+                c if c == libc::BPF_LD | libc::BPF_MEM => {
+                    a = mem[f.k as usize].expect("scratch word read before it was set")
+                }
+                c if c == libc::BPF_ST => mem[f.k as usize] = Some(a),
+                c if c == libc::BPF_LDX | libc::BPF_IMM => x = f.k,
+                c if c == libc::BPF_ALU | libc::BPF_AND | libc::BPF_K => a &= f.k,
+                c if c == libc::BPF_JMP | libc::BPF_JA => pc += f.k as usize,
+                c if c & 0x07 == libc::BPF_JMP => {
+                    let v = if c & 0x08 != 0 { x } else { f.k };
+                    let hit = match c & 0xf0 {
+                        op if op == libc::BPF_JEQ => a == v,
+                        op if op == libc::BPF_JGT => a > v,
+                        op if op == libc::BPF_JGE => a >= v,
+                        op if op == libc::BPF_JSET => a & v != 0,
+                        op => panic!("jump op {op:#x}"),
+                    };
+                    pc += usize::from(if hit { f.jt } else { f.jf });
+                }
+                c if c == libc::BPF_RET | libc::BPF_K => return f.k,
+                c => panic!("opcode {c:#x} at {}", pc - 1),
+            }
+        }
+    }
+
+    /// The kernel's order of seccomp actions, strictest first.
+    fn strictness(action: u32) -> u32 {
+        match action & 0xffff_0000 {
+            0x8000_0000 => 0, // kill process
+            0x0000_0000 => 1, // kill thread
+            0x0003_0000 => 2, // trap
+            0x0005_0000 => 3, // errno
+            0x7fc0_0000 => 4, // user notification
+            0x7ff0_0000 => 5, // trace
+            0x7ffc_0000 => 6, // log
+            0x7fff_0000 => 7, // allow
+            other => panic!("action {other:#x}"),
+        }
+    }
+
+    /// The merged program decides every call as the stacked pair does: each syscall number
+    /// under every posture, with arguments that do and do not match the argument rules (the
+    /// worker's own pid for tgkill among them), and a foreign architecture.
+    #[test]
+    fn the_merged_program_decides_as_the_stacked_pair() {
+        let pid = 4242u32;
+        let enosys = enosys_program().expect("enosys");
+        let mut kinds = std::collections::BTreeMap::new();
+        for fs in [
+            FsAccess::None,
+            FsAccess::ReadOnly,
+            FsAccess::WriteOnly,
+            FsAccess::ReadWrite,
+        ] {
+            let allow = program_for(fs, pid).expect("allow");
+            let merged = merge(&enosys, &allow).expect("merge");
+            assert_eq!(merged.len(), enosys.len() + allow.len() + 10);
+            let args: [[u64; 6]; 5] = [
+                [0; 6],
+                [u64::from(pid), 6, 0, 0, 0, 0],
+                [1, 2, 3, 4, 5, 6],
+                [u64::MAX, 0x8000_0000, 1 << 40, 0x80000, 0, 0],
+                [3, 0x5401, 0, 0, 0, 0],
+            ];
+            for arch in [0xc000_003e_u32, 0x4000_0003] {
+                for nr in 0..470u32 {
+                    for a in &args {
+                        let mut data = [0u8; 64];
+                        data[0..4].copy_from_slice(&nr.to_ne_bytes());
+                        data[4..8].copy_from_slice(&arch.to_ne_bytes());
+                        for (i, v) in a.iter().enumerate() {
+                            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_ne_bytes());
+                        }
+                        let (e, l) = (run(&enosys, &data), run(&allow, &data));
+                        let stacked = if strictness(e) <= strictness(l) { e } else { l };
+                        let got = run(&merged, &data);
+                        assert_eq!(got, stacked, "{fs:?} arch {arch:#x} nr {nr} args {a:?}");
+                        *kinds.entry(got).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+        // The check saw all three outcomes: allowed, ENOSYS, killed.
+        let enosys_ret = SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        for k in [SECCOMP_RET_ALLOW, enosys_ret, 0x8000_0000] {
+            assert!(kinds.contains_key(&k), "{k:#x} never decided: {kinds:?}");
+        }
+    }
 
     #[test]
     fn every_posture_compiles() {
