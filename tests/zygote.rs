@@ -74,6 +74,15 @@ fn memory_of(pid: i32) -> Vec<u8> {
     out
 }
 
+/// The daemon's workers waiting for a call (alive, not yet confined).
+fn idle_workers(d: &Daemon) -> Vec<i32> {
+    d.children()
+        .iter()
+        .filter(|c| !c.2 && c.1 != 'Z')
+        .map(|c| c.0)
+        .collect()
+}
+
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -103,12 +112,7 @@ fn a_fresh_worker_holds_only_its_socket_and_nothing_of_earlier_calls() {
     // Workers forked after those calls, and the zygote that forked them.
     std::thread::sleep(Duration::from_millis(300));
     let zygote = wait_for_zygote(&d, None);
-    let idle: Vec<i32> = d
-        .children()
-        .iter()
-        .filter(|c| !c.2 && c.1 != 'Z')
-        .map(|c| c.0)
-        .collect();
+    let idle = idle_workers(&d);
     assert!(!idle.is_empty(), "no idle worker");
     for &pid in &idle {
         let mut fds: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -342,12 +346,7 @@ fn no_mapping_of_the_zygote_or_a_worker_is_writable_and_executable() {
     d.wait_until("an idle worker", 10, |c| {
         c.iter().any(|w| !w.2 && w.1 != 'Z')
     });
-    let idle: Vec<i32> = d
-        .children()
-        .iter()
-        .filter(|c| !c.2 && c.1 != 'Z')
-        .map(|c| c.0)
-        .collect();
+    let idle = idle_workers(&d);
     for pid in idle.into_iter().chain([zygote]) {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         assert!(
