@@ -1,16 +1,23 @@
 //! The worker's end of its SOCK_SEQPACKET socket: one frame per record.
 
 use nix::sys::socket::{recv, send, MsgFlags};
+use std::cell::RefCell;
 use std::os::fd::{AsRawFd, OwnedFd};
 use stsd_protocol::frames::{self, FromWorker, Job, ToWorker, MAX_FRAME_BYTES, MAX_JOB_BYTES};
 
 pub struct Channel {
     fd: OwnedFd,
+    /// One receive buffer for the worker's life (a job, fetch replies, a reused worker's
+    /// Continue and next job), not a fresh 128 KiB per frame.
+    buf: RefCell<Vec<u8>>,
 }
 
 impl Channel {
     pub fn new(fd: OwnedFd) -> Channel {
-        Channel { fd }
+        Channel {
+            fd,
+            buf: RefCell::new(Vec::new()),
+        }
     }
 
     /// Sends one frame. A failure means the supervisor is gone; the worker then has nothing
@@ -59,7 +66,10 @@ impl Channel {
     }
 
     pub fn recv(&self) -> Result<ToWorker, String> {
-        let mut buf = vec![0u8; MAX_FRAME_BYTES + 1];
+        let mut buf = self.buf.borrow_mut();
+        if buf.is_empty() {
+            buf.resize(MAX_FRAME_BYTES + 1, 0);
+        }
         // MSG_TRUNC: SEQPACKET reports the record's real length, so an oversize one is seen.
         let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::MSG_TRUNC)
             .map_err(|e| format!("recv: {e}"))?;

@@ -5,7 +5,9 @@
 //! entries (the child faults them in again); and every heap page it writes is shared with the
 //! zygote, so the first write copies it.
 //!
-//! - [`share_code`] (the zygote, once): each private code mapping (of stsd and of its
+//! Both are set up by [`prepare`] (the zygote, once) and [`own_heap`] (each worker).
+//!
+//! - Code (the zygote, once): each private code mapping (of stsd and of its
 //!   libraries) gets one anonymous page of its own, which makes fork copy the mapping's
 //!   page-table entries (the kernel copies them for every mapping that has anonymous pages).
 //!   What is copied is what the zygote itself ran while it started and made the first
@@ -48,11 +50,12 @@ fn mappings() -> Vec<Mapping> {
 }
 
 /// The zygote, after its start and first context: makes fork copy the page-table entries of
-/// its code mappings. Returns how many mappings it changed. A mapping that refuses (a policy
-/// forbidding writable code, say) is left as it was: each worker then faults its pages in.
-pub fn share_code() -> usize {
-    let mut done = 0;
-    for m in mappings() {
+/// its code mappings, and returns where its heap begins (for [`own_heap`]). A mapping that
+/// refuses (a policy forbidding writable code, say) is left as it was: each worker then
+/// faults its pages in.
+pub fn prepare() -> Option<usize> {
+    let maps = mappings();
+    for m in &maps {
         // Code only: read-only data is mostly touched once, at start (sharing its entries too
         // would double an idle worker's proportional memory for a few faults a call).
         let code = &m.perms == b"r-xp";
@@ -79,21 +82,13 @@ pub fn share_code() -> usize {
                 libc::_exit(70);
             }
         }
-        done += 1;
     }
-    done
-}
-
-/// Where the zygote's heap begins (its end is the program break at the time of the fork).
-pub fn heap_start() -> Option<usize> {
-    mappings()
-        .into_iter()
-        .find(|m| m.path == "[heap]")
-        .map(|m| m.start)
+    // The heap's end is the program break at the time of each fork.
+    maps.iter().find(|m| m.path == "[heap]").map(|m| m.start)
 }
 
 /// A forked worker, before Ready: writes each page of its heap once, so its private copies
-/// are made now. `start` is [`heap_start`] as the zygote read it.
+/// are made now. `start` is what [`prepare`] returned in the zygote.
 pub fn own_heap(start: Option<usize>) {
     let Some(start) = start else { return };
     // SAFETY: sbrk(0) only reads the current break.

@@ -65,8 +65,7 @@ pub fn run() -> i32 {
     let warm = super::engine::Warm::new();
     // What the workers inherit ready to use (see inherit.rs): the page-table entries of the
     // code this process has run, and where its heap starts, for each worker to own it.
-    super::inherit::share_code();
-    let heap = super::inherit::heap_start();
+    let heap = super::inherit::prepare();
     let mut req = [0u8; 8];
     loop {
         match recv(ctrl.as_raw_fd(), &mut req, MsgFlags::empty()) {

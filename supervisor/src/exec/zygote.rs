@@ -257,14 +257,11 @@ impl Manager {
             if self.live.as_ref().is_none_or(|l| l.forks >= self.max_forks) {
                 self.replace();
             }
-            let Some(l) = self.live.as_mut() else {
-                continue;
-            };
-            l.forks += 1;
             self.prioritise(urgent);
             let Some(l) = self.live.as_mut() else {
                 continue;
             };
+            l.forks += 1;
             match ask(l) {
                 Ok(s) => return Ok(s),
                 Err(e) => {
