@@ -395,6 +395,11 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
         .spawner
         .spawn(urgent)
         .map_err(|e| CallError::new(Code::WorkerCrashed, format!("cannot start a worker: {e}")))?;
+    // A worker for the pool waits as background work, whatever the zygote's standing was
+    // when it forked (a call's urgent fork may have been under way).
+    if !urgent {
+        stsd_profiles::os::priority::background(proc.id());
+    }
     // From here on, dropping `w` kills and reaps the process.
     let mut w = ReadyWorker {
         proc,
