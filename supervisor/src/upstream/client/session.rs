@@ -178,11 +178,14 @@ async fn stdio_session(
     let mut pump = AbortOnDrop(tokio::spawn({
         let (overflow, read) = (overflow.clone(), shared.stdout_bytes.clone());
         async move {
-            let end = pipes::pump(stdout, pump_write, cap, read).await;
-            // Before the write half drops, so a call that sees the stream end reads the flag.
+            let mut pump_write = pump_write;
+            let end = pipes::pump(stdout, &mut pump_write, cap, read).await;
+            // Before the write half drops, so a call that sees the stream end reads the flag
+            // (the pump borrows the write half for that reason).
             if end == pipes::PumpEnd::Overflow {
                 overflow.store(true, Ordering::SeqCst);
             }
+            drop(pump_write);
             end
         }
     }));
