@@ -226,6 +226,7 @@ fn the_frame_decoder_refuses_what_it_cannot_read() {
     .collect();
     fuzz("frame decoder", &seeds, |bytes| {
         let _ = frames::decode::<FromWorker>(bytes);
+        let _ = frames::decode_first::<FromWorker>(bytes);
         let _ = frames::decode::<ToWorker>(bytes);
     });
 }

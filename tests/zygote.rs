@@ -332,6 +332,39 @@ fn a_forked_worker_finds_its_pages_in_place() {
     );
 }
 
+/// A call wakes the supervisor once per thing it has to act on: the worker sends its
+/// confinement and its timings in the record of its result (worker/src/channel.rs), so a
+/// call that prints nothing arrives in one record, with its timings; one console line adds
+/// one. Before, Confined and Timings were records of their own, and each one woke the
+/// supervisor on the call's path (and the supervisor, woken on the worker's CPU, took it).
+#[test]
+fn a_call_reaches_the_supervisor_in_as_few_records_as_it_has_things_to_say() {
+    use stsd_profiles::baseline::SpawnMode;
+    let base = stsd_tests::scratch_base();
+    for mode in [SpawnMode::Zygote, SpawnMode::Exec] {
+        let opts = stsd_tests::exec_options_in(mode);
+        for (code, records) in [
+            ("return [3, 1, 4].sort();", 1),
+            ("console.log('one line'); return 1;", 2),
+            ("throw new Error('thrown');", 1),
+        ] {
+            let j = stsd_tests::job(code, stsd_protocol::frames::FsAccess::None, base.path());
+            let out = stsd::exec::run_job(&j, &opts, &mut |_| {});
+            assert!(
+                out.result.is_ok() || code.starts_with("throw"),
+                "{mode:?} {code}: {:?}",
+                out.result
+            );
+            assert_eq!(out.timings.records, records, "{mode:?} {code}: records");
+            // The timings came with the result, not after it.
+            assert!(
+                out.timings.worker.max_rss_kib > 0,
+                "{mode:?} {code}: no timings"
+            );
+        }
+    }
+}
+
 /// Each code mapping is made writable for one store in the zygote (inherit.rs), then put
 /// back: no mapping of the zygote or of a worker is writable and executable, and the code is
 /// still mapped read-execute.

@@ -267,7 +267,8 @@ pub enum FromWorker {
         /// the fork, an exec'd one from its own fork and exec), microseconds.
         cpu_us: u64,
     },
-    /// The OS profile is in force (sent before the body is parsed).
+    /// The OS profile is in force. Sent once per call, just before the first frame that
+    /// follows confinement (console, result, error, fetch), so it costs no wake-up of its own.
     Confined,
     Console {
         level: ConsoleLevel,
@@ -345,6 +346,22 @@ pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameEr
         return Err(FrameError::Trailing);
     }
     Ok(frame)
+}
+
+/// Decodes the first frame of a record that may hold several back to back (a worker sends a
+/// frame that needs no answer together with the next one, so it costs no wake-up of its
+/// own); returns the frame and the bytes it took. Each frame is bounded like a lone one.
+pub fn decode_first<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<(T, usize), FrameError> {
+    if bytes.len() > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge(bytes.len()));
+    }
+    let (frame, used) = bincode::serde::decode_from_slice(bytes, config())?;
+    if used == 0 {
+        return Err(FrameError::Trailing);
+    }
+    Ok((frame, used))
 }
 
 fn job_config() -> impl bincode::config::Config {

@@ -231,9 +231,9 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
     if timings {
         let t = &out.timings;
         eprintln!(
-            "[stsd] timings: spawn {} us, profile {} us, context {} us, body {} us, total {} us; worker peak RSS {} KiB; page faults: profile {}, context {}, body {}",
+            "[stsd] timings: spawn {} us, profile {} us, context {} us, body {} us, total {} us; worker peak RSS {} KiB; page faults: profile {}, context {}, body {}; records from the worker {}",
             t.spawn_us, t.worker.profile_us, t.worker.context_us, t.worker.run_us, t.total_us, t.worker.max_rss_kib,
-            t.worker.faults[0], t.worker.faults[1], t.worker.faults[2]
+            t.worker.faults[0], t.worker.faults[1], t.worker.faults[2], t.records
         );
     }
     match out.result {

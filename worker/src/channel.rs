@@ -1,4 +1,5 @@
-//! The worker's end of its SOCK_SEQPACKET socket: one frame per record.
+//! The worker's end of its SOCK_SEQPACKET socket: one frame per record, or several when
+//! frames that need no answer go out with the next one ([`Channel::defer`]).
 
 use nix::sys::socket::{recv, send, MsgFlags};
 use std::cell::RefCell;
@@ -10,6 +11,8 @@ pub struct Channel {
     /// One receive buffer for the worker's life (a job, fetch replies, a reused worker's
     /// Continue and next job), not a fresh 128 KiB per frame.
     buf: RefCell<Vec<u8>>,
+    /// Frames that need no answer, encoded, waiting to go out with the next frame.
+    deferred: RefCell<Vec<u8>>,
 }
 
 impl Channel {
@@ -17,14 +20,36 @@ impl Channel {
         Channel {
             fd,
             buf: RefCell::new(Vec::new()),
+            deferred: RefCell::new(Vec::new()),
         }
     }
 
-    /// Sends one frame. A failure means the supervisor is gone; the worker then has nothing
-    /// left to do, so callers treat it as the end.
+    /// Queues a frame that needs no answer (`Confined`, `Timings`) to go out in one record
+    /// with the next frame sent. On its own it would wake the supervisor on this call's path
+    /// for nothing, and the woken supervisor would take this CPU before the next frame.
+    pub fn defer(&self, frame: &FromWorker) -> Result<(), String> {
+        let bytes = frames::encode(frame).map_err(|e| e.to_string())?;
+        self.deferred.borrow_mut().extend_from_slice(&bytes);
+        Ok(())
+    }
+
+    /// Sends one frame, after the deferred ones: in the same record when they fit.
     pub fn send(&self, frame: &FromWorker) -> Result<(), String> {
         let bytes = frames::encode(frame).map_err(|e| e.to_string())?;
-        send(self.fd.as_raw_fd(), &bytes, MsgFlags::MSG_NOSIGNAL)
+        let mut record = std::mem::take(&mut *self.deferred.borrow_mut());
+        if record.is_empty() {
+            return self.send_record(&bytes);
+        }
+        if record.len() + bytes.len() > MAX_FRAME_BYTES {
+            self.send_record(&record)?;
+            return self.send_record(&bytes);
+        }
+        record.extend_from_slice(&bytes);
+        self.send_record(&record)
+    }
+
+    fn send_record(&self, bytes: &[u8]) -> Result<(), String> {
+        send(self.fd.as_raw_fd(), bytes, MsgFlags::MSG_NOSIGNAL)
             .map_err(|e| format!("send: {e}"))?;
         Ok(())
     }

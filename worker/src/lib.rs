@@ -217,7 +217,7 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
         }
         let profile_us = started.elapsed().as_micros() as u64;
         let f1 = usage_faults().2;
-        if channel.send(&FromWorker::Confined).is_err() {
+        if channel.defer(&FromWorker::Confined).is_err() {
             return 73;
         }
 
@@ -251,11 +251,9 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
         let heap_bytes = engine.heap_bytes();
         let (rss_kib, cpu_after, f3) = usage_faults();
         let clean = outcome.is_ok() || matches!(&outcome, Err(f) if f.code == Code::JsError);
-        let sent = match outcome {
-            Ok(r) => engine::send_result(&channel, &r),
-            Err(f) => channel.send(&error_frame(f.code, f.message, f.stack)),
-        };
-        let _ = channel.send(&FromWorker::Timings(WorkerTimings {
+        // The timings go out in the result's record, ahead of it: the supervisor has all of
+        // the call when the result arrives, with one wake-up.
+        let _ = channel.defer(&FromWorker::Timings(WorkerTimings {
             profile_us,
             context_us,
             run_us,
@@ -268,6 +266,10 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
                 f3.saturating_sub(f2),
             ],
         }));
+        let sent = match outcome {
+            Ok(r) => engine::send_result(&channel, &r),
+            Err(f) => channel.send(&error_frame(f.code, f.message, f.stack)),
+        };
         // Only a call that ended cleanly leaves a worker fit for another.
         if sent.is_err() || !job.keep_alive || !clean {
             // The process ends here and the kernel frees its memory at once; tearing the

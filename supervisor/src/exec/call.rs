@@ -103,6 +103,9 @@ pub struct CallTimings {
     pub worker: WorkerTimings,
     /// spawn() until the worker was reaped.
     pub total_us: u64,
+    /// Records the worker sent during the call: the times it woke the supervisor. A call
+    /// that prints nothing takes one (its confinement, timings and result together).
+    pub records: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,12 +138,31 @@ enum Recv {
     Broken(String),
 }
 
-/// Receives one frame before `until`. `buf` is reused across calls (one allocation per call).
+/// Receives one frame before `until`: a record that holds exactly one (a worker's Ready).
+/// `buf` is reused across calls (one allocation per call).
 fn recv_until(sock: &impl AsFd, until: Instant, buf: &mut [u8]) -> Recv {
+    match recv_record(sock, until, buf) {
+        Record::Bytes(n) => match frames::decode(&buf[..n]) {
+            Ok(f) => Recv::Frame(f),
+            Err(e) => Recv::Broken(format!("worker sent an undecodable frame: {e}")),
+        },
+        Record::End(r) => r,
+    }
+}
+
+enum Record {
+    /// A record of this many bytes is at the start of the buffer.
+    Bytes(usize),
+    /// EOF, a timeout, or a broken socket.
+    End(Recv),
+}
+
+/// Receives one record before `until`.
+fn recv_record(sock: &impl AsFd, until: Instant, buf: &mut [u8]) -> Record {
     loop {
         let now = Instant::now();
         if now >= until {
-            return Recv::Timeout;
+            return Record::End(Recv::Timeout);
         }
         let ms = (until - now).as_millis().min(i32::MAX as u128) as i32;
         let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
@@ -148,10 +170,10 @@ fn recv_until(sock: &impl AsFd, until: Instant, buf: &mut [u8]) -> Recv {
             &mut fds,
             PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
         ) {
-            Ok(0) => return Recv::Timeout,
+            Ok(0) => return Record::End(Recv::Timeout),
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Recv::Broken(format!("poll: {e}")),
+            Err(e) => return Record::End(Recv::Broken(format!("poll: {e}"))),
         }
         return match recv(
             sock.as_fd().as_raw_fd(),
@@ -160,16 +182,63 @@ fn recv_until(sock: &impl AsFd, until: Instant, buf: &mut [u8]) -> Recv {
         ) {
             // SEQPACKET: 0 is EOF (a zero-length record reads the same; the worker never
             // sends one, and the death is then classified from the exit status).
-            Ok(0) => Recv::Eof,
-            Ok(n) if n > MAX_FRAME_BYTES => Recv::Broken(format!("worker sent a {n} byte frame")),
-            Ok(n) => match frames::decode(&buf[..n]) {
-                Ok(f) => Recv::Frame(f),
-                Err(e) => Recv::Broken(format!("worker sent an undecodable frame: {e}")),
-            },
+            Ok(0) => Record::End(Recv::Eof),
+            Ok(n) if n > MAX_FRAME_BYTES || n > buf.len() => {
+                Record::End(Recv::Broken(format!("worker sent a {n} byte frame")))
+            }
+            Ok(n) => Record::Bytes(n),
             Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(nix::errno::Errno::ECONNRESET) => Recv::Eof,
-            Err(e) => Recv::Broken(format!("recv: {e}")),
+            Err(nix::errno::Errno::ECONNRESET) => Record::End(Recv::Eof),
+            Err(e) => Record::End(Recv::Broken(format!("recv: {e}"))),
         };
+    }
+}
+
+/// A call's frames, in order. A record may hold several back to back: the worker sends the
+/// frames that need no answer (`Confined`, `Timings`) with the next one, so that they cost no
+/// wake-up of their own. Each is decoded and checked like a lone frame.
+struct FrameReader {
+    buf: FrameBuf,
+    at: usize,
+    end: usize,
+    records: u32,
+}
+
+impl FrameReader {
+    fn new() -> FrameReader {
+        FrameReader {
+            buf: FrameBuf::take(),
+            at: 0,
+            end: 0,
+            records: 0,
+        }
+    }
+
+    /// The next frame: the rest of the last record first, then a new record before `until`.
+    fn next(&mut self, sock: &impl AsFd, until: Instant) -> Recv {
+        if self.at >= self.end {
+            match recv_record(sock, until, &mut self.buf) {
+                Record::Bytes(n) => {
+                    (self.at, self.end) = (0, n);
+                    self.records += 1;
+                }
+                Record::End(r) => return r,
+            }
+        }
+        match frames::decode_first(&self.buf[self.at..self.end]) {
+            Ok((f, used)) => {
+                self.at += used;
+                Recv::Frame(f)
+            }
+            Err(e) => {
+                self.at = self.end;
+                Recv::Broken(format!("worker sent an undecodable frame: {e}"))
+            }
+        }
+    }
+
+    fn give_back(self) {
+        self.buf.give_back();
     }
 }
 
@@ -499,7 +568,7 @@ pub fn run_keeping(
     let mut killed_at_deadline = false;
     let mut cancelled = false;
     let mut protocol_error: Option<String> = None;
-    let mut buf = FrameBuf::take();
+    let mut frames_in = FrameReader::new();
     let mut settled: Option<Result<CallValue, CallError>> = None;
     let job_parts = w.await_context().map(|()| frames::encode_job(job));
     match job_parts {
@@ -536,7 +605,7 @@ pub fn run_keeping(
         }
         // Wait in slices so a cancellation is noticed within 50 ms.
         let slice = deadline.min(Instant::now() + Duration::from_millis(50));
-        let frame = match recv_until(&w.socket, slice, &mut buf) {
+        let frame = match frames_in.next(&w.socket, slice) {
             Recv::Frame(f) => f,
             Recv::Eof => break,
             Recv::Timeout if Instant::now() >= deadline => {
@@ -663,16 +732,8 @@ pub fn run_keeping(
             FromWorker::Ready { .. } => protocol_error = Some("second Ready frame".into()),
         }
     }
-    // Phase 3: the trailing Timings frame, briefly, then make sure the worker is gone.
-    if settled.is_some() && !killed_at_deadline {
-        if let Recv::Frame(FromWorker::Timings(t)) = recv_until(
-            &w.socket,
-            Instant::now() + Duration::from_millis(200),
-            &mut buf,
-        ) {
-            out.timings.worker = t;
-        }
-    }
+    // Phase 3: make sure the worker is gone, or keep it. (Its timings came ahead of the
+    // result, in the same record.)
     out.console_lines = console_lines;
     if out.timings.worker.max_rss_kib > 0 {
         out.peak_rss_kib = Some(out.timings.worker.max_rss_kib);
@@ -730,7 +791,8 @@ pub fn run_keeping(
         )),
         (None, None) => Err(death_cause(status)),
     };
-    buf.give_back();
+    out.timings.records = frames_in.records;
+    frames_in.give_back();
     (out, kept)
 }
 
