@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 use stsd_tests::harness::{is_error, text, Daemon};
 
 /// The daemon's zygote: its pid, once one runs (and is not a zombie waiting to be reaped).
+/// A worker the zygote has just forked is named like it, and is the daemon's child too
+/// (CLONE_PARENT), until it renames itself: of those, the zygote is the oldest.
 fn zygote_pid(d: &Daemon) -> Option<i32> {
+    let mut oldest: Option<(u64, i32)> = None;
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
             continue;
@@ -19,14 +22,20 @@ fn zygote_pid(d: &Daemon) -> Option<i32> {
             continue;
         };
         let f: Vec<&str> = rest.split_whitespace().collect();
+        // After the name: state, ppid, ..., starttime (field 22 of stat, 20th here).
+        let started = f
+            .get(19)
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(u64::MAX);
         if head.ends_with("(stsd-zygote")
             && f.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(d.pid())
             && f.first() != Some(&"Z")
+            && oldest.is_none_or(|(t, _)| started < t)
         {
-            return Some(pid);
+            oldest = Some((started, pid));
         }
     }
-    None
+    oldest.map(|(_, pid)| pid)
 }
 
 fn wait_for_zygote(d: &Daemon, not: Option<i32>) -> i32 {
@@ -426,4 +435,52 @@ fn pool_workers_and_the_zygote_wait_at_background_priority() {
     });
     let zygote = wait_for_zygote(&d, None);
     assert_eq!(policy(zygote), Some(SCHED_IDLE), "the zygote");
+}
+
+/// A call that has to wait for a fork (the pool is empty) promotes the zygote to the normal
+/// policy for that fork; once no call waits, it goes back to the background. It used to stay
+/// promoted until the pool's next fork asked for the background, which the pool's refill,
+/// queued behind the call's fork while the call still waited, did not (CI saw it once).
+#[test]
+fn the_zygote_goes_back_to_the_background_after_a_call_s_fork() {
+    if !stsd_tests::is_root() {
+        eprintln!("skipped: only a root daemon may put the zygote back to normal priority");
+        return;
+    }
+    const SCHED_IDLE: u32 = 5;
+    let d = Daemon::start(1, "");
+    let mut clients: Vec<_> = (0..3).map(|_| d.connect()).collect();
+    let policy = |pid: i32| {
+        stsd_tests::sched_policy(
+            &std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default(),
+        )
+    };
+    for round in 0..5 {
+        // Three calls at once on a pool of one: two of them wait for a fork.
+        for (i, c) in clients.iter_mut().enumerate() {
+            c.call(
+                (round * 3 + i) as u64,
+                "echo-console",
+                json!({ "text": "x" }),
+            );
+        }
+        for c in &mut clients {
+            let r = c.response();
+            assert!(!is_error(&r), "{r}");
+        }
+        d.wait_until("the pool refilled in the background", 10, |c| {
+            c.iter()
+                .any(|w| !w.2 && w.1 != 'Z' && policy(w.0) == Some(SCHED_IDLE))
+        });
+        let zygote = wait_for_zygote(&d, None);
+        let t0 = Instant::now();
+        while policy(zygote) != Some(SCHED_IDLE) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(2),
+                "round {round}: the zygote stayed at policy {:?}",
+                policy(zygote)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }

@@ -15,7 +15,6 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recvmsg, send, ControlMessageOwned, MsgFlags};
 use std::io::IoSliceMut;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,29 +30,56 @@ const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 type Request = (mpsc::SyncSender<std::io::Result<Spawned>>, bool);
 
 /// The zygote's scheduling policy (see `os::priority`): background while it forks for the
-/// pool, normal while a call waits for a worker.
+/// pool and at rest, normal while a call waits for a worker. One lock orders the changes:
+/// a call's promotion never interleaves with a demotion it would undo.
 #[derive(Debug, Default)]
-struct Policy {
+struct Policy(Mutex<PolicyState>);
+
+#[derive(Debug, Default)]
+struct PolicyState {
     /// Calls waiting for a worker from the zygote right now.
-    urgent_waiting: AtomicUsize,
+    urgent_waiting: usize,
     /// The zygote runs under SCHED_IDLE now.
-    background: AtomicBool,
+    background: bool,
 }
 
 impl Policy {
-    fn foreground(&self, pid: u32) {
-        if self.background.swap(false, Ordering::SeqCst) {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PolicyState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A call waits for a fork: the zygote runs at the normal policy until none does.
+    fn begin_urgent(&self, pid: Option<u32>) {
+        let mut s = self.lock();
+        s.urgent_waiting += 1;
+        if let (true, Some(pid)) = (s.background, pid) {
             stsd_profiles::os::priority::foreground(pid);
+            s.background = false;
         }
     }
 
-    /// Only while no call waits: a call's fork never waits behind the background.
+    /// The call has its worker; the last one waiting puts the zygote back in the background.
+    fn end_urgent(&self, pid: Option<u32>) {
+        let mut s = self.lock();
+        s.urgent_waiting = s.urgent_waiting.saturating_sub(1);
+        Self::settle(&mut s, pid);
+    }
+
+    /// Before a fork for the pool: background, unless a call waits.
     fn background(&self, pid: u32) {
-        if self.urgent_waiting.load(Ordering::SeqCst) == 0
-            && !self.background.swap(true, Ordering::SeqCst)
-        {
+        Self::settle(&mut self.lock(), Some(pid));
+    }
+
+    fn settle(s: &mut PolicyState, pid: Option<u32>) {
+        if let (0, false, Some(pid)) = (s.urgent_waiting, s.background, pid) {
             stsd_profiles::os::priority::background(pid);
+            s.background = true;
         }
+    }
+
+    /// A new zygote starts at the normal policy.
+    fn new_zygote(&self) {
+        self.lock().background = false;
     }
 }
 
@@ -116,14 +142,11 @@ impl Zygote {
         if urgent {
             // At once: the zygote may be busy with a background fork this call must not wait
             // behind at background priority.
-            self.policy.urgent_waiting.fetch_add(1, Ordering::SeqCst);
-            if let Some(pid) = self.pid() {
-                self.policy.foreground(pid);
-            }
+            self.policy.begin_urgent(self.pid());
         }
         let r = self.ask(urgent);
         if urgent {
-            self.policy.urgent_waiting.fetch_sub(1, Ordering::SeqCst);
+            self.policy.end_urgent(self.pid());
         }
         r
     }
@@ -215,8 +238,7 @@ impl Manager {
             Ok(l) => {
                 self.set_pid(Some(l.proc.id()));
                 self.live = Some(l);
-                // A new zygote starts at the normal policy.
-                self.policy.background.store(false, Ordering::SeqCst);
+                self.policy.new_zygote();
             }
             Err(e) => tracing::error!(error = %e, "cannot start the zygote"),
         }
@@ -243,9 +265,8 @@ impl Manager {
     /// that it yields to calls; the normal priority when a call waits for the worker.
     fn prioritise(&self, urgent: bool) {
         let Some(l) = self.live.as_ref() else { return };
-        if urgent {
-            self.policy.foreground(l.proc.id());
-        } else {
+        // An urgent fork's promotion was made by the calling thread (`Zygote::fork`).
+        if !urgent {
             self.policy.background(l.proc.id());
         }
     }
