@@ -190,6 +190,9 @@ pub struct DaemonConfig {
     /// Where presets are read; unset: `default-tool-presets.json` in a `--catalog` directory
     /// (or beside a `--catalog` file).
     pub presets_file: Option<PathBuf>,
+    /// Threads of the async runtime (connections, sessions, the gateway). 0: half the CPUs,
+    /// at least one; the calls' own threads and workers use the rest. Read at start.
+    pub runtime_threads: usize,
 }
 
 impl Default for DaemonConfig {
@@ -217,6 +220,7 @@ impl Default for DaemonConfig {
             preset: None,
             presets_file: None,
             require_local_pass: true,
+            runtime_threads: 0,
         }
     }
 }

@@ -37,12 +37,28 @@ pub struct DaemonOptions {
     pub listen: Option<String>,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+/// The async runtime. Its threads only move messages (calls run on the blocking pool's
+/// threads and in worker processes), so half the CPUs is plenty, and on a small machine
+/// fewer runtime threads means fewer wake-ups per call: tokio wakes an idle runtime thread
+/// for every task it queues, and that thread takes a CPU a call's worker could have had
+/// (`[daemon] runtime_threads`; one thread instead of two took 6 context switches off each
+/// call on 2 CPUs).
+fn runtime(config: &stsd_profiles::Config) -> Result<tokio::runtime::Runtime, String> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(runtime_threads(config.daemon.runtime_threads, cpus))
         .enable_all()
         .thread_name("stsd")
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+/// `[daemon] runtime_threads`, 0 resolved: half the CPUs, at least one.
+fn runtime_threads(configured: usize, cpus: usize) -> usize {
+    match configured {
+        0 => (cpus / 2).max(1),
+        n => n,
+    }
 }
 
 /// The managed catalog of the daemon.
@@ -153,7 +169,7 @@ pub fn run(mut o: DaemonOptions) -> Result<(), String> {
         .clone()
         .unwrap_or_else(crate::paths::default_audit_log);
     let listen = systemd.listen.take();
-    let rt = runtime()?;
+    let rt = runtime(&o.config)?;
     let result = rt.block_on(serve(o, listen, &systemd));
     if let Err(e) = &result {
         tracing::error!(error = %e, "start failed");
@@ -602,7 +618,7 @@ async fn bridge(stream: tokio::net::UnixStream, keepalive: Duration) {
 /// `stsd mcp`: stdio. With `bridge_first`, bridges to the daemon on `socket` when one answers;
 /// else (or when none answers) serves the catalog itself with an embedded supervisor.
 pub fn run_stdio(o: DaemonOptions, bridge_first: bool, keepalive: Duration) -> Result<(), String> {
-    let rt = runtime()?;
+    let rt = runtime(&o.config)?;
     rt.block_on(async move {
         let daemon = match bridge_first {
             true => tokio::net::UnixStream::connect(&o.socket).await.ok(),
@@ -638,4 +654,16 @@ pub fn run_stdio(o: DaemonOptions, bridge_first: bool, keepalive: Duration) -> R
         service.shutdown();
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_runtime_takes_half_the_cpus_unless_told() {
+        assert_eq!(super::runtime_threads(0, 1), 1);
+        assert_eq!(super::runtime_threads(0, 2), 1);
+        assert_eq!(super::runtime_threads(0, 3), 1);
+        assert_eq!(super::runtime_threads(0, 16), 8);
+        assert_eq!(super::runtime_threads(3, 2), 3);
+    }
 }

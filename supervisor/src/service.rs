@@ -435,8 +435,12 @@ pub struct Reloaded {
 /// differ between `old` and `new`.
 fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
     let (o, n) = (&old.daemon, &new.daemon);
-    let checks: [(&'static str, bool); 11] = [
+    let checks: [(&'static str, bool); 12] = [
         ("[daemon] socket_group", o.socket_group != n.socket_group),
+        (
+            "[daemon] runtime_threads",
+            o.runtime_threads != n.runtime_threads,
+        ),
         ("[daemon] admin_uids", o.admin_uids != n.admin_uids),
         (
             "[daemon] max_connections",
