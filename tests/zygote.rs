@@ -405,6 +405,15 @@ fn no_mapping_of_the_zygote_or_a_worker_is_writable_and_executable() {
     }
 }
 
+const SCHED_IDLE: u32 = 5;
+
+/// The scheduling policy of `pid` (None once it has gone).
+fn policy_of(pid: i32) -> Option<u32> {
+    stsd_tests::sched_policy(
+        &std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default(),
+    )
+}
+
 /// Workers waiting in the pool were made as background work (SCHED_IDLE: a fork or a
 /// worker's start never delays a call) when the daemon may put them back for their calls
 /// (root); the zygote, between urgent forks, too. tests/escape.rs checks that a call runs at
@@ -415,26 +424,20 @@ fn pool_workers_and_the_zygote_wait_at_background_priority() {
         eprintln!("skipped: only a root daemon may put a worker back to normal priority");
         return;
     }
-    const SCHED_IDLE: u32 = 5;
     let d = Daemon::start(2, "");
     let mut c = d.connect();
     // A call uses a pool worker, which the pool replaces in the background.
     c.call(1, "echo-console", json!({ "text": "x" }));
     let r = c.response();
     assert!(!is_error(&r), "{r}");
-    let policy = |pid: i32| {
-        stsd_tests::sched_policy(
-            &std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default(),
-        )
-    };
     d.wait_until("two background pool workers", 10, |c| {
         c.iter()
-            .filter(|w| !w.2 && w.1 != 'Z' && policy(w.0) == Some(SCHED_IDLE))
+            .filter(|w| !w.2 && w.1 != 'Z' && policy_of(w.0) == Some(SCHED_IDLE))
             .count()
             >= 2
     });
     let zygote = wait_for_zygote(&d, None);
-    assert_eq!(policy(zygote), Some(SCHED_IDLE), "the zygote");
+    assert_eq!(policy_of(zygote), Some(SCHED_IDLE), "the zygote");
 }
 
 /// A call that has to wait for a fork (the pool is empty) promotes the zygote to the normal
@@ -447,14 +450,8 @@ fn the_zygote_goes_back_to_the_background_after_a_call_s_fork() {
         eprintln!("skipped: only a root daemon may put the zygote back to normal priority");
         return;
     }
-    const SCHED_IDLE: u32 = 5;
     let d = Daemon::start(1, "");
     let mut clients: Vec<_> = (0..3).map(|_| d.connect()).collect();
-    let policy = |pid: i32| {
-        stsd_tests::sched_policy(
-            &std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default(),
-        )
-    };
     for round in 0..5 {
         // Three calls at once on a pool of one: two of them wait for a fork.
         for (i, c) in clients.iter_mut().enumerate() {
@@ -470,15 +467,15 @@ fn the_zygote_goes_back_to_the_background_after_a_call_s_fork() {
         }
         d.wait_until("the pool refilled in the background", 10, |c| {
             c.iter()
-                .any(|w| !w.2 && w.1 != 'Z' && policy(w.0) == Some(SCHED_IDLE))
+                .any(|w| !w.2 && w.1 != 'Z' && policy_of(w.0) == Some(SCHED_IDLE))
         });
         let zygote = wait_for_zygote(&d, None);
         let t0 = Instant::now();
-        while policy(zygote) != Some(SCHED_IDLE) {
+        while policy_of(zygote) != Some(SCHED_IDLE) {
             assert!(
                 t0.elapsed() < Duration::from_secs(2),
                 "round {round}: the zygote stayed at policy {:?}",
-                policy(zygote)
+                policy_of(zygote)
             );
             std::thread::sleep(Duration::from_millis(10));
         }
