@@ -348,6 +348,10 @@ pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameEr
     Ok(frame)
 }
 
+/// The most frames one record from a worker may hold: the two it defers (`Confined`,
+/// `Timings`) and the frame they go out with.
+pub const MAX_FRAMES_PER_RECORD: u32 = 3;
+
 /// Decodes the first frame of a record that may hold several back to back (a worker sends a
 /// frame that needs no answer together with the next one, so it costs no wake-up of its
 /// own); returns the frame and the bytes it took. Each frame is bounded like a lone one.

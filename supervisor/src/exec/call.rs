@@ -202,6 +202,8 @@ struct FrameReader {
     at: usize,
     end: usize,
     records: u32,
+    /// Frames read from the current record.
+    in_record: u32,
 }
 
 impl FrameReader {
@@ -211,6 +213,7 @@ impl FrameReader {
             at: 0,
             end: 0,
             records: 0,
+            in_record: 0,
         }
     }
 
@@ -219,11 +222,21 @@ impl FrameReader {
         if self.at >= self.end {
             match recv_record(sock, until, &mut self.buf) {
                 Record::Bytes(n) => {
-                    (self.at, self.end) = (0, n);
-                    self.records += 1;
+                    (self.at, self.end, self.in_record) = (0, n, 0);
+                    self.records = self.records.saturating_add(1);
                 }
                 Record::End(r) => return r,
             }
+        }
+        // A well-behaved worker never packs more; a hostile one packing thousands of one-byte
+        // frames would cost the supervisor a decode each for one cheap send.
+        self.in_record += 1;
+        if self.in_record > frames::MAX_FRAMES_PER_RECORD {
+            self.at = self.end;
+            return Recv::Broken(format!(
+                "worker sent a record of more than {} frames",
+                frames::MAX_FRAMES_PER_RECORD
+            ));
         }
         match frames::decode_first(&self.buf[self.at..self.end]) {
             Ok((f, used)) => {
@@ -235,6 +248,11 @@ impl FrameReader {
                 Recv::Broken(format!("worker sent an undecodable frame: {e}"))
             }
         }
+    }
+
+    /// Frames are left in the last record (after the outcome, a worker has nothing to say).
+    fn has_rest(&self) -> bool {
+        self.at < self.end
     }
 
     fn give_back(self) {
@@ -743,7 +761,8 @@ pub fn run_keeping(
     let mut kept = None;
     let mut status = None;
     if settled.is_some() && protocol_error.is_none() && !killed_at_deadline {
-        let keep = job.keep_alive && clean && w.is_alive() && {
+        // Frames after the outcome: the result stands, but the worker is not fit for another.
+        let keep = job.keep_alive && clean && !frames_in.has_rest() && w.is_alive() && {
             // It makes its next context now, as background work, and says Ready when it has.
             stsd_profiles::os::priority::background(w.pid());
             frames::encode(&ToWorker::Continue)
@@ -994,5 +1013,64 @@ fn death_cause(status: Option<std::process::ExitStatus>) -> CallError {
             format!("the worker died mid-call ({s})"),
         ),
         None => CallError::new(Code::WorkerCrashed, "the worker died mid-call"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(frames: &[FromWorker]) -> Vec<u8> {
+        frames
+            .iter()
+            .flat_map(|f| frames::encode(f).unwrap_or_default())
+            .collect()
+    }
+
+    /// A record's frames come out in order, whole; a record of more frames than a worker
+    /// ever packs is refused after the allowed ones, and nothing is left to read after it.
+    #[test]
+    fn a_record_yields_its_frames_in_order_up_to_the_bound() {
+        let Ok((ours, theirs)) = super::super::spawn::seqpacket_pair() else {
+            panic!("socketpair");
+        };
+        let until = || Instant::now() + Duration::from_secs(5);
+        let three = record(&[
+            FromWorker::Confined,
+            FromWorker::ConsoleTruncated,
+            FromWorker::ResultUndefined,
+        ]);
+        let four = record(&std::array::from_fn::<_, 4, _>(|_| FromWorker::Confined));
+        for r in [&three, &four] {
+            let sent = send(theirs.as_raw_fd(), r, MsgFlags::MSG_NOSIGNAL);
+            assert!(sent.is_ok(), "{sent:?}");
+        }
+        let mut reader = FrameReader::new();
+        for want in [
+            FromWorker::Confined,
+            FromWorker::ConsoleTruncated,
+            FromWorker::ResultUndefined,
+        ] {
+            match reader.next(&ours, until()) {
+                Recv::Frame(f) => assert_eq!(f, want),
+                _ => panic!("expected {want:?}"),
+            }
+        }
+        assert!(!reader.has_rest());
+        for _ in 0..3 {
+            assert!(matches!(
+                reader.next(&ours, until()),
+                Recv::Frame(FromWorker::Confined)
+            ));
+        }
+        match reader.next(&ours, until()) {
+            Recv::Broken(e) => assert!(e.contains("more than 3 frames"), "{e}"),
+            _ => panic!("a fourth frame in one record was read"),
+        }
+        assert!(!reader.has_rest());
+        assert_eq!(reader.records, 2);
+        drop(theirs);
+        assert!(matches!(reader.next(&ours, until()), Recv::Eof));
+        reader.give_back();
     }
 }

@@ -30,13 +30,16 @@ const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 type Request = (mpsc::SyncSender<std::io::Result<Spawned>>, bool);
 
 /// The zygote's scheduling policy (see `os::priority`): background while it forks for the
-/// pool and at rest, normal while a call waits for a worker. One lock orders the changes:
-/// a call's promotion never interleaves with a demotion it would undo.
+/// pool and at rest, normal while a call waits for a worker. One lock orders the changes and
+/// names the zygote they apply to: a call's promotion never interleaves with a demotion it
+/// would undo, and no change reaches a zygote that has been replaced (or its reused pid).
 #[derive(Debug, Default)]
 struct Policy(Mutex<PolicyState>);
 
 #[derive(Debug, Default)]
 struct PolicyState {
+    /// The live zygote.
+    zygote: Option<u32>,
     /// Calls waiting for a worker from the zygote right now.
     urgent_waiting: usize,
     /// The zygote runs under SCHED_IDLE now.
@@ -49,37 +52,44 @@ impl Policy {
     }
 
     /// A call waits for a fork: the zygote runs at the normal policy until none does.
-    fn begin_urgent(&self, pid: Option<u32>) {
+    fn begin_urgent(&self) {
         let mut s = self.lock();
         s.urgent_waiting += 1;
-        if let (true, Some(pid)) = (s.background, pid) {
+        if let (true, Some(pid)) = (s.background, s.zygote) {
             stsd_profiles::os::priority::foreground(pid);
             s.background = false;
         }
     }
 
     /// The call has its worker; the last one waiting puts the zygote back in the background.
-    fn end_urgent(&self, pid: Option<u32>) {
+    fn end_urgent(&self) {
         let mut s = self.lock();
         s.urgent_waiting = s.urgent_waiting.saturating_sub(1);
-        Self::settle(&mut s, pid);
+        Self::settle(&mut s);
     }
 
     /// Before a fork for the pool: background, unless a call waits.
-    fn background(&self, pid: u32) {
-        Self::settle(&mut self.lock(), Some(pid));
+    fn background(&self) {
+        Self::settle(&mut self.lock());
     }
 
-    fn settle(s: &mut PolicyState, pid: Option<u32>) {
-        if let (0, false, Some(pid)) = (s.urgent_waiting, s.background, pid) {
+    fn settle(s: &mut PolicyState) {
+        if let (0, false, Some(pid)) = (s.urgent_waiting, s.background, s.zygote) {
             stsd_profiles::os::priority::background(pid);
             s.background = true;
         }
     }
 
-    /// A new zygote starts at the normal policy.
-    fn new_zygote(&self) {
-        self.lock().background = false;
+    /// A new zygote, which starts at the normal policy (a call may be waiting for it).
+    fn new_zygote(&self, pid: u32) {
+        let mut s = self.lock();
+        s.zygote = Some(pid);
+        s.background = false;
+    }
+
+    /// The zygote is being retired: nothing is applied to its pid any more.
+    fn zygote_gone(&self) {
+        self.lock().zygote = None;
     }
 }
 
@@ -142,11 +152,11 @@ impl Zygote {
         if urgent {
             // At once: the zygote may be busy with a background fork this call must not wait
             // behind at background priority.
-            self.policy.begin_urgent(self.pid());
+            self.policy.begin_urgent();
         }
         let r = self.ask(urgent);
         if urgent {
-            self.policy.end_urgent(self.pid());
+            self.policy.end_urgent();
         }
         r
     }
@@ -220,6 +230,7 @@ impl Manager {
 
     /// Kills and reaps the current zygote, if any.
     fn retire(&mut self) {
+        self.policy.zygote_gone();
         if let Some(mut l) = self.live.take() {
             drop(l.ctrl);
             l.proc.kill_and_reap();
@@ -237,8 +248,8 @@ impl Manager {
         match self.exec_zygote() {
             Ok(l) => {
                 self.set_pid(Some(l.proc.id()));
+                self.policy.new_zygote(l.proc.id());
                 self.live = Some(l);
-                self.policy.new_zygote();
             }
             Err(e) => tracing::error!(error = %e, "cannot start the zygote"),
         }
@@ -264,10 +275,10 @@ impl Manager {
     /// The zygote's priority for the next fork: background work when it is for the pool, so
     /// that it yields to calls; the normal priority when a call waits for the worker.
     fn prioritise(&self, urgent: bool) {
-        let Some(l) = self.live.as_ref() else { return };
-        // An urgent fork's promotion was made by the calling thread (`Zygote::fork`).
+        // An urgent fork's promotion was made by the calling thread (`Zygote::fork`), and a
+        // zygote started since then starts at the normal policy.
         if !urgent {
-            self.policy.background(l.proc.id());
+            self.policy.background();
         }
     }
 
