@@ -108,6 +108,15 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// True (and says why the test is skipped) when not root: `if skip_unless_root(why) { return; }`.
+pub fn skip_unless_root(why: &str) -> bool {
+    if is_root() {
+        return false;
+    }
+    eprintln!("skipped: {why}");
+    true
+}
+
 /// The worker user of the default config.
 pub const WORKER_UID: u32 = 65534;
 

@@ -102,8 +102,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 /// to find nothing.
 #[test]
 fn a_fresh_worker_holds_only_its_socket_and_nothing_of_earlier_calls() {
-    if !stsd_tests::is_root() {
-        eprintln!("skipped: reading another process's memory needs root");
+    if stsd_tests::skip_unless_root("reading another process's memory needs root") {
         return;
     }
     let d = Daemon::start(2, "");
@@ -379,8 +378,7 @@ fn a_call_reaches_the_supervisor_in_as_few_records_as_it_has_things_to_say() {
 /// still mapped read-execute.
 #[test]
 fn no_mapping_of_the_zygote_or_a_worker_is_writable_and_executable() {
-    if !stsd_tests::is_root() {
-        eprintln!("skipped: reading another user's /proc/PID/maps needs root");
+    if stsd_tests::skip_unless_root("reading another user's /proc/PID/maps needs root") {
         return;
     }
     let d = Daemon::start(2, "");
@@ -420,8 +418,7 @@ fn policy_of(pid: i32) -> Option<u32> {
 /// the normal policy.
 #[test]
 fn pool_workers_and_the_zygote_wait_at_background_priority() {
-    if !stsd_tests::is_root() {
-        eprintln!("skipped: only a root daemon may put a worker back to normal priority");
+    if stsd_tests::skip_unless_root("only a root daemon may put a worker back to normal priority") {
         return;
     }
     let d = Daemon::start(2, "");
@@ -446,8 +443,8 @@ fn pool_workers_and_the_zygote_wait_at_background_priority() {
 /// queued behind the call's fork while the call still waited, did not (CI saw it once).
 #[test]
 fn the_zygote_goes_back_to_the_background_after_a_call_s_fork() {
-    if !stsd_tests::is_root() {
-        eprintln!("skipped: only a root daemon may put the zygote back to normal priority");
+    if stsd_tests::skip_unless_root("only a root daemon may put the zygote back to normal priority")
+    {
         return;
     }
     let d = Daemon::start(1, "");

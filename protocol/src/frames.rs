@@ -338,10 +338,7 @@ pub fn encode<T: Serialize>(frame: &T) -> Result<Vec<u8>, FrameError> {
 }
 
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, FrameError> {
-    if bytes.len() > MAX_FRAME_BYTES {
-        return Err(FrameError::TooLarge(bytes.len()));
-    }
-    let (frame, used) = bincode::serde::decode_from_slice(bytes, config())?;
+    let (frame, used) = decode_first(bytes)?;
     if used != bytes.len() {
         return Err(FrameError::Trailing);
     }

@@ -9,6 +9,7 @@ use serde_json::Value;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stsd_protocol::frames::{
@@ -412,8 +413,6 @@ pub fn reap_later(w: ReadyWorker) {
         stsd_profiles::os::priority::foreground(REAPER_TID.load(Ordering::SeqCst));
     }
 }
-
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 /// Workers handed to the reaper and not yet reaped.
 static REAPER_BACKLOG: AtomicUsize = AtomicUsize::new(0);
