@@ -77,6 +77,10 @@ defaults
     retries 3
     retry-on conn-failure
     option redispatch 1
+    # Every request on a new server connection: a request sent on an idle connection kept to
+    # a daemon killed a moment ago fails after it was sent (502), where a new connection
+    # fails to connect and is sent elsewhere.
+    http-reuse never
     errorfile 502 {errors}/502.http
     errorfile 503 {errors}/503.http
     errorfile 504 {errors}/504.http
