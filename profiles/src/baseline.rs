@@ -247,6 +247,10 @@ pub struct WorkerConfig {
     /// The zygote is replaced by a freshly exec'd one after this many forks, so that
     /// workers do not share one address-space layout forever.
     pub zygote_max_forks: u32,
+    /// One-shot: a call of a tool has pool workers primed for that tool's next calls
+    /// (confined to its posture, its globals bound and its body compiled, before any
+    /// argument exists). Each primed worker still serves one call.
+    pub prime: bool,
 }
 
 /// `[worker] spawn`.
@@ -268,6 +272,7 @@ impl Default for WorkerConfig {
             reuse_max_parked: None,
             spawn: SpawnMode::Zygote,
             zygote_max_forks: 1000,
+            prime: true,
         }
     }
 }

@@ -145,13 +145,14 @@ impl Job {
     /// supplied ones are globals. Shared by the worker and by the supervisor, which maps a
     /// syntax error's column on line 1 back to the body.
     pub fn wrapper_prefix(&self) -> String {
-        let keys = |json: &str| -> Vec<String> {
-            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
-                .map(|m| m.keys().cloned().collect())
-                .unwrap_or_default()
-        };
-        let mut supplied = keys(&self.args_json);
-        supplied.extend(keys(&self.statics_json));
+        self.wrapper_prefix_with(&json_keys(&self.args_json))
+    }
+
+    /// [`Job::wrapper_prefix`] as it would be with these argument names supplied (a primed
+    /// worker compiles the body before the call's arguments exist; see [`ToWorker::Prime`]).
+    pub fn wrapper_prefix_with(&self, args: &[String]) -> String {
+        let mut supplied = args.to_vec();
+        supplied.extend(json_keys(&self.statics_json));
         let missing: Vec<&str> = self
             .declared
             .iter()
@@ -164,6 +165,64 @@ impl Job {
             format!("(async function () {{var {}; ", missing.join(", "))
         }
     }
+
+    /// The names of the arguments this call supplied.
+    pub fn arg_names(&self) -> Vec<String> {
+        json_keys(&self.args_json)
+    }
+
+    /// Whether `other` is this job but for the call's own parts (its id, its arguments, and
+    /// what the supervisor decides per call): a worker primed with one may run the other.
+    pub fn same_template(&self, other: &Job) -> bool {
+        self.code == other.code
+            && self.statics_json == other.statics_json
+            && self.declared == other.declared
+            && self.tool_safety_json == other.tool_safety_json
+            && self.sandbox == other.sandbox
+            && self.seccomp == other.seccomp
+            && self.limits == other.limits
+            && self.attack.is_none()
+            && other.attack.is_none()
+            && !self.compile_only
+            && !other.compile_only
+    }
+
+    /// This job without the call's arguments: what a worker is primed with.
+    pub fn template(&self) -> Job {
+        Job {
+            call_id: 0,
+            code: self.code.clone(),
+            args_json: "{}".into(),
+            statics_json: self.statics_json.clone(),
+            declared: self.declared.clone(),
+            tool_safety_json: self.tool_safety_json.clone(),
+            sandbox: self.sandbox.clone(),
+            seccomp: self.seccomp.clone(),
+            limits: self.limits.clone(),
+            attack: None,
+            keep_alive: false,
+            compile_only: false,
+            reuse_calls: self.reuse_calls,
+        }
+    }
+}
+
+/// The keys of a JSON object's text (none when it is not one).
+fn json_keys(json: &str) -> Vec<String> {
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// A worker primed for a tool before its call: confined to the tool's posture, its globals
+/// bound and its body compiled, all but the call's arguments (see [`ToWorker::Prime`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prime {
+    /// The job without arguments ([`Job::template`]).
+    pub job: Job,
+    /// The argument names the body is compiled for (every declared param): a call that
+    /// supplies others has its body compiled again, on the call path.
+    pub expect_args: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -191,6 +250,17 @@ pub enum ToWorker {
     /// Reuse: the supervisor has the call's outcome and keeps the worker; it makes its next
     /// context now (not before: the reply would wait behind it on a busy CPU) and says Ready.
     Continue,
+    /// Sent to a fresh worker before its call is known: it applies the posture, binds
+    /// everything but the arguments and compiles the body, then says Ready and waits for
+    /// [`ToWorker::Go`]. One frame (a template too large for one is not primed).
+    Prime(Box<Prime>),
+    /// The call a primed worker was primed for: its id and arguments (one frame; a call with
+    /// larger arguments goes to a worker that is not primed). Its time starts now.
+    Go {
+        call_id: u64,
+        args_json: String,
+        keep_alive: bool,
+    },
 }
 
 /// A tool's `fetch`, as the worker forwards it to the supervisor's broker. A body, when

@@ -400,62 +400,54 @@ impl ServerHandler for Handler {
             Err(first_round) => return Ok(*first_round),
         };
         let cancel = Arc::new(AtomicBool::new(false));
-        // The caller going away (notifications/cancelled, or the connection closing) kills
-        // the call's worker.
-        let watcher = {
-            let (cancel, ct, closed) = (cancel.clone(), ctx.ct.clone(), self.conn.closed.clone());
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = ct.cancelled() => {}
-                    _ = closed.cancelled() => {}
-                }
-                cancel.store(true, Ordering::Relaxed);
-            })
-        };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(ConsoleLevel, String)>();
         let sink = Box::new(move |level, line| {
             let _ = tx.send((level, line));
         });
-        // Console lines go out as they happen, on this request's own stream, from their own
-        // task: a client that stops reading (or is gone) must not hold the call, whose
-        // outcome is audited whatever becomes of the session.
+        // Console lines go out as they happen, on this request's own stream, beside the call
+        // in this task: a client that stops reading (or is gone) must not hold the call, whose
+        // outcome is audited whatever becomes of the session. (A task of their own, and one
+        // to watch for the caller going away, woke another runtime thread on every call.)
         // A caller that sets `_meta["stsd/console"]: true` also gets the call's console lines
         // in the result's `_meta` (already masked, and bounded by the console caps).
         let keep_console = ctx.meta.0.get("stsd/console") == Some(&json!(true));
-        let forwarder = {
-            let (me, ctx, name) = (self.clone(), ctx.clone(), name.clone());
-            tokio::spawn(async move {
-                let mut kept = Vec::new();
-                while let Some((level, line)) = rx.recv().await {
-                    if keep_console {
-                        kept.push(json!({"level": level_of(level), "line": line}));
-                    }
-                    tokio::select! {
-                        _ = me.console_line(&ctx, &name, level, line) => {}
-                        _ = me.conn.closed.cancelled() => return kept,
-                    }
+        let forwarder = async {
+            let mut kept = Vec::new();
+            while let Some((level, line)) = rx.recv().await {
+                if keep_console {
+                    kept.push(json!({"level": level_of(level), "line": line}));
                 }
-                kept
-            })
+                tokio::select! {
+                    _ = self.console_line(&ctx, &name, level, line) => {}
+                    _ = self.conn.closed.cancelled() => return kept,
+                }
+            }
+            kept
         };
-        let result = self
-            .service
-            .call(
+        // The caller going away (notifications/cancelled, or the connection closing) kills
+        // the call's worker.
+        let gone = async {
+            tokio::select! {
+                _ = ctx.ct.cancelled() => {}
+                _ = self.conn.closed.cancelled() => {}
+            }
+        };
+        let flag = cancel.clone();
+        let call = crate::service::raise_on(
+            gone,
+            &flag,
+            self.service.call(
                 &name,
                 args,
                 &caller,
                 elicitor.as_ref().map(|e| e as &dyn Elicitor),
                 cancel,
                 sink,
-            )
-            .await;
-        watcher.abort();
+            ),
+        );
         // The sink is gone with the call, so the forwarder ends once the lines that raced the
         // result are out: they precede it, in order.
-        let console_lines = tokio::select! {
-            kept = forwarder => kept.unwrap_or_default(),
-            _ = self.conn.closed.cancelled() => Vec::new(),
-        };
+        let (result, console_lines) = tokio::join!(call, forwarder);
         match result {
             Err(CallFailure::UnknownTool(n)) => Err(ErrorData::invalid_params(
                 format!("unknown tool: {n}"),

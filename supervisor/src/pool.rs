@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use stsd_protocol::frames::Job;
+use stsd_protocol::frames::{FsAccess, Job, Prime, MAX_FRAME_BYTES};
 
 /// The key a reused worker is parked under: the tool's name and everything its worker was
 /// confined to or limited by on its first job (the sandbox, the limits, the resolved
@@ -27,13 +27,31 @@ pub fn reuse_key(name: &str, job: &Job) -> String {
     )
 }
 
+/// Whether a one-shot call may go to a primed worker: not a test probe or a syntax check,
+/// arguments that fit one frame, and no file-system grant. A file-system posture is applied
+/// when its call starts, so that its Landlock rules name the base path's directory as it is
+/// then (one replaced between a priming and its call would leave the tool without access).
+pub fn primable(job: &Job) -> bool {
+    job.attack.is_none()
+        && !job.compile_only
+        && job.sandbox.fs == FsAccess::None
+        && job.args_json.len() < MAX_FRAME_BYTES / 2
+}
+
 struct Parked {
     w: ReadyWorker,
     since: Instant,
 }
 
+/// Primed workers kept per tool (one-shot): one can serve the next call while the other is
+/// still being primed at background priority.
+const PRIMED_PER_KEY: usize = 2;
+
 struct State {
     ready: VecDeque<ReadyWorker>,
+    /// One-shot with priming: tools whose next calls want primed workers (the refill thread
+    /// primes pool workers for them), by key.
+    prime_wanted: HashMap<String, Arc<Prime>>,
     /// Reuse: workers that served a call and wait for another with the same key (they are
     /// already confined to its posture), most recently parked last.
     parked: HashMap<String, Vec<Parked>>,
@@ -108,6 +126,7 @@ impl Pool {
             max_parked,
             state: Mutex::new(State {
                 ready: VecDeque::with_capacity(target),
+                prime_wanted: HashMap::new(),
                 parked: HashMap::new(),
                 parked_total: 0,
                 stopping: false,
@@ -147,7 +166,10 @@ impl Pool {
                     }
                     let now = Instant::now();
                     let expired = st.take_expired(now, idle);
-                    if !expired.is_empty() || st.ready.len() < self.target {
+                    if !expired.is_empty()
+                        || st.ready.len() < self.target
+                        || !st.prime_wanted.is_empty()
+                    {
                         break expired;
                     }
                     st = match st.next_expiry(now, idle) {
@@ -166,6 +188,9 @@ impl Pool {
                 drop(expired); // killed and reaped, outside the lock
                 continue;
             }
+            if self.prime_one() {
+                continue;
+            }
             match spawn_ready(&self.opts, false) {
                 Ok(w) => {
                     let mut st = self.lock();
@@ -180,6 +205,78 @@ impl Pool {
                 }
             }
         }
+    }
+
+    /// Primes one pool worker for a tool that wants one, and parks it under the tool's key.
+    /// False when no tool wants one (or the one asked for has enough already).
+    fn prime_one(&self) -> bool {
+        let (key, prime, w) = {
+            let mut st = self.lock();
+            let Some(key) = st.prime_wanted.keys().next().cloned() else {
+                return false;
+            };
+            let Some(prime) = st.prime_wanted.remove(&key) else {
+                return false;
+            };
+            let have = st.parked.get(&key).map_or(0, Vec::len);
+            if have >= PRIMED_PER_KEY {
+                return true;
+            }
+            if have + 1 < PRIMED_PER_KEY {
+                // One more after this one.
+                st.prime_wanted.insert(key.clone(), prime.clone());
+            }
+            let mut w = None;
+            while let Some(mut c) = st.ready.pop_front() {
+                if c.is_alive() {
+                    w = Some(c);
+                    break;
+                }
+            }
+            (key, prime, w)
+        };
+        let mut w = match w {
+            Some(w) => w,
+            None => match spawn_ready(&self.opts, false) {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::error!(error = %e.message, "cannot start a worker to prime");
+                    return false;
+                }
+            },
+        };
+        match w.prime(prime) {
+            Ok(()) => self.park(&key, w),
+            // Too large a template for one frame: that tool is not primed.
+            Err(e) => tracing::debug!(error = %e, "a worker was not primed"),
+        }
+        true
+    }
+
+    /// One-shot with priming: a worker for `job`, primed for its template when one is
+    /// (see [`Pool::take_for`]), else a pool worker; and the tool's next calls want primed
+    /// workers (`make` builds the prime, only when one is wanted).
+    pub fn take_primed(
+        &self,
+        key: &str,
+        job: &Job,
+        make: impl FnOnce() -> Prime,
+    ) -> Result<ReadyWorker, CallError> {
+        let mut w = self.take_for(key)?;
+        if w.is_primed() && !w.is_primed_for(job) {
+            // Primed for the tool as it was (its code or variables changed since): let go.
+            reap_later(w);
+            w = self.take()?;
+        }
+        {
+            let mut st = self.lock();
+            let have = st.parked.get(key).map_or(0, Vec::len);
+            if !st.stopping && have < PRIMED_PER_KEY && !st.prime_wanted.contains_key(key) {
+                st.prime_wanted.insert(key.to_string(), Arc::new(make()));
+            }
+        }
+        self.wake.notify_one();
+        Ok(w)
     }
 
     /// A ready worker: a warm one when there is one, else a freshly spawned one.

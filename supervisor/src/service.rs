@@ -11,7 +11,7 @@ use crate::audit::{
 };
 use crate::exec::{self, job, CallValue, ExecOptions};
 use crate::lifecycle::{state_of, State};
-use crate::pool::Pool;
+use crate::pool::{primable, Pool};
 use crate::store::{now_ms, Catalog};
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
@@ -20,7 +20,7 @@ use std::sync::{Arc, RwLock};
 use stsd_profiles::upstream::Exposure;
 use stsd_profiles::{resolve, Config, Resolved};
 use stsd_protocol::envvar::SecretSet;
-use stsd_protocol::frames::{ConsoleLevel, LINE_TRUNCATED_MARK};
+use stsd_protocol::frames::{ConsoleLevel, Prime, LINE_TRUNCATED_MARK};
 use stsd_protocol::{Code, NetworkMode, ToolSpec};
 
 /// Where specs come from.
@@ -469,15 +469,6 @@ fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
     checks.iter().filter(|c| c.1).map(|c| c.0).collect()
 }
 
-/// Aborts a helper task when the call that spawned it ends, however it ends.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// Counts a call as in flight for as long as it lives.
 struct InFlight<'a>(&'a AtomicUsize);
 
@@ -725,6 +716,22 @@ impl Service {
         caller: &Caller,
         elicitor: Option<&dyn Elicitor>,
         cancel: Arc<AtomicBool>,
+        console: ConsoleSink,
+    ) -> Result<ToolReply, CallFailure> {
+        // At shutdown, a call still running when the grace period ends is cut off (its worker
+        // killed) and still answered and audited.
+        let flag = cancel.clone();
+        let call = self.call_flagged(name, args, caller, elicitor, cancel, console);
+        raise_on(self.cut.cancelled(), &flag, call).await
+    }
+
+    async fn call_flagged(
+        self: &Arc<Self>,
+        name: &str,
+        args: Map<String, Value>,
+        caller: &Caller,
+        elicitor: Option<&dyn Elicitor>,
+        cancel: Arc<AtomicBool>,
         mut console: ConsoleSink,
     ) -> Result<ToolReply, CallFailure> {
         let started = now_ms();
@@ -738,13 +745,6 @@ impl Service {
             };
             self.inflight.fetch_add(1, Ordering::SeqCst);
             let _inflight = InFlight(&self.inflight);
-            let _cut_watch = {
-                let (cut, flag) = (self.cut.clone(), cancel.clone());
-                AbortOnDrop(tokio::spawn(async move {
-                    cut.cancelled().await;
-                    flag.store(true, Ordering::Relaxed);
-                }))
-            };
             return Ok(crate::upstream::call::call_wrapped(
                 self, &gw, tool, args, caller, elicitor, cancel,
             )
@@ -773,15 +773,6 @@ impl Service {
             &config.baseline.env(),
         );
         record.params = mask_value(&record.params, &early_secrets);
-        // At shutdown, a call still running when the grace period ends is cut off (its worker
-        // killed) and still answered and audited.
-        let _cut_watch = {
-            let (cut, flag) = (self.cut.clone(), cancel.clone());
-            AbortOnDrop(tokio::spawn(async move {
-                cut.cancelled().await;
-                flag.store(true, Ordering::Relaxed);
-            }))
-        };
 
         // Arguments are checked against the params before any worker is touched.
         let args = match job::check_arguments(&tool.spec, &args) {
@@ -898,6 +889,11 @@ impl Service {
         let outcome = tokio::task::spawn_blocking(move || {
             let worker = if me.reuse > 1 {
                 me.pool.take_for(&key)?
+            } else if opts.prime && primable(&job) {
+                me.pool.take_primed(&key, &job, || Prime {
+                    job: job.template(),
+                    expect_args: job.arg_names(),
+                })?
             } else {
                 me.pool.take()?
             };
@@ -929,6 +925,7 @@ impl Service {
             Ok::<_, exec::CallError>(out)
         })
         .await;
+
         let reply = match outcome {
             Ok(Ok(out)) => {
                 record.worker_pid = Some(out.worker_pid);
@@ -1221,6 +1218,29 @@ fn own_fingerprint(t: &PublishedTool) -> String {
 }
 
 /// Resolves once `flag` is set (the caller went away).
+/// Runs `work` to its end; if `trigger` completes first, raises `flag` (which `work` polls
+/// to cut itself short) and keeps going. In the call's own task: a watcher task per call
+/// would wake another runtime thread for nothing on every call.
+pub(crate) async fn raise_on<T>(
+    trigger: impl std::future::Future<Output = ()>,
+    flag: &AtomicBool,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(trigger);
+    tokio::pin!(work);
+    let mut raised = false;
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut work => return out,
+            () = &mut trigger, if !raised => {
+                raised = true;
+                flag.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 pub(crate) async fn cancelled(flag: &AtomicBool) {
     while !flag.load(Ordering::Relaxed) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

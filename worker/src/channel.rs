@@ -4,7 +4,23 @@
 use nix::sys::socket::{recv, send, MsgFlags};
 use std::cell::RefCell;
 use std::os::fd::{AsRawFd, OwnedFd};
-use stsd_protocol::frames::{self, FromWorker, Job, ToWorker, MAX_FRAME_BYTES, MAX_JOB_BYTES};
+use stsd_protocol::frames::{
+    self, FromWorker, Job, Prime, ToWorker, MAX_FRAME_BYTES, MAX_JOB_BYTES,
+};
+
+/// What the supervisor asks a waiting worker to do.
+pub enum Work {
+    /// Run this job (apply its posture, bind it, run it).
+    Job(Box<Job>),
+    /// Get ready for a call of this template, then wait for its [`Work::Go`].
+    Prime(Box<Prime>),
+    /// A primed worker's call.
+    Go {
+        call_id: u64,
+        args_json: String,
+        keep_alive: bool,
+    },
+}
 
 pub struct Channel {
     fd: OwnedFd,
@@ -54,13 +70,36 @@ impl Channel {
         Ok(())
     }
 
-    /// The next job, reassembled from `JobPart`s when it came in pieces. Any other frame
-    /// here is a confused supervisor: Err.
-    pub fn recv_job(&self) -> Result<Box<Job>, String> {
+    /// The next thing to do: a job (reassembled from `JobPart`s when it came in pieces), a
+    /// prime, or a primed call's go. Any other frame here is a confused supervisor: Err.
+    pub fn recv_work(&self) -> Result<Work, String> {
+        match self.recv()? {
+            ToWorker::Job(job) => Ok(Work::Job(job)),
+            ToWorker::Prime(p) => Ok(Work::Prime(p)),
+            ToWorker::Go {
+                call_id,
+                args_json,
+                keep_alive,
+            } => Ok(Work::Go {
+                call_id,
+                args_json,
+                keep_alive,
+            }),
+            first @ ToWorker::JobPart { .. } => self.recv_job_parts(first).map(Work::Job),
+            _ => Err("expected a job".into()),
+        }
+    }
+
+    /// A job in pieces, from its first `JobPart` on.
+    fn recv_job_parts(&self, first: ToWorker) -> Result<Box<Job>, String> {
         let mut parts: Vec<u8> = Vec::new();
+        let mut next = Some(first);
         loop {
-            match self.recv()? {
-                ToWorker::Job(job) if parts.is_empty() => return Ok(job),
+            let frame = match next.take() {
+                Some(f) => f,
+                None => self.recv()?,
+            };
+            match frame {
                 ToWorker::JobPart { data, last } => {
                     if parts.len() + data.len() > MAX_JOB_BYTES {
                         return Err("a job over the size limit".into());

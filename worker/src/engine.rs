@@ -15,7 +15,8 @@ use crate::console::{self, ConsoleState};
 use rquickjs::context::{intrinsic, EvalOptions};
 use rquickjs::promise::PromiseState;
 use rquickjs::{
-    CatchResultExt, CaughtError, Context, Ctx, FromJs, Function, Object, Promise, Runtime, Value,
+    CatchResultExt, CaughtError, Context, Ctx, FromJs, Function, Object, Persistent, Promise,
+    Runtime, Value,
 };
 use std::cell::Cell;
 use std::rc::Rc;
@@ -99,17 +100,83 @@ impl Warm {
 }
 
 pub struct Engine {
-    // Field order matters: the context must drop before the runtime.
+    // Field order matters: the context (and the compiled body in it) must drop before the
+    // runtime.
+    compiled: std::cell::RefCell<Option<Compiled>>,
     context: Context,
     _runtime: Runtime,
     stop: Rc<Cell<Option<Stop>>>,
     console_over: Rc<Cell<bool>>,
+    /// The absolute end of the call: set when the call starts (a primed engine is made before).
+    deadline: Rc<Cell<Instant>>,
     limits: stsd_protocol::frames::JobLimits,
 }
 
+/// A body compiled ahead of its call (a primed worker), with the wrapper prefix it was
+/// compiled with: the call runs it only when its own arguments give the same prefix.
+struct Compiled {
+    prefix: String,
+    function: Persistent<Function<'static>>,
+}
+
 impl Engine {
-    /// Sets a warm runtime up for `job`. `deadline` is the absolute end of the call.
+    /// Sets a warm runtime up for `job`, arguments included. `deadline` is the absolute end
+    /// of the call.
     pub fn bind(
+        warm: Warm,
+        job: &Job,
+        deadline: Instant,
+        channel: &Rc<Channel>,
+    ) -> Result<Engine, Failure> {
+        let engine = Engine::prepare(warm, job, deadline, channel)?;
+        engine.bind_json(&[&job.args_json, &job.statics_json], &[])?;
+        Ok(engine)
+    }
+
+    /// A primed engine: everything of `prime.job` but the arguments, its static variables
+    /// bound and its body compiled for `prime.expect_args`. Nothing of the body runs.
+    pub fn prime(
+        warm: Warm,
+        prime: &stsd_protocol::frames::Prime,
+        channel: &Rc<Channel>,
+    ) -> Result<Engine, Failure> {
+        let job = &prime.job;
+        // Until the call starts, the deadline is the template's own timeout from now (the
+        // compile polls nothing that runs code; this only bounds a pathological parse).
+        let until = Instant::now() + std::time::Duration::from_millis(job.limits.timeout_ms);
+        let engine = Engine::prepare(warm, job, until, channel)?;
+        engine.bind_json(&[&job.statics_json], &[])?;
+        let prefix = job.wrapper_prefix_with(&prime.expect_args);
+        let source = format!("{prefix}{}\n}})", job.code);
+        // A body that does not compile is not an error yet: the call compiles it again and
+        // gets the error in the usual way.
+        let compiled = engine.context.with(|ctx| {
+            compile(&ctx, source)
+                .ok()
+                .map(|f| Persistent::save(&ctx, f))
+        });
+        *engine.compiled.borrow_mut() = compiled.map(|function| Compiled { prefix, function });
+        Ok(engine)
+    }
+
+    /// A primed engine's call starts: its deadline, and its arguments bound (a name that is
+    /// also a static variable keeps the static's value, as [`Engine::bind`] does).
+    pub fn start(&self, job: &Job, deadline: Instant) -> Result<(), Failure> {
+        self.deadline.set(deadline);
+        let statics = self.context.with(|ctx| -> rquickjs::Result<Vec<String>> {
+            let v: Value = ctx.json_parse(job.statics_json.as_bytes())?;
+            match v.as_object() {
+                Some(o) => o.keys::<String>().collect(),
+                None => Ok(Vec::new()),
+            }
+        });
+        let statics = statics
+            .map_err(|e| Failure::new(Code::InvalidInput, format!("binding arguments: {e}")))?;
+        self.bind_json(&[&job.args_json], &statics)
+    }
+
+    /// Limits, handlers and the posture's globals: all of a call but its arguments.
+    fn prepare(
         warm: Warm,
         job: &Job,
         deadline: Instant,
@@ -125,9 +192,10 @@ impl Engine {
         rt.set_max_stack_size(l.stack_bytes as usize);
         let stop: Rc<Cell<Option<Stop>>> = Rc::new(Cell::new(None));
         let console_over = Rc::new(Cell::new(false));
+        let deadline = Rc::new(Cell::new(deadline));
         let ticks = Cell::new(0u64);
         let max_ticks = l.max_steps.div_ceil(STEPS_PER_TICK).max(1);
-        let (s, over) = (stop.clone(), console_over.clone());
+        let (s, over, end) = (stop.clone(), console_over.clone(), deadline.clone());
         rt.set_interrupt_handler(Some(Box::new(move || {
             if s.get().is_some() {
                 return true;
@@ -139,7 +207,7 @@ impl Engine {
             ticks.set(ticks.get() + 1);
             if ticks.get() > max_ticks {
                 s.set(Some(Stop::Steps));
-            } else if Instant::now() >= deadline {
+            } else if Instant::now() >= end.get() {
                 s.set(Some(Stop::Deadline));
             }
             s.get().is_some()
@@ -167,33 +235,46 @@ impl Engine {
                 if job.sandbox.network == stsd_protocol::frames::NetworkGrant::Brokered {
                     crate::globals::install_fetch(&ctx, channel.clone())?;
                 }
-                bind_globals(&ctx, job)
+                Ok(())
             })
             .map_err(|e| Failure::new(Code::InvalidInput, format!("binding arguments: {e}")))?;
         Ok(Engine {
+            compiled: std::cell::RefCell::new(None),
             context,
             _runtime: rt,
             stop,
             console_over,
+            deadline,
             limits: l.clone(),
         })
     }
 
+    /// Binds each JSON object's members as globals, in order (a later one wins), except the
+    /// names in `skip`.
+    fn bind_json(&self, objects: &[&str], skip: &[String]) -> Result<(), Failure> {
+        self.context
+            .with(|ctx| bind_globals(&ctx, objects, skip))
+            .map_err(|e| Failure::new(Code::InvalidInput, format!("binding arguments: {e}")))
+    }
+
     /// Runs the body to completion (every pending job drained) and classifies the outcome.
     pub fn run(&self, job: &Job) -> Result<Returned, Failure> {
-        let source = wrap(&job.code, job);
+        let prefix = job.wrapper_prefix();
+        let compiled = self.compiled.borrow_mut().take();
         self.context.with(|ctx| {
             if job.compile_only {
-                let mut opts = EvalOptions::default();
-                opts.global = true;
-                opts.strict = false;
-                opts.filename = Some("tool.js".into());
-                return match ctx.eval_with_options::<Value, _>(source, opts).catch(&ctx) {
+                let source = format!("{prefix}{}\n}})", job.code);
+                return match compile(&ctx, source) {
                     Ok(_) => Ok(Returned::Undefined),
                     Err(e) => Err(classify(e)),
                 };
             }
-            let outcome = run_in(&ctx, &source, &self.stop);
+            // Compiled ahead (a primed worker) for the arguments this call supplied, or now.
+            let f = match compiled {
+                Some(c) if c.prefix == prefix => c.function.restore(&ctx).catch(&ctx),
+                _ => compile(&ctx, format!("{prefix}{}\n}})", job.code)),
+            };
+            let outcome = f.and_then(|f| run_in(&ctx, f, &self.stop));
             // A limit hit wins over whatever error surfaced because of it. Console output over
             // its caps fails the call even when the body finished before the next poll point.
             if self.console_over.get() && self.stop.get().is_none() {
@@ -239,20 +320,28 @@ impl Engine {
 }
 
 /// The body becomes the body of an async function, on the wrapper's first line so that line
-/// numbers in stacks are the body's own (see [`Job::wrapper_prefix`]).
-fn wrap(code: &str, job: &Job) -> String {
-    format!("{}{code}\n}})", job.wrapper_prefix())
+/// numbers in stacks are the body's own (see [`Job::wrapper_prefix`]). `source` is the whole
+/// wrapped text; evaluating it only makes the function.
+fn compile<'js>(ctx: &Ctx<'js>, source: String) -> Result<Function<'js>, CaughtError<'js>> {
+    let mut opts = EvalOptions::default();
+    opts.global = true;
+    opts.strict = false;
+    opts.filename = Some("tool.js".into());
+    ctx.eval_with_options(source, opts).catch(ctx)
 }
 
-fn bind_globals(ctx: &Ctx<'_>, job: &Job) -> rquickjs::Result<()> {
+fn bind_globals(ctx: &Ctx<'_>, objects: &[&str], skip: &[String]) -> rquickjs::Result<()> {
     let globals = ctx.globals();
     // Params first, then static variables: a static value wins on a name clash, as the
     // reference runtime does.
-    for json in [&job.args_json, &job.statics_json] {
+    for json in objects {
         let v: Value = ctx.json_parse(json.as_bytes())?;
         if let Some(obj) = v.as_object() {
             for key in obj.keys::<String>() {
                 let key = key?;
+                if skip.contains(&key) {
+                    continue;
+                }
                 let value: Value = obj.get(&key)?;
                 globals.set(key, value)?;
             }
@@ -263,14 +352,9 @@ fn bind_globals(ctx: &Ctx<'_>, job: &Job) -> rquickjs::Result<()> {
 
 fn run_in<'js>(
     ctx: &Ctx<'js>,
-    source: &str,
+    f: Function<'js>,
     stop: &Cell<Option<Stop>>,
 ) -> Result<Value<'js>, CaughtError<'js>> {
-    let mut opts = EvalOptions::default();
-    opts.global = true;
-    opts.strict = false;
-    opts.filename = Some("tool.js".into());
-    let f: Function = ctx.eval_with_options(source, opts).catch(ctx)?;
     let p: Promise = f.call(()).catch(ctx)?;
     // Once a limit has stopped the body, no further job runs: many microtask chains must not
     // each get their own slice of CPU until the deadline.

@@ -16,12 +16,12 @@ mod zygote;
 #[cfg(all(feature = "attack", debug_assertions))]
 mod attack;
 
-use channel::Channel;
+use channel::{Channel, Work};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use stsd_profiles::os::{self, WORKER_SOCKET_FD};
-use stsd_protocol::frames::{clip_message, FromWorker, WorkerTimings};
+use stsd_protocol::frames::{clip_message, FromWorker, Prime, WorkerTimings};
 use stsd_protocol::Code;
 
 pub use engine::STEPS_PER_TICK;
@@ -162,12 +162,72 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
         }
     };
     let mut confined: Option<stsd_protocol::frames::SandboxSpec> = None;
+    // Reuse: the prime a kept worker gives itself for its next call (its tool's template).
+    let mut self_prime: Option<Box<Prime>> = None;
+    let mut served = 0u32;
     loop {
-        let job = match channel.recv_job() {
-            Ok(job) => job,
-            // The supervisor closed the socket (done), or sent something other than a job
-            // (a fetch answer with no fetch outstanding): stop either way.
-            Err(_) => return 0,
+        let work = match self_prime.take() {
+            Some(p) => Work::Prime(p),
+            None => match channel.recv_work() {
+                Ok(w) => w,
+                // The supervisor closed the socket (done), or sent something other than a
+                // job (a fetch answer with no fetch outstanding): stop either way.
+                Err(_) => return 0,
+            },
+        };
+        // A primed worker is confined and its engine made before its call is known; the
+        // call's time starts at its Go.
+        let (job, primed) = match work {
+            Work::Job(job) => (job, None),
+            Work::Go { .. } => return fail(&channel, Code::InvalidInput, "a go with no prime"),
+            Work::Prime(prime) => {
+                if let Err(code) = confine_once(&channel, &mut confined, &prime.job, &prepared) {
+                    return code;
+                }
+                let w = match std::mem::replace(&mut warm, Err(engine::Failure::placeholder())) {
+                    Ok(w) => w,
+                    Err(_) => match engine::Warm::new() {
+                        Ok(w) => w,
+                        Err(f) => return fail(&channel, f.code, f.message),
+                    },
+                };
+                let engine = match engine::Engine::prime(w, &prime, &channel) {
+                    Ok(e) => e,
+                    Err(f) => return fail(&channel, f.code, f.message),
+                };
+                if channel
+                    .send(&FromWorker::Ready {
+                        pid: std::process::id(),
+                        cpu_us: usage().1,
+                    })
+                    .is_err()
+                {
+                    return 75;
+                }
+                match channel.recv_work() {
+                    Ok(Work::Go {
+                        call_id,
+                        args_json,
+                        keep_alive,
+                    }) => {
+                        let mut job = Box::new(prime.job);
+                        job.call_id = call_id;
+                        job.args_json = args_json;
+                        job.keep_alive = keep_alive;
+                        (job, Some(engine))
+                    }
+                    // A job after all (the template changed): the primed engine is dropped
+                    // unused and the job gets a context of its own.
+                    Ok(Work::Job(job)) => {
+                        std::mem::forget(engine);
+                        (job, None)
+                    }
+                    _ => {
+                        std::mem::forget(engine);
+                        return 0;
+                    }
+                }
+            }
         };
         let started = Instant::now();
         let f0 = usage_faults().2;
@@ -179,42 +239,21 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
                 "this build has no attack mode",
             );
         }
-        match &confined {
-            None => {
-                if let Err(e) = os::confine(
-                    &prepared,
-                    &job.sandbox,
-                    &job.limits,
-                    &job.seccomp,
-                    job.reuse_calls,
-                ) {
-                    return fail(
-                        &channel,
-                        Code::SandboxUnavailable,
-                        format!("the OS sandbox cannot be fully enforced here, so the tool was not run: {}", e.0),
-                    );
-                }
-                confined = Some(job.sandbox.clone());
-            }
-            // A reused worker only ever runs jobs of the posture it is confined to.
-            Some(s) if *s != job.sandbox => {
+        if let Err(code) = confine_once(&channel, &mut confined, &job, &prepared) {
+            return code;
+        }
+        // RLIMIT_CPU counts the process's whole life: each call after the first gets its own
+        // budget. (A primed first call's budget holds its priming too: well under a second.)
+        if served > 0 {
+            if let Err(e) = os::rearm_cpu(&job.limits) {
                 return fail(
                     &channel,
                     Code::SandboxUnavailable,
-                    "a reused worker was sent a job of another posture",
+                    format!("a reused worker cannot take another call: {}", e.0),
                 );
             }
-            // RLIMIT_CPU counts the process's whole life: each call gets its own budget.
-            Some(_) => {
-                if let Err(e) = os::rearm_cpu(&job.limits) {
-                    return fail(
-                        &channel,
-                        Code::SandboxUnavailable,
-                        format!("a reused worker cannot take another call: {}", e.0),
-                    );
-                }
-            }
         }
+        served += 1;
         let profile_us = started.elapsed().as_micros() as u64;
         let f1 = usage_faults().2;
         if channel.defer(&FromWorker::Confined).is_err() {
@@ -232,16 +271,24 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
         }
 
         let t_ctx = Instant::now();
-        let w = match std::mem::replace(&mut warm, Err(engine::Failure::placeholder())) {
-            Ok(w) => w,
-            Err(_) => match engine::Warm::new() {
-                Ok(w) => w,
+        let engine = match primed {
+            Some(engine) => match engine.start(&job, deadline) {
+                Ok(()) => engine,
                 Err(f) => return fail(&channel, f.code, f.message),
             },
-        };
-        let engine = match engine::Engine::bind(w, &job, deadline, &channel) {
-            Ok(e) => e,
-            Err(f) => return fail(&channel, f.code, f.message),
+            None => {
+                let w = match std::mem::replace(&mut warm, Err(engine::Failure::placeholder())) {
+                    Ok(w) => w,
+                    Err(_) => match engine::Warm::new() {
+                        Ok(w) => w,
+                        Err(f) => return fail(&channel, f.code, f.message),
+                    },
+                };
+                match engine::Engine::bind(w, &job, deadline, &channel) {
+                    Ok(e) => e,
+                    Err(f) => return fail(&channel, f.code, f.message),
+                }
+            }
         };
         let context_us = t_ctx.elapsed().as_micros() as u64;
         let t_run = Instant::now();
@@ -295,16 +342,52 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
                 return 0;
             }
         }
+        // Its next call is of the same tool (the supervisor parks it under the tool's name
+        // and posture): primed for it, with the argument names this call supplied. Ready
+        // again, sent once primed, says so.
         drop(engine);
-        warm = engine::Warm::new();
-        if channel
-            .send(&FromWorker::Ready {
-                pid: std::process::id(),
-                cpu_us: usage().1,
-            })
-            .is_err()
-        {
-            return 75;
+        let expect_args = job.arg_names();
+        self_prime = Some(Box::new(Prime {
+            job: job.template(),
+            expect_args,
+        }));
+    }
+}
+
+/// Applies `job`'s posture if this worker is not confined yet; a confined one only ever runs
+/// jobs of the posture it is confined to. Err: the exit code (the failure is sent).
+fn confine_once(
+    channel: &Channel,
+    confined: &mut Option<stsd_protocol::frames::SandboxSpec>,
+    job: &stsd_protocol::frames::Job,
+    prepared: &os::Prepared,
+) -> Result<(), i32> {
+    match confined {
+        None => {
+            if let Err(e) = os::confine(
+                prepared,
+                &job.sandbox,
+                &job.limits,
+                &job.seccomp,
+                job.reuse_calls,
+            ) {
+                return Err(fail(
+                    channel,
+                    Code::SandboxUnavailable,
+                    format!(
+                        "the OS sandbox cannot be fully enforced here, so the tool was not run: {}",
+                        e.0
+                    ),
+                ));
+            }
+            *confined = Some(job.sandbox.clone());
+            Ok(())
         }
+        Some(s) if *s != job.sandbox => Err(fail(
+            channel,
+            Code::SandboxUnavailable,
+            "a reused worker was sent a job of another posture",
+        )),
+        Some(_) => Ok(()),
     }
 }
