@@ -37,7 +37,20 @@ fn with_spawn_mode(extra_config: &str) -> String {
             "zygote"
         }
     );
-    if extra_config.contains("spawn =") {
+    with_worker_key(extra_config, "spawn =", &line)
+}
+
+/// Primed workers are off in the suite's daemons unless a test turns them on: many tests
+/// take a confined worker for the busy one, and a primed worker is confined while it waits.
+/// tests/zygote.rs covers priming (on, as a daemon runs by default).
+fn with_prime_off(extra_config: &str) -> String {
+    with_worker_key(extra_config, "prime =", "prime = false\n")
+}
+
+/// `line` added to `extra_config`'s `[worker]` table (made when missing), unless `key` is
+/// set there already.
+fn with_worker_key(extra_config: &str, key: &str, line: &str) -> String {
+    if extra_config.contains(key) {
         extra_config.to_string()
     } else if let Some(i) = extra_config.find("[worker]\n") {
         let at = i + "[worker]\n".len();
@@ -107,7 +120,7 @@ impl Daemon {
             },
             None => ("", extra_config),
         };
-        let extra_config = with_spawn_mode(extra_config);
+        let extra_config = with_prime_off(&with_spawn_mode(extra_config));
         let _ = std::fs::write(
             &config,
             format!("[baseline]\nmax_steps = 1000000000000\nenv_allow = [\"STSD_TEST_*\", \"STSD_HOSTILE_SECRET\"]\n{baseline}\n[daemon]\naudit_log = \"{}\"\ncatalog_dir = \"{}\"\n{}{extra_config}", audit.display(), dir.path().join("managed").display(), if extra_config.contains("require_local_pass") { "" } else { LOCAL_PASS_KNOB }),

@@ -522,7 +522,7 @@ fn a_primed_worker_is_confined_before_its_call_and_holds_nothing_of_earlier_call
     if stsd_tests::skip_unless_root("reading another process's memory needs root") {
         return;
     }
-    let d = Daemon::start(2, "");
+    let d = Daemon::start(2, "[worker]\nprime = true\n");
     let mut c = d.connect();
     let arg = format!("pr-arg-{}-{}", std::process::id(), line!());
     c.call(1, "echo-console", json!({ "text": arg }));
@@ -577,7 +577,10 @@ fn a_primed_worker_is_confined_before_its_call_and_holds_nothing_of_earlier_call
 /// before a call that takes most of its timeout still finishes it.
 #[test]
 fn a_primed_call_gets_its_whole_timeout() {
-    let d = Daemon::start(2, "[baseline]\ntimeout_seconds = 1\n");
+    let d = Daemon::start(
+        2,
+        "[baseline]\ntimeout_seconds = 1\n[worker]\nprime = true\n",
+    );
     let mut c = d.connect();
     c.call(1, "slow", json!({ "ms": 1 }));
     let r = c.response();
