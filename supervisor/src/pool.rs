@@ -322,9 +322,10 @@ impl Pool {
                         break;
                     }
                 }
-                // None is ready: all left are alive and still making their contexts.
-                if found.is_none() && !pool_has_one {
-                    found = list.pop().map(|p| p.w);
+                // None is ready: all left are alive and still making their contexts. The
+                // longest-parked has had the most time to finish.
+                if found.is_none() && !pool_has_one && !list.is_empty() {
+                    found = Some(list.remove(0).w);
                 }
                 let taken = unfit.len() + usize::from(found.is_some());
                 if list.is_empty() {

@@ -21,7 +21,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use stsd_profiles::os::{self, WORKER_SOCKET_FD};
-use stsd_protocol::frames::{clip_message, FromWorker, Prime, WorkerTimings};
+use stsd_protocol::frames::{clip_message, FromWorker, WorkerTimings};
 use stsd_protocol::Code;
 
 pub use engine::STEPS_PER_TICK;
@@ -162,18 +162,13 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
         }
     };
     let mut confined: Option<stsd_protocol::frames::SandboxSpec> = None;
-    // Reuse: the prime a kept worker gives itself for its next call (its tool's template).
-    let mut self_prime: Option<Box<Prime>> = None;
     let mut served = 0u32;
     loop {
-        let work = match self_prime.take() {
-            Some(p) => Work::Prime(p),
-            None => match channel.recv_work() {
-                Ok(w) => w,
-                // The supervisor closed the socket (done), or sent something other than a
-                // job (a fetch answer with no fetch outstanding): stop either way.
-                Err(_) => return 0,
-            },
+        let work = match channel.recv_work() {
+            Ok(w) => w,
+            // The supervisor closed the socket (done), or sent something other than a job (a
+            // fetch answer with no fetch outstanding): stop either way.
+            Err(_) => return 0,
         };
         // A primed worker is confined and its engine made before its call is known; the
         // call's time starts at its Go.
@@ -216,12 +211,8 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
                         job.keep_alive = keep_alive;
                         (job, Some(engine))
                     }
-                    // A job after all (the template changed): the primed engine is dropped
-                    // unused and the job gets a context of its own.
-                    Ok(Work::Job(job)) => {
-                        std::mem::forget(engine);
-                        (job, None)
-                    }
+                    // Closed (the supervisor let this worker go), or anything but the call it
+                    // was primed for: stop either way.
                     _ => {
                         std::mem::forget(engine);
                         return 0;
@@ -342,15 +333,17 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
                 return 0;
             }
         }
-        // Its next call is of the same tool (the supervisor parks it under the tool's name
-        // and posture): primed for it, with the argument names this call supplied. Ready
-        // again, sent once primed, says so.
         drop(engine);
-        let expect_args = job.arg_names();
-        self_prime = Some(Box::new(Prime {
-            job: job.template(),
-            expect_args,
-        }));
+        warm = engine::Warm::new();
+        if channel
+            .send(&FromWorker::Ready {
+                pid: std::process::id(),
+                cpu_us: usage().1,
+            })
+            .is_err()
+        {
+            return 75;
+        }
     }
 }
 

@@ -571,8 +571,9 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
 }
 
 /// The frames that give `job` to `w`: a Go when `w` is primed for the job's template and the
-/// arguments fit one frame; else the whole job (a primed worker takes that too, and drops
-/// what it primed).
+/// arguments fit one frame; else the whole job. (The pool gives a primed worker only calls of
+/// its template, with arguments that fit; a primed worker sent anything but a Go exits, and
+/// the call fails as WORKER_CRASHED.)
 fn encode_for(w: &ReadyWorker, job: &Job) -> Result<Vec<Vec<u8>>, frames::FrameError> {
     if w.primed.as_ref().is_some_and(|p| p.job.same_template(job)) {
         let go = ToWorker::Go {
@@ -846,11 +847,9 @@ pub fn run_keeping(
         if keep {
             w.served += 1;
             w.making_context = true;
-            // It primes itself for its tool's next call, as the worker does (see its serve).
-            w.primed = Some(Arc::new(Prime {
-                job: job.template(),
-                expect_args: job.arg_names(),
-            }));
+            // It makes a plain context (a reused worker is not primed; it was only when it
+            // came from the pool primed for its first call).
+            w.primed = None;
             kept = Some(w);
         } else {
             // The outcome is known; killing and reaping need not delay the reply.
