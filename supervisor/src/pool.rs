@@ -254,12 +254,13 @@ impl Pool {
     }
 
     /// One-shot with priming: a worker for `job`, primed for its template when one is
-    /// (see [`Pool::take_for`]), else a pool worker; and the tool's next calls want primed
-    /// workers (`make` builds the prime, only when one is wanted).
+    /// (see [`Pool::take_for`]), else a pool worker; and, when `more`, the tool's next calls
+    /// want primed workers (`make` builds the prime, only when one is wanted).
     pub fn take_primed(
         &self,
         key: &str,
         job: &Job,
+        more: bool,
         make: impl FnOnce() -> Prime,
     ) -> Result<ReadyWorker, CallError> {
         let mut w = self.take_for(key)?;
@@ -271,7 +272,7 @@ impl Pool {
         {
             let mut st = self.lock();
             let have = st.parked.get(key).map_or(0, Vec::len);
-            if !st.stopping && have < PRIMED_PER_KEY && !st.prime_wanted.contains_key(key) {
+            if more && !st.stopping && have < PRIMED_PER_KEY && !st.prime_wanted.contains_key(key) {
                 st.prime_wanted.insert(key.to_string(), Arc::new(make()));
             }
         }

@@ -886,11 +886,15 @@ impl Service {
         let mask = secrets.clone();
         // Reuse: workers are parked under the tool's name and resolved posture.
         let key = crate::pool::reuse_key(&tool.spec.name, &job);
+        // Priming moves work off the call path onto spare CPU; with calls queued for a slot
+        // there is none to spare, and the extra round trip and copies would only cost
+        // throughput: primed workers are still used, but no more are asked for.
+        let prime_more = self.admission.waiting() == 0;
         let outcome = tokio::task::spawn_blocking(move || {
             let worker = if me.reuse > 1 {
                 me.pool.take_for(&key)?
             } else if opts.prime && primable(&job) {
-                me.pool.take_primed(&key, &job, || Prime {
+                me.pool.take_primed(&key, &job, prime_more, || Prime {
                     job: job.template(),
                     expect_args: job.arg_names(),
                 })?
