@@ -138,13 +138,7 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
     // Everything that does not depend on the tool happens before Ready, off the request path.
     let prepared = os::prepare_worker(uid, gid, parent);
     let channel = Rc::new(Channel::new(fd));
-    if channel
-        .send(&FromWorker::Ready {
-            pid: std::process::id(),
-            cpu_us: usage().1,
-        })
-        .is_err()
-    {
+    if send_ready(&channel).is_err() {
         return 71;
     }
     let prepared = match prepared {
@@ -179,24 +173,15 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
                 if let Err(code) = confine_once(&channel, &mut confined, &prime.job, &prepared) {
                     return code;
                 }
-                let w = match std::mem::replace(&mut warm, Err(engine::Failure::placeholder())) {
+                let w = match take_warm(&mut warm) {
                     Ok(w) => w,
-                    Err(_) => match engine::Warm::new() {
-                        Ok(w) => w,
-                        Err(f) => return fail(&channel, f.code, f.message),
-                    },
+                    Err(f) => return fail(&channel, f.code, f.message),
                 };
                 let engine = match engine::Engine::prime(w, &prime, &channel) {
                     Ok(e) => e,
                     Err(f) => return fail(&channel, f.code, f.message),
                 };
-                if channel
-                    .send(&FromWorker::Ready {
-                        pid: std::process::id(),
-                        cpu_us: usage().1,
-                    })
-                    .is_err()
-                {
+                if send_ready(&channel).is_err() {
                     return 75;
                 }
                 match channel.recv_work() {
@@ -268,12 +253,9 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
                 Err(f) => return fail(&channel, f.code, f.message),
             },
             None => {
-                let w = match std::mem::replace(&mut warm, Err(engine::Failure::placeholder())) {
+                let w = match take_warm(&mut warm) {
                     Ok(w) => w,
-                    Err(_) => match engine::Warm::new() {
-                        Ok(w) => w,
-                        Err(f) => return fail(&channel, f.code, f.message),
-                    },
+                    Err(f) => return fail(&channel, f.code, f.message),
                 };
                 match engine::Engine::bind(w, &job, deadline, &channel) {
                     Ok(e) => e,
@@ -335,15 +317,29 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
         }
         drop(engine);
         warm = engine::Warm::new();
-        if channel
-            .send(&FromWorker::Ready {
-                pid: std::process::id(),
-                cpu_us: usage().1,
-            })
-            .is_err()
-        {
+        if send_ready(&channel).is_err() {
             return 75;
         }
+    }
+}
+
+/// Ready: this worker waits for work (after its start, after priming, after a reused call's
+/// next context).
+fn send_ready(channel: &Channel) -> Result<(), String> {
+    channel.send(&FromWorker::Ready {
+        pid: std::process::id(),
+        cpu_us: usage().1,
+    })
+}
+
+/// The context made ahead for the next call, or one made now when there is none (it was
+/// used, or making it failed then).
+fn take_warm(
+    warm: &mut Result<engine::Warm, engine::Failure>,
+) -> Result<engine::Warm, engine::Failure> {
+    match std::mem::replace(warm, Err(engine::Failure::placeholder())) {
+        Ok(w) => Ok(w),
+        Err(_) => engine::Warm::new(),
     }
 }
 
