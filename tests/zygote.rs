@@ -640,3 +640,36 @@ fn primed_and_unprimed_workers_answer_alike() {
         "{primed:?}"
     );
 }
+
+/// With no room to park (`reuse_max_parked = 0`) nothing is primed, and the pool does not
+/// keep making workers to prime and letting them go: a prime that cannot be kept ends its
+/// tries (it used to loop, forking, until the daemon stopped).
+#[test]
+fn priming_with_no_room_to_park_settles() {
+    let d = Daemon::start(2, "[worker]\nprime = true\nreuse_max_parked = 0\n");
+    let mut c = d.connect();
+    c.call(1, "leaky", json!({}));
+    let r = c.response();
+    assert!(!is_error(&r), "{r}");
+    let alive = |d: &Daemon| {
+        let mut v: Vec<i32> = d
+            .children()
+            .iter()
+            .filter(|c| c.1 != 'Z')
+            .map(|c| c.0)
+            .collect();
+        v.sort();
+        v
+    };
+    d.wait_until("the pool refilled", 10, |c| {
+        c.iter().filter(|w| !w.2 && w.1 != 'Z').count() == 2
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let before = alive(&d);
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(before, alive(&d), "workers still coming and going");
+    assert!(
+        confined_workers(&d).is_empty(),
+        "a worker primed with no room"
+    );
+}

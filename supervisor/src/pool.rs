@@ -32,10 +32,19 @@ pub fn reuse_key(name: &str, job: &Job) -> String {
 /// when its call starts, so that its Landlock rules name the base path's directory as it is
 /// then (one replaced between a priming and its call would leave the tool without access).
 pub fn primable(job: &Job) -> bool {
+    // What a prime carries, over-counted (bincode writes each BPF instruction in at most 9
+    // bytes): it must fit one frame, as the call's arguments must.
+    let template = job.code.len()
+        + job.statics_json.len()
+        + job.tool_safety_json.len()
+        + job.sandbox.base_path.len()
+        + job.declared.iter().map(|d| d.len() + 9).sum::<usize>()
+        + 9 * (job.seccomp.enosys.len() + job.seccomp.allow.len());
     job.attack.is_none()
         && !job.compile_only
         && job.sandbox.fs == FsAccess::None
         && job.args_json.len() < MAX_FRAME_BYTES / 2
+        && template < MAX_FRAME_BYTES / 2
 }
 
 struct Parked {
@@ -51,7 +60,9 @@ struct State {
     ready: VecDeque<ReadyWorker>,
     /// One-shot with priming: tools whose next calls want primed workers (the refill thread
     /// primes pool workers for them), by key.
-    prime_wanted: HashMap<String, Arc<Prime>>,
+    /// With the primes still to try for each (a chain of them never outlasts this count, so
+    /// primes that fail, or workers that die as they are primed, cannot loop).
+    prime_wanted: HashMap<String, (Arc<Prime>, usize)>,
     /// Reuse: workers that served a call and wait for another with the same key (they are
     /// already confined to its posture), most recently parked last.
     parked: HashMap<String, Vec<Parked>>,
@@ -215,16 +226,17 @@ impl Pool {
             let Some(key) = st.prime_wanted.keys().next().cloned() else {
                 return false;
             };
-            let Some(prime) = st.prime_wanted.remove(&key) else {
+            let Some((prime, tries)) = st.prime_wanted.remove(&key) else {
                 return false;
             };
             let have = st.parked.get(&key).map_or(0, Vec::len);
-            if have >= PRIMED_PER_KEY {
+            if have >= PRIMED_PER_KEY || tries == 0 {
                 return true;
             }
-            if have + 1 < PRIMED_PER_KEY {
+            if have + 1 < PRIMED_PER_KEY && tries > 1 {
                 // One more after this one.
-                st.prime_wanted.insert(key.clone(), prime.clone());
+                st.prime_wanted
+                    .insert(key.clone(), (prime.clone(), tries - 1));
             }
             let mut w = None;
             while let Some(mut c) = st.ready.pop_front() {
@@ -245,10 +257,16 @@ impl Pool {
                 }
             },
         };
-        match w.prime(prime) {
+        let kept = match w.prime(prime) {
             Ok(()) => self.park(&key, w),
-            // Too large a template for one frame: that tool is not primed.
-            Err(e) => tracing::debug!(error = %e, "a worker was not primed"),
+            Err(e) => {
+                tracing::debug!(error = %e, "a worker was not primed");
+                false
+            }
+        };
+        if !kept {
+            // Not primed, or not kept: no more tries for that tool until its next call.
+            self.lock().prime_wanted.remove(&key);
         }
         true
     }
@@ -272,8 +290,15 @@ impl Pool {
         {
             let mut st = self.lock();
             let have = st.parked.get(key).map_or(0, Vec::len);
-            if more && !st.stopping && have < PRIMED_PER_KEY && !st.prime_wanted.contains_key(key) {
-                st.prime_wanted.insert(key.to_string(), Arc::new(make()));
+            if more
+                && self.max_parked > 0
+                && !st.stopping
+                && have < PRIMED_PER_KEY
+                && !st.prime_wanted.contains_key(key)
+            {
+                let tries = PRIMED_PER_KEY - have;
+                st.prime_wanted
+                    .insert(key.to_string(), (Arc::new(make()), tries));
             }
         }
         self.wake.notify_one();
@@ -321,6 +346,9 @@ impl Pool {
                     } else if p.w.is_warm() {
                         found = Some(list.remove(i).w);
                         break;
+                    } else if !p.w.is_alive() {
+                        // It said something other than Ready (a prime it refused): killed.
+                        unfit.push(list.remove(i).w);
                     }
                 }
                 // None is ready: all left are alive and still making their contexts. The
@@ -344,8 +372,9 @@ impl Pool {
     }
 
     /// Parks a worker that may serve another call with `key`. Beyond the bound per key it is
-    /// let go; beyond the bound in all, the longest-parked worker is.
-    pub fn park(&self, key: &str, w: ReadyWorker) {
+    /// let go (false); beyond the bound in all, the longest-parked worker is.
+    pub fn park(&self, key: &str, w: ReadyWorker) -> bool {
+        let pid = w.pid();
         let let_go = {
             let mut st = self.lock();
             let per_key = st.parked.get(key).map_or(0, Vec::len);
@@ -367,9 +396,11 @@ impl Pool {
         };
         // The refill thread keeps time for the expiry.
         self.wake.notify_one();
+        let kept = !matches!(&let_go, Some(w) if w.pid() == pid);
         if let Some(w) = let_go {
             reap_later(w); // outside the lock, and off the call path
         }
+        kept
     }
 
     /// Workers warm and waiting right now.

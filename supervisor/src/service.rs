@@ -890,10 +890,13 @@ impl Service {
         // there is none to spare, and the extra round trip and copies would only cost
         // throughput: primed workers are still used, but no more are asked for.
         let prime_more = self.admission.waiting() == 0;
+        // A tool that needs approval is not primed: none of its code may run before its
+        // call is approved (a body that breaks out of its wrapper runs as it is compiled).
+        let prime = opts.prime && primable(&job) && !tool.approval.required;
         let outcome = tokio::task::spawn_blocking(move || {
             let worker = if me.reuse > 1 {
                 me.pool.take_for(&key)?
-            } else if opts.prime && primable(&job) {
+            } else if prime {
                 me.pool.take_primed(&key, &job, prime_more, || Prime {
                     job: job.template(),
                     expect_args: job.arg_names(),
@@ -924,7 +927,7 @@ impl Service {
                 (out, kept) = exec::run_keeping(fresh, &job, &opts, Some(&cancel), &mut on_event);
             }
             if let Some(w) = kept {
-                me.pool.park(&key, w);
+                let _ = me.pool.park(&key, w);
             }
             Ok::<_, exec::CallError>(out)
         })

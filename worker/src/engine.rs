@@ -109,6 +109,8 @@ pub struct Engine {
     console_over: Rc<Cell<bool>>,
     /// The absolute end of the call: set when the call starts (a primed engine is made before).
     deadline: Rc<Cell<Instant>>,
+    /// Interrupt-handler calls so far (the step budget), counted from the call's start.
+    ticks: Rc<Cell<u64>>,
     limits: stsd_protocol::frames::JobLimits,
 }
 
@@ -162,7 +164,12 @@ impl Engine {
     /// A primed engine's call starts: its deadline, and its arguments bound (a name that is
     /// also a static variable keeps the static's value, as [`Engine::bind`] does).
     pub fn start(&self, job: &Job, deadline: Instant) -> Result<(), Failure> {
+        // The call's budgets start now, whatever the priming used or tripped (a body that
+        // breaks out of its wrapper runs code as it is compiled).
         self.deadline.set(deadline);
+        self.ticks.set(0);
+        self.stop.set(None);
+        self.console_over.set(false);
         let statics = self.context.with(|ctx| -> rquickjs::Result<Vec<String>> {
             let v: Value = ctx.json_parse(job.statics_json.as_bytes())?;
             match v.as_object() {
@@ -193,9 +200,14 @@ impl Engine {
         let stop: Rc<Cell<Option<Stop>>> = Rc::new(Cell::new(None));
         let console_over = Rc::new(Cell::new(false));
         let deadline = Rc::new(Cell::new(deadline));
-        let ticks = Cell::new(0u64);
+        let ticks = Rc::new(Cell::new(0u64));
         let max_ticks = l.max_steps.div_ceil(STEPS_PER_TICK).max(1);
-        let (s, over, end) = (stop.clone(), console_over.clone(), deadline.clone());
+        let (s, over, end, t) = (
+            stop.clone(),
+            console_over.clone(),
+            deadline.clone(),
+            ticks.clone(),
+        );
         rt.set_interrupt_handler(Some(Box::new(move || {
             if s.get().is_some() {
                 return true;
@@ -204,8 +216,8 @@ impl Engine {
                 s.set(Some(Stop::Console));
                 return true;
             }
-            ticks.set(ticks.get() + 1);
-            if ticks.get() > max_ticks {
+            t.set(t.get() + 1);
+            if t.get() > max_ticks {
                 s.set(Some(Stop::Steps));
             } else if Instant::now() >= end.get() {
                 s.set(Some(Stop::Deadline));
@@ -245,6 +257,7 @@ impl Engine {
             stop,
             console_over,
             deadline,
+            ticks,
             limits: l.clone(),
         })
     }
