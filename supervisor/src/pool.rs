@@ -53,15 +53,15 @@ struct Parked {
 }
 
 /// Primed workers kept per tool (one-shot): one can serve the next call while the other is
-/// still being primed at background priority.
+/// still being primed.
 const PRIMED_PER_KEY: usize = 2;
 
 struct State {
     ready: VecDeque<ReadyWorker>,
     /// One-shot with priming: tools whose next calls want primed workers (the refill thread
-    /// primes pool workers for them), by key.
-    /// With the primes still to try for each (a chain of them never outlasts this count, so
-    /// primes that fail, or workers that die as they are primed, cannot loop).
+    /// primes pool workers for them), by key, with the primes still to try for each (a chain
+    /// of them never outlasts that count, so primes that fail, or workers that die as they
+    /// are primed, cannot loop).
     prime_wanted: HashMap<String, (Arc<Prime>, usize)>,
     /// Reuse: workers that served a call and wait for another with the same key (they are
     /// already confined to its posture), most recently parked last.
@@ -71,6 +71,17 @@ struct State {
 }
 
 impl State {
+    /// The longest-waiting pool worker that is still alive; those that died while idle
+    /// (killed from outside) are dropped, and replaced by the refill thread.
+    fn pop_ready(&mut self) -> Option<ReadyWorker> {
+        while let Some(mut w) = self.ready.pop_front() {
+            if w.is_alive() {
+                return Some(w);
+            }
+        }
+        None
+    }
+
     /// Removes the parked worker that has waited longest.
     fn evict_oldest(&mut self) -> Option<ReadyWorker> {
         let key = self
@@ -238,13 +249,7 @@ impl Pool {
                 st.prime_wanted
                     .insert(key.clone(), (prime.clone(), tries - 1));
             }
-            let mut w = None;
-            while let Some(mut c) = st.ready.pop_front() {
-                if c.is_alive() {
-                    w = Some(c);
-                    break;
-                }
-            }
+            let w = st.pop_ready();
             (key, prime, w)
         };
         let mut w = match w {
@@ -307,18 +312,7 @@ impl Pool {
 
     /// A ready worker: a warm one when there is one, else a freshly spawned one.
     pub fn take(&self) -> Result<ReadyWorker, CallError> {
-        let warm = {
-            let mut st = self.lock();
-            let mut found = None;
-            while let Some(mut w) = st.ready.pop_front() {
-                if w.is_alive() {
-                    found = Some(w);
-                    break;
-                }
-                // Died while idle (killed from outside): dropped, and replaced below.
-            }
-            found
-        };
+        let warm = self.lock().pop_ready();
         self.wake.notify_one();
         match warm {
             Some(w) => Ok(w),

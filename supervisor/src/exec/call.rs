@@ -570,12 +570,12 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
     Ok(w)
 }
 
-/// The frames that give `job` to `w`: a Go when `w` is primed for the job's template and the
-/// arguments fit one frame; else the whole job. (The pool gives a primed worker only calls of
-/// its template, with arguments that fit; a primed worker sent anything but a Go exits, and
-/// the call fails as WORKER_CRASHED.)
-fn encode_for(w: &ReadyWorker, job: &Job) -> Result<Vec<Vec<u8>>, frames::FrameError> {
-    if w.primed.as_ref().is_some_and(|p| p.job.same_template(job)) {
+/// The frames that give `job` to a worker: a Go when the worker is primed for the job's
+/// template (`primed_for_it`) and the arguments fit one frame; else the whole job. (The pool
+/// gives a primed worker only calls of its template, with arguments that fit; a primed worker
+/// sent anything but a Go exits, and the call fails as WORKER_CRASHED.)
+fn encode_for(primed_for_it: bool, job: &Job) -> Result<Vec<Vec<u8>>, frames::FrameError> {
+    if primed_for_it {
         let go = ToWorker::Go {
             call_id: job.call_id,
             args_json: job.args_json.clone(),
@@ -661,7 +661,7 @@ pub fn run_keeping(
     let mut settled: Option<Result<CallValue, CallError>> = None;
     let went_primed = w.is_primed_for(job);
     let was_warm = !w.making_context;
-    let job_parts = w.await_context().map(|()| encode_for(&w, job));
+    let job_parts = w.await_context().map(|()| encode_for(went_primed, job));
     let awaited_us = t0.elapsed().as_micros() as u64;
     match job_parts {
         Err(AwaitError::Protocol(e)) => protocol_error = Some(e),
