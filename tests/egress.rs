@@ -695,17 +695,6 @@ fn redirect_hops_count_against_the_request_budget() {
     );
 }
 
-/// The threads of process `pid`, by name (`/proc/<pid>/task/*/comm`).
-fn thread_names(pid: i32) -> Vec<String> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
-        .map(|c| c.trim().to_string())
-        .collect()
-}
-
 /// TCP connections process `pid` holds open to `port` (its socket fds matched against its
 /// /proc/net/tcp and tcp6).
 fn tcp_connections_to(pid: i32, port: u16) -> usize {
@@ -752,7 +741,7 @@ fn wait_for(limit: Duration, mut f: impl FnMut() -> bool, what: impl Fn() -> Str
 /// within a second, not left to run out the 30 s request timeout.
 #[test]
 fn cancelled_fetches_leave_no_thread_or_connection_behind() {
-    use stsd_tests::harness::Daemon;
+    use stsd_tests::harness::{thread_names, Daemon};
     let srv = FixtureServer::start();
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let catalog = dir.path().join("net.json");

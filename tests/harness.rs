@@ -309,6 +309,17 @@ impl Daemon {
 }
 
 /// A `kB` line of /proc/<pid>/status.
+/// The threads of process `pid`, by name (`/proc/<pid>/task/*/comm`).
+pub fn thread_names(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .collect()
+}
+
 pub fn proc_status_kib(pid: i32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()

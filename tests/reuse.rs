@@ -194,3 +194,51 @@ fn back_to_back_reused_calls_each_get_a_fresh_context() {
         );
     }
 }
+
+/// A call whose worker is at hand (parked by the call before, or warm in the pool) is driven
+/// on the runtime thread that holds the request: no blocking thread is started for it, so the
+/// daemon's threads named `stsd` stay its main thread and its two runtime threads. A posture
+/// with network still runs on a blocking thread (the broker's fetch runs there), which shows
+/// that the count sees one when there is one.
+#[test]
+fn calls_with_a_worker_at_hand_run_on_the_runtime_thread() {
+    use stsd_tests::harness::thread_names;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let catalog = dir.path().join("two.json");
+    let specs = json!([
+        {"name": "one", "description": "returns one", "codeType": "Javascript",
+         "draft": false, "code": "console.log('hi'); return 1;"},
+        {"name": "net", "description": "has network, does not use it", "codeType": "Javascript",
+         "sandboxOverrides": {"networkMode": "allowlist", "hostsAllow": ["fixture.test"]},
+         "draft": false, "code": "return 2;"}
+    ]);
+    std::fs::write(&catalog, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let d = Daemon::start_with(
+        dir,
+        1,
+        // The harness's config ends in its [daemon] section: this line lands there.
+        "runtime_threads = 2\n",
+        &catalog.display().to_string(),
+        &["--worker-reuse", "50"],
+    );
+    let named_stsd = || {
+        thread_names(d.pid())
+            .iter()
+            .filter(|t| *t == "stsd")
+            .count()
+    };
+    // The pool's worker is made and waits (not yet confined to any posture).
+    d.wait_until("a warm pool worker", 20, |c| c.iter().any(|w| !w.2));
+    let mut c = d.connect();
+    for i in 0..20 {
+        c.call(i, "one", json!({}));
+        let r = c.response();
+        assert_eq!(text(&r), "1", "call {i}: {r}");
+    }
+    assert_eq!(named_stsd(), 3, "threads: {:?}", thread_names(d.pid()));
+    d.wait_until("a warm pool worker", 20, |c| c.iter().any(|w| !w.2));
+    c.call(100, "net", json!({}));
+    let r = c.response();
+    assert_eq!(text(&r), "2", "{r}");
+    assert_eq!(named_stsd(), 4, "threads: {:?}", thread_names(d.pid()));
+}

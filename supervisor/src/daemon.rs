@@ -37,10 +37,12 @@ pub struct DaemonOptions {
     pub listen: Option<String>,
 }
 
-/// The async runtime. Its threads only move messages (calls run on the blocking pool's
-/// threads and in worker processes). On a small machine fewer runtime threads means fewer
-/// wake-ups per call (tokio wakes an idle runtime thread for every task it queues): one
-/// thread instead of two took 6 context switches off each call on 2 CPUs. The default stays
+/// The async runtime. Its threads move messages, and drive the exchange of a call whose
+/// worker is at hand (`exec::inline`); the rest of a call runs in its worker process, and a
+/// call that must wait for a worker to be made, or may fetch, on a blocking-pool thread. On a
+/// small machine fewer runtime threads means fewer wake-ups per call (tokio wakes an idle
+/// runtime thread for every task it queues): one thread instead of two took 6 context
+/// switches off each call on 2 CPUs. The default stays
 /// one per CPU because, with one, the HAProxy scale-out test failed intermittently (a retry
 /// after a replica's SIGKILL got a 502 too) and the cause is not understood yet.
 fn runtime(config: &stsd_profiles::Config) -> Result<tokio::runtime::Runtime, String> {

@@ -292,32 +292,62 @@ impl Pool {
             reap_later(w);
             w = self.take()?;
         }
+        self.want_primes(key, more, make);
+        Ok(w)
+    }
+
+    /// Like [`Pool::take_primed`], but only a worker already made: None rather than a fork.
+    pub fn take_primed_nowait(
+        &self,
+        key: &str,
+        job: &Job,
+        more: bool,
+        make: impl FnOnce() -> Prime,
+    ) -> Option<ReadyWorker> {
+        let mut w = self.take_for_nowait(key)?;
+        if w.is_primed() && !w.is_primed_for(job) {
+            reap_later(w);
+            w = self.take_nowait()?;
+        }
+        self.want_primes(key, more, make);
+        Some(w)
+    }
+
+    /// When `more`, the next calls of the tool under `key` want primed workers.
+    fn want_primes(&self, key: &str, more: bool, make: impl FnOnce() -> Prime) {
         {
             let mut st = self.lock();
             let have = st.parked.get(key).map_or(0, Vec::len);
-            if more
-                && self.max_parked > 0
-                && !st.stopping
-                && have < PRIMED_PER_KEY
-                && !st.prime_wanted.contains_key(key)
+            if !more
+                || self.max_parked == 0
+                || st.stopping
+                || have >= PRIMED_PER_KEY
+                || st.prime_wanted.contains_key(key)
             {
-                let tries = PRIMED_PER_KEY - have;
-                st.prime_wanted
-                    .insert(key.to_string(), (Arc::new(make()), tries));
+                return;
             }
+            let tries = PRIMED_PER_KEY - have;
+            st.prime_wanted
+                .insert(key.to_string(), (Arc::new(make()), tries));
         }
         self.wake.notify_one();
-        Ok(w)
     }
 
     /// A ready worker: a warm one when there is one, else a freshly spawned one.
     pub fn take(&self) -> Result<ReadyWorker, CallError> {
-        let warm = self.lock().pop_ready();
-        self.wake.notify_one();
-        match warm {
+        match self.take_nowait() {
             Some(w) => Ok(w),
             None => spawn_ready(&self.opts, true),
         }
+    }
+
+    /// A warm pool worker, if there is one (the refill thread replaces it).
+    pub fn take_nowait(&self) -> Option<ReadyWorker> {
+        let warm = self.lock().pop_ready();
+        if warm.is_some() {
+            self.wake.notify_one();
+        }
+        warm
     }
 
     /// A worker parked under `key` by an earlier call (reuse) whose next context is made;
@@ -325,6 +355,14 @@ impl Pool {
     /// parked workers take turns and no call waits for a context to be made); else a parked
     /// worker still making its context; else a freshly made one.
     pub fn take_for(&self, key: &str) -> Result<ReadyWorker, CallError> {
+        match self.take_for_nowait(key) {
+            Some(w) => Ok(w),
+            None => spawn_ready(&self.opts, true),
+        }
+    }
+
+    /// Like [`Pool::take_for`], but only a worker already made: None rather than a fork.
+    pub fn take_for_nowait(&self, key: &str) -> Option<ReadyWorker> {
         let mut unfit = Vec::new();
         let parked = {
             let mut st = self.lock();
@@ -359,20 +397,18 @@ impl Pool {
             found
         };
         unfit.into_iter().for_each(reap_later); // outside the lock, and off the call path
-        match parked {
-            Some(w) => Ok(w),
-            None => self.take(),
-        }
+        parked.or_else(|| self.take_nowait())
     }
 
     /// Parks a worker that may serve another call with `key`. Beyond the bound per key it is
     /// let go (false); beyond the bound in all, the longest-parked worker is.
     pub fn park(&self, key: &str, w: ReadyWorker) -> bool {
         let pid = w.pid();
-        let let_go = {
+        let (let_go, first) = {
             let mut st = self.lock();
+            let first = st.parked_total == 0;
             let per_key = st.parked.get(key).map_or(0, Vec::len);
-            if st.stopping || self.max_parked == 0 || per_key >= self.target.max(1) {
+            let let_go = if st.stopping || self.max_parked == 0 || per_key >= self.target.max(1) {
                 Some(w)
             } else {
                 let evicted = if st.parked_total >= self.max_parked {
@@ -386,10 +422,14 @@ impl Pool {
                 });
                 st.parked_total += 1;
                 evicted
-            }
+            };
+            (let_go, first)
         };
-        // The refill thread keeps time for the expiry.
-        self.wake.notify_one();
+        // The refill thread keeps time for the expiry. A newly parked worker expires after
+        // every other parked one, so only the first changes when the thread must wake.
+        if first {
+            self.wake.notify_one();
+        }
         let kept = !matches!(&let_go, Some(w) if w.pid() == pid);
         if let Some(w) = let_go {
             reap_later(w); // outside the lock, and off the call path

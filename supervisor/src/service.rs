@@ -9,6 +9,7 @@ use crate::approval::{requirement, ApprovalRecord, Ask, Elicitor, Gate, Requirem
 use crate::audit::{
     bounded_message, bounded_params, AuditError, AuditLog, AuditRecord, CallMetrics,
 };
+use crate::exec::dispatch::{Dispatch, Take};
 use crate::exec::{self, job, CallValue, ExecOptions};
 use crate::lifecycle::{state_of, State};
 use crate::pool::{primable, Pool};
@@ -20,7 +21,7 @@ use std::sync::{Arc, RwLock};
 use stsd_profiles::upstream::Exposure;
 use stsd_profiles::{resolve, Config, Resolved};
 use stsd_protocol::envvar::SecretSet;
-use stsd_protocol::frames::{ConsoleLevel, Prime, LINE_TRUNCATED_MARK};
+use stsd_protocol::frames::{ConsoleLevel, LINE_TRUNCATED_MARK};
 use stsd_protocol::{Code, NetworkMode, ToolSpec};
 
 /// Where specs come from.
@@ -882,7 +883,7 @@ impl Service {
 
         let me = self.clone();
         let opts = self.exec_options();
-        let mut job = prepared.job;
+        let job = prepared.job;
         let mask = secrets.clone();
         // Reuse: workers are parked under the tool's name and resolved posture.
         let key = crate::pool::reuse_key(&tool.spec.name, &job);
@@ -893,48 +894,28 @@ impl Service {
         // A tool that needs approval is not primed: none of its code may run before its
         // call is approved (a body that breaks out of its wrapper runs as it is compiled).
         let prime = opts.prime && primable(&job) && !tool.approval.required;
-        let outcome = tokio::task::spawn_blocking(move || {
-            let worker = if me.reuse > 1 {
-                me.pool.take_for(&key)?
-            } else if prime {
-                me.pool.take_primed(&key, &job, prime_more, || Prime {
-                    job: job.template(),
-                    expect_args: job.arg_names(),
-                })?
-            } else {
-                me.pool.take()?
-            };
-            let reused = worker.served > 0;
-            // Reuse: the worker waits for another call with the same key after this one.
-            job.keep_alive = worker.served + 1 < me.reuse;
-            job.reuse_calls = me.reuse;
-            let mut on_event = |ev: exec::Event<'_>| {
-                if let exec::Event::Console(level, line) = ev {
-                    console(level, mask.mask_cut(line, LINE_TRUNCATED_MARK));
-                }
-            };
-            let (mut out, mut kept) =
-                exec::run_keeping(worker, &job, &opts, Some(&cancel), &mut on_event);
-            // A reused worker that refuses the job (confined to another posture, which the key
-            // should prevent, or its CPU budget for all its calls spent) is replaced, once, by
-            // a fresh worker. The refusal comes before any of the tool's code runs.
-            if reused && matches!(&out.result, Err(e) if e.code == Code::SandboxUnavailable) {
-                if let Some(w) = kept.take() {
-                    exec::reap_later(w);
-                }
-                let fresh = me.pool.take()?;
-                job.keep_alive = me.reuse > 1;
-                (out, kept) = exec::run_keeping(fresh, &job, &opts, Some(&cancel), &mut on_event);
+        let on_event = move |ev: exec::Event<'_>| {
+            if let exec::Event::Console(level, line) = ev {
+                console(level, mask.mask_cut(line, LINE_TRUNCATED_MARK));
             }
-            if let Some(w) = kept {
-                let _ = me.pool.park(&key, w);
-            }
-            Ok::<_, exec::CallError>(out)
-        })
-        .await;
+        };
+        let take = if me.reuse > 1 {
+            Take::Parked
+        } else if prime {
+            Take::Primed { more: prime_more }
+        } else {
+            Take::Plain
+        };
+        let dispatch = Dispatch {
+            pool: me.pool.clone(),
+            reuse: me.reuse,
+            key,
+            take,
+        };
+        let outcome = dispatch.run(job, opts, cancel, on_event).await;
 
         let reply = match outcome {
-            Ok(Ok(out)) => {
+            Ok(out) => {
                 record.worker_pid = Some(out.worker_pid);
                 record.egress = out.egress;
                 record.metrics = Some(CallMetrics {
@@ -958,10 +939,7 @@ impl Service {
                     }
                 }
             }
-            Ok(Err(e)) => ToolReply::error(e.code, &e.message),
-            Err(join) => {
-                ToolReply::error(Code::WorkerCrashed, &format!("call task failed: {join}"))
-            }
+            Err(e) => ToolReply::error(e.code, &e.message),
         };
         Ok(self.finish(record, &secrets, t0, reply))
     }

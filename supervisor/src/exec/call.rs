@@ -1,6 +1,7 @@
 //! One call, supervisor side: spawn, wait for Ready, send the job, read the streamed frames,
 //! SIGKILL at the deadline plus a grace period, reap, and classify the outcome.
 
+use super::exchange::{Ending, Exchange, FetchStep};
 use super::spawn::{ChildProc, Spawned, Spawner};
 use crate::egress::{self, Broker, HopRecord};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -13,13 +14,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stsd_protocol::frames::{
-    self, ConsoleLevel, FetchRequest, FromWorker, Job, NetworkGrant, Prime, ProbeOutcome, ToWorker,
+    self, ConsoleLevel, FetchRequest, FromWorker, Job, Prime, ProbeOutcome, ToWorker,
     WorkerTimings, CHUNK_BYTES, MAX_FRAME_BYTES,
 };
 use stsd_protocol::Code;
 
 /// How long a freshly exec'd worker may take to report Ready.
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct ExecOptions {
@@ -135,7 +136,7 @@ pub enum Event<'a> {
     Console(ConsoleLevel, &'a str),
 }
 
-enum Recv {
+pub(super) enum Recv {
     Frame(FromWorker),
     Eof,
     Timeout,
@@ -154,7 +155,7 @@ fn recv_until(sock: &impl AsFd, until: Instant, buf: &mut [u8]) -> Recv {
     }
 }
 
-enum Record {
+pub(super) enum Record {
     /// A record of this many bytes is at the start of the buffer.
     Bytes(usize),
     /// EOF, a timeout, or a broken socket.
@@ -179,39 +180,50 @@ fn recv_record(sock: &impl AsFd, until: Instant, buf: &mut [u8]) -> Record {
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Record::End(Recv::Broken(format!("poll: {e}"))),
         }
-        return match recv(
+        let cap = buf.len();
+        let got = recv(
             sock.as_fd().as_raw_fd(),
             buf,
             MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT,
-        ) {
-            // SEQPACKET: 0 is EOF (a zero-length record reads the same; the worker never
-            // sends one, and the death is then classified from the exit status).
-            Ok(0) => Record::End(Recv::Eof),
-            Ok(n) if n > MAX_FRAME_BYTES || n > buf.len() => {
-                Record::End(Recv::Broken(format!("worker sent a {n} byte frame")))
-            }
-            Ok(n) => Record::Bytes(n),
-            Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(nix::errno::Errno::ECONNRESET) => Record::End(Recv::Eof),
-            Err(e) => Record::End(Recv::Broken(format!("recv: {e}"))),
-        };
+        );
+        match record_of(got, cap) {
+            Some(r) => return r,
+            None => continue,
+        }
     }
+}
+
+/// What a non-blocking `recv` of one record (with MSG_TRUNC, into a buffer of `cap` bytes)
+/// came to; None when there was nothing to read after all.
+pub(super) fn record_of(r: nix::Result<usize>, cap: usize) -> Option<Record> {
+    Some(match r {
+        // SEQPACKET: 0 is EOF (a zero-length record reads the same; the worker never sends
+        // one, and the death is then classified from the exit status).
+        Ok(0) => Record::End(Recv::Eof),
+        Ok(n) if n > MAX_FRAME_BYTES || n > cap => {
+            Record::End(Recv::Broken(format!("worker sent a {n} byte frame")))
+        }
+        Ok(n) => Record::Bytes(n),
+        Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => return None,
+        Err(nix::errno::Errno::ECONNRESET) => Record::End(Recv::Eof),
+        Err(e) => Record::End(Recv::Broken(format!("recv: {e}"))),
+    })
 }
 
 /// A call's frames, in order. A record may hold several back to back: the worker sends the
 /// frames that need no answer (`Confined`, `Timings`) with the next one, so that they cost no
 /// wake-up of their own. Each is decoded and checked like a lone frame.
-struct FrameReader {
+pub(super) struct FrameReader {
     buf: FrameBuf,
     at: usize,
     end: usize,
-    records: u32,
+    pub(super) records: u32,
     /// Frames read from the current record.
     in_record: u32,
 }
 
 impl FrameReader {
-    fn new() -> FrameReader {
+    pub(super) fn new() -> FrameReader {
         FrameReader {
             buf: FrameBuf::take(),
             at: 0,
@@ -223,26 +235,44 @@ impl FrameReader {
 
     /// The next frame: the rest of the last record first, then a new record before `until`.
     fn next(&mut self, sock: &impl AsFd, until: Instant) -> Recv {
+        if let Some(r) = self.take_frame() {
+            return r;
+        }
+        match recv_record(sock, until, &mut self.buf) {
+            Record::Bytes(n) => self.got_record(n),
+            Record::End(r) => return r,
+        }
+        self.take_frame().unwrap_or(Recv::Eof)
+    }
+
+    /// The buffer a record is received into (one frame and a byte: a longer record is cut,
+    /// and refused by [`record_of`]).
+    pub(super) fn buf_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+
+    /// A record of `n` bytes was received into the buffer.
+    pub(super) fn got_record(&mut self, n: usize) {
+        (self.at, self.end, self.in_record) = (0, n, 0);
+        self.records = self.records.saturating_add(1);
+    }
+
+    /// The next frame of the record received last; None when it has no more.
+    pub(super) fn take_frame(&mut self) -> Option<Recv> {
         if self.at >= self.end {
-            match recv_record(sock, until, &mut self.buf) {
-                Record::Bytes(n) => {
-                    (self.at, self.end, self.in_record) = (0, n, 0);
-                    self.records = self.records.saturating_add(1);
-                }
-                Record::End(r) => return r,
-            }
+            return None;
         }
         // A well-behaved worker never packs more; a hostile one packing thousands of one-byte
         // frames would cost the supervisor a decode each for one cheap send.
         self.in_record += 1;
         if self.in_record > frames::MAX_FRAMES_PER_RECORD {
             self.at = self.end;
-            return Recv::Broken(format!(
+            return Some(Recv::Broken(format!(
                 "worker sent a record of more than {} frames",
                 frames::MAX_FRAMES_PER_RECORD
-            ));
+            )));
         }
-        match frames::decode_first(&self.buf[self.at..self.end]) {
+        Some(match frames::decode_first(&self.buf[self.at..self.end]) {
             Ok((f, used)) => {
                 self.at += used;
                 Recv::Frame(f)
@@ -251,37 +281,22 @@ impl FrameReader {
                 self.at = self.end;
                 Recv::Broken(format!("worker sent an undecodable frame: {e}"))
             }
-        }
+        })
     }
 
     /// Frames are left in the last record (after the outcome, a worker has nothing to say).
-    fn has_rest(&self) -> bool {
+    pub(super) fn has_rest(&self) -> bool {
         self.at < self.end
     }
 
-    fn give_back(self) {
+    pub(super) fn give_back(self) {
         self.buf.give_back();
     }
 }
 
-/// The error codes a worker may report itself. Anything else (a worker claiming OVERLOADED or
-/// APPROVAL_REJECTED, say) is a protocol violation.
-const WORKER_CODES: &[Code] = &[
-    Code::JsError,
-    Code::Timeout,
-    Code::StepLimit,
-    Code::MemoryLimit,
-    Code::OutputLimit,
-    Code::InvalidInput,
-    Code::HelperRuntime,
-    Code::Security,
-    Code::SandboxUnavailable,
-    Code::WorkerCrashed,
-];
-
 /// Codes a worker may report before it is confined (it failed to confine itself, or refused
 /// the job outright).
-const PRE_CONFINEMENT_CODES: &[Code] = &[Code::SandboxUnavailable, Code::InvalidInput];
+pub(super) const PRE_CONFINEMENT_CODES: &[Code] = &[Code::SandboxUnavailable, Code::InvalidInput];
 
 /// A worker that has been made and reported Ready: waiting for its one job.
 pub struct ReadyWorker {
@@ -315,6 +330,38 @@ impl ReadyWorker {
         self.primed
             .as_ref()
             .is_some_and(|p| p.job.same_template(job))
+    }
+
+    /// Whether the worker's next context is made, as far as the supervisor knows (it has
+    /// said Ready since its last call, or never served one).
+    pub fn is_context_made(&self) -> bool {
+        !self.making_context
+    }
+
+    pub(super) fn socket(&self) -> &std::os::fd::OwnedFd {
+        &self.socket
+    }
+
+    /// The worker was sent Continue: it served one more call and makes a plain context for
+    /// the next (a reused worker is not primed; it was only when it came from the pool
+    /// primed for its first call).
+    pub(super) fn continued(&mut self) {
+        self.served += 1;
+        self.making_context = true;
+        self.primed = None;
+    }
+
+    /// The exit status of a worker whose call ended without an outcome: what it died of, or
+    /// (still alive) it is killed now. Blocks until it is reaped.
+    pub(super) fn exit_status_now(&mut self) -> Option<std::process::ExitStatus> {
+        match self.proc.try_wait() {
+            Ok(Some(s)) => Some(s),
+            Ok(None) => {
+                self.proc.kill_and_reap();
+                self.proc.try_wait().ok().flatten()
+            }
+            Err(_) => None,
+        }
     }
 
     /// Whether the worker is primed (or priming) at all.
@@ -368,13 +415,19 @@ impl ReadyWorker {
 
     /// Reuse, or primed: waits for the Ready that says the next context is made. A worker
     /// that could not be primed says why (SANDBOX_UNAVAILABLE) instead.
-    fn await_context(&mut self) -> Result<(), AwaitError> {
+    pub(super) fn await_context(&mut self) -> Result<(), AwaitError> {
         if !self.making_context {
             return Ok(());
         }
         let mut buf = [0u8; 256];
+        let got = recv_until(&self.socket, Instant::now() + READY_TIMEOUT, &mut buf);
+        self.context_reply(got)
+    }
+
+    /// What a worker making its next context said (or that it said nothing in time).
+    pub(super) fn context_reply(&mut self, got: Recv) -> Result<(), AwaitError> {
         let err = |s: String| Err(AwaitError::Protocol(s));
-        match recv_until(&self.socket, Instant::now() + READY_TIMEOUT, &mut buf) {
+        match got {
             Recv::Frame(FromWorker::Ready { .. }) => {
                 self.making_context = false;
                 Ok(())
@@ -391,10 +444,20 @@ impl ReadyWorker {
             Recv::Broken(e) => err(e),
         }
     }
+
+    /// The worker's exit status, once it has exited (it is then reaped).
+    pub(super) fn try_exit(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.proc.try_wait()
+    }
+
+    /// SIGKILL, without waiting for the process to be gone.
+    pub(super) fn kill(&mut self) {
+        self.proc.kill();
+    }
 }
 
 /// Why a worker making its context cannot take the call.
-enum AwaitError {
+pub(super) enum AwaitError {
     /// It refused before confinement (its priming failed): the call's answer.
     Refused(CallError),
     /// Anything else: a protocol error.
@@ -574,7 +637,10 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
 /// template (`primed_for_it`) and the arguments fit one frame; else the whole job. (The pool
 /// gives a primed worker only calls of its template, with arguments that fit; a primed worker
 /// sent anything but a Go exits, and the call fails as WORKER_CRASHED.)
-fn encode_for(primed_for_it: bool, job: &Job) -> Result<Vec<Vec<u8>>, frames::FrameError> {
+pub(super) fn encode_for(
+    primed_for_it: bool,
+    job: &Job,
+) -> Result<Vec<Vec<u8>>, frames::FrameError> {
     if primed_for_it {
         let go = ToWorker::Go {
             call_id: job.call_id,
@@ -627,7 +693,8 @@ pub fn run_on(
 }
 
 /// Like [`run_on`], but when the job asked for `keep_alive` and ended cleanly (a result, or a
-/// JS error), the worker comes back for another call of the same posture.
+/// JS error), the worker comes back for another call of the same posture. Blocks this thread
+/// for the whole call ([`super::inline`] is the async driver of the same exchange).
 pub fn run_keeping(
     mut w: ReadyWorker,
     job: &Job,
@@ -635,65 +702,25 @@ pub fn run_keeping(
     cancel: Option<&std::sync::atomic::AtomicBool>,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> (CallOutcome, Option<ReadyWorker>) {
-    let t0 = Instant::now();
-    let mut out = CallOutcome {
-        result: Err(CallError::new(Code::WorkerCrashed, "worker did not start")),
-        worker_pid: w.pid(),
-        console_truncated: false,
-        timings: CallTimings {
-            spawn_us: w.spawn_us,
-            spawn_cpu_us: if w.served == 0 { w.spawn_cpu_us } else { 0 },
-            ..CallTimings::default()
-        },
-        probe: None,
-        egress: Vec::new(),
-        peak_rss_kib: None,
-        console_lines: 0,
-    };
-    // A worker is made, and a reused one makes its next context, as background work
-    // (os::priority); its call is not.
-    stsd_profiles::os::priority::foreground(w.pid());
+    let mut ex = Exchange::begin(&w, job);
     on_event(Event::Started(w.pid()));
-    let mut killed_at_deadline = false;
-    let mut cancelled = false;
-    let mut protocol_error: Option<String> = None;
     let mut frames_in = FrameReader::new();
-    let mut settled: Option<Result<CallValue, CallError>> = None;
-    let went_primed = w.is_primed_for(job);
-    let was_warm = !w.making_context;
-    let job_parts = w.await_context().map(|()| encode_for(went_primed, job));
-    let awaited_us = t0.elapsed().as_micros() as u64;
-    match job_parts {
-        Err(AwaitError::Protocol(e)) => protocol_error = Some(e),
-        Err(AwaitError::Refused(e)) => settled = Some(Err(e)),
-        Ok(Ok(parts)) => {
-            for b in parts {
-                if let Err(e) = send(w.socket.as_raw_fd(), &b, MsgFlags::MSG_NOSIGNAL) {
-                    protocol_error = Some(format!("cannot send the job: {e}"));
-                    break;
-                }
-            }
-        }
-        // Larger than any request the daemon accepts: the caller's input, not the worker.
-        Ok(Err(e)) => {
-            settled = Some(Err(CallError::new(
-                Code::InvalidInput,
-                format!("the call is too large to run: {e}"),
-            )))
+    let awaited = w.await_context();
+    for b in ex.frames_to_send(awaited) {
+        if let Err(e) = send(w.socket.as_raw_fd(), &b, MsgFlags::MSG_NOSIGNAL) {
+            ex.send_failed(e);
+            break;
         }
     }
-    let deadline = Instant::now() + Duration::from_millis(job.limits.timeout_ms) + opts.kill_grace;
-    let mut result_text = String::new();
-    let mut confined = false;
-    let (mut console_lines, mut console_bytes) = (0u64, 0u64);
+    let deadline = ex.deadline(opts.kill_grace);
     let mut fetch = FetchState::default();
+    let is_cancelled = || cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed));
 
-    // Phase 2: frames until the outcome, EOF, or the deadline. Everything a worker says is
-    // checked here too: a compromised worker gets no more than a well-behaved one.
-    while settled.is_none() && protocol_error.is_none() {
+    // Frames until the outcome, EOF, or the deadline.
+    while ex.open() {
         // Checked before every frame too: a chatty worker never lets the receive time out.
-        if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
-            cancelled = true;
+        if is_cancelled() {
+            ex.cancelled = true;
             break;
         }
         // Wait in slices so a cancellation is noticed within 50 ms.
@@ -702,104 +729,19 @@ pub fn run_keeping(
             Recv::Frame(f) => f,
             Recv::Eof => break,
             Recv::Timeout if Instant::now() >= deadline => {
-                killed_at_deadline = true;
+                ex.killed_at_deadline = true;
                 break;
             }
-            Recv::Timeout => {
-                if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
-                    cancelled = true;
-                    break;
-                }
-                continue;
-            }
+            Recv::Timeout => continue,
             Recv::Broken(e) => {
-                protocol_error = Some(e);
+                ex.protocol_error = Some(e);
                 break;
             }
         };
-        let is_output = matches!(
-            frame,
-            FromWorker::ResultUndefined
-                | FromWorker::ResultChunk { .. }
-                | FromWorker::Console { .. }
-                | FromWorker::Probe { .. }
-                | FromWorker::Fetch(_)
-                | FromWorker::FetchBody { .. }
-        );
-        if is_output && !confined {
-            protocol_error = Some("output before the sandbox was applied".into());
-            break;
-        }
-        match frame {
-            FromWorker::Console { level, line } => {
-                console_lines += 1;
-                console_bytes += line.len() as u64;
-                if console_lines > job.limits.max_console_lines
-                    || console_bytes > job.limits.max_console_bytes
-                {
-                    out.console_truncated = true;
-                    settled = Some(Err(CallError::new(
-                        Code::OutputLimit,
-                        "console output went over its caps (enforced by the supervisor)",
-                    )));
-                } else {
-                    on_event(Event::Console(level, &line));
-                }
-            }
-            FromWorker::ConsoleTruncated => out.console_truncated = true,
-            FromWorker::Confined => confined = true,
-            FromWorker::ResultUndefined => settled = Some(Ok(CallValue::Undefined)),
-            FromWorker::ResultChunk { data, last } => {
-                if (result_text.len() + data.len()) as u64 > job.limits.max_result_bytes {
-                    settled = Some(Err(CallError::new(
-                        Code::OutputLimit,
-                        format!(
-                            "the result is over the {} byte limit",
-                            job.limits.max_result_bytes
-                        ),
-                    )));
-                } else {
-                    result_text.push_str(&data);
-                    if last {
-                        settled = Some(Ok(CallValue::Json(std::mem::take(&mut result_text))));
-                    }
-                }
-            }
-            FromWorker::Error {
-                code,
-                message,
-                stack,
-            } => match Code::parse(&code) {
-                Some(c)
-                    if WORKER_CODES.contains(&c)
-                        && (confined || PRE_CONFINEMENT_CODES.contains(&c)) =>
-                {
-                    settled = Some(Err(CallError {
-                        code: c,
-                        message,
-                        stack,
-                    }));
-                }
-                _ => {
-                    protocol_error = Some(format!(
-                        "worker reported an error code it may not use: {code}"
-                    ))
-                }
-            },
-            FromWorker::Probe { outcome, .. } if job.attack.is_some() => {
-                out.probe = Some(outcome);
-                settled = Some(Ok(CallValue::Undefined));
-            }
-            FromWorker::Probe { .. } => {
-                protocol_error = Some("probe frame outside attack mode".into())
-            }
-            FromWorker::FetchBody { .. } | FromWorker::Fetch(_)
-                if job.sandbox.network != NetworkGrant::Brokered =>
-            {
-                protocol_error = Some("fetch from a worker whose posture has no network".into())
-            }
-            FromWorker::FetchBody { data } => fetch.add_body(&data, &opts.broker),
-            FromWorker::Fetch(req) => {
+        match ex.on_frame(frame, on_event) {
+            None => {}
+            Some(FetchStep::Body(data)) => fetch.add_body(&data, &opts.broker),
+            Some(FetchStep::Request(req)) => {
                 let call_deadline = deadline.checked_sub(opts.kill_grace).unwrap_or(deadline);
                 let reply = fetch.run(
                     *req,
@@ -807,100 +749,30 @@ pub fn run_keeping(
                     &opts.broker,
                     call_deadline,
                     cancel,
-                    &mut out.egress,
+                    &mut ex.out.egress,
                 );
                 match reply {
                     None => {
-                        cancelled = true;
+                        ex.cancelled = true;
                         break;
                     }
                     Some(reply) => {
                         if let Err(e) = send_fetch_reply(&w.socket, reply, deadline) {
-                            protocol_error = Some(e);
+                            ex.protocol_error = Some(e);
                         }
                     }
                 }
             }
-            FromWorker::Timings(t) => out.timings.worker = t,
-            FromWorker::Ready { .. } => protocol_error = Some("second Ready frame".into()),
         }
     }
-    // Phase 3: make sure the worker is gone, or keep it. (Its timings came ahead of the
-    // result, in the same record.)
-    out.console_lines = console_lines;
-    if out.timings.worker.max_rss_kib > 0 {
-        out.peak_rss_kib = Some(out.timings.worker.max_rss_kib);
-    }
-    let clean = matches!(&settled, Some(Ok(_)))
-        || matches!(&settled, Some(Err(e)) if e.code == Code::JsError);
-    let mut kept = None;
-    let mut status = None;
-    if settled.is_some() && protocol_error.is_none() && !killed_at_deadline {
-        // Frames after the outcome: the result stands, but the worker is not fit for another.
-        let keep = job.keep_alive && clean && !frames_in.has_rest() && w.is_alive() && {
-            // It makes its next context now, as background work, and says Ready when it has.
-            stsd_profiles::os::priority::background(w.pid());
-            frames::encode(&ToWorker::Continue)
-                .ok()
-                .is_some_and(|b| send(w.socket.as_raw_fd(), &b, MsgFlags::MSG_NOSIGNAL).is_ok())
-        };
-        if keep {
-            w.served += 1;
-            w.making_context = true;
-            // It makes a plain context (a reused worker is not primed; it was only when it
-            // came from the pool primed for its first call).
-            w.primed = None;
-            kept = Some(w);
-        } else {
-            // The outcome is known; killing and reaping need not delay the reply.
-            reap_later(w);
-        }
-    } else {
-        // No outcome: the exit status says what happened.
-        status = match w.proc.try_wait() {
-            Ok(Some(s)) => Some(s),
-            Ok(None) => {
-                w.proc.kill_and_reap();
-                w.proc.try_wait().ok().flatten()
-            }
-            Err(_) => None,
-        };
-        drop(w);
-    }
-    out.timings.total_us = out.timings.spawn_us + t0.elapsed().as_micros() as u64;
-    // Where a call's time in its worker went (STSD_LOG=stsd::exec=trace): primed or not,
-    // whether the worker was ready or the call waited for it to be, and the worker's phases.
-    tracing::trace!(
-        primed = went_primed,
-        was_ready = was_warm,
-        awaited_us,
-        exchange_us = t0.elapsed().as_micros() as u64,
-        profile_us = out.timings.worker.profile_us,
-        context_us = out.timings.worker.context_us,
-        run_us = out.timings.worker.run_us,
-        "worker exchange"
-    );
-
-    out.result = match (settled, protocol_error) {
-        (Some(r), _) => r,
-        (None, _) if cancelled => Err(CallError::new(
-            Code::Cancelled,
-            "the caller went away; the worker was killed",
-        )),
-        (None, Some(e)) => Err(CallError::new(
-            Code::WorkerCrashed,
-            format!("worker protocol error: {e}"),
-        )),
-        (None, None) if killed_at_deadline => Err(CallError::new(
-            Code::Timeout,
-            format!(
-                "execution timed out after {} ms (worker killed)",
-                job.limits.timeout_ms
-            ),
-        )),
-        (None, None) => Err(death_cause(status)),
+    // Make sure the worker is gone, or keep it. (Its timings came ahead of the result, in the
+    // same record.)
+    let (kept, status) = match ex.end(w, frames_in.has_rest()) {
+        Ending::Kept(w) => (Some(w), None),
+        Ending::Released => (None, None),
+        Ending::NeedsStatus(mut w) => (None, w.exit_status_now()),
     };
-    out.timings.records = frames_in.records;
+    let out = ex.finish(status, frames_in.records);
     frames_in.give_back();
     (out, kept)
 }
@@ -1088,7 +960,7 @@ fn send_fetch_reply(
     Ok(())
 }
 
-fn death_cause(status: Option<std::process::ExitStatus>) -> CallError {
+pub(super) fn death_cause(status: Option<std::process::ExitStatus>) -> CallError {
     match status {
         Some(s) if s.signal() == Some(libc::SIGSYS) => CallError::new(
             Code::SandboxViolation,

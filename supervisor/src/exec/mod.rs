@@ -1,6 +1,9 @@
 //! Running calls: building a job from a spec and arguments, and executing it in a worker.
 
 pub mod call;
+pub mod dispatch;
+mod exchange;
+pub mod inline;
 pub mod job;
 pub mod spawn;
 pub mod zygote;

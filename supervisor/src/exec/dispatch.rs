@@ -1,0 +1,153 @@
+//! Where a call runs: its worker from the pool (parked, primed or warm), and the driver of the
+//! exchange. A call whose worker is at hand and whose posture has no network is driven on the
+//! runtime thread that holds the request ([`super::inline`]); any other (the pool is empty
+//! and a worker must be made, or a fetch may need the broker) on a blocking thread.
+
+use super::call::{
+    reap_later, run_keeping, CallError, CallOutcome, Event, ExecOptions, ReadyWorker,
+};
+use super::inline;
+use crate::pool::Pool;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use stsd_protocol::frames::{Job, Prime};
+use stsd_protocol::Code;
+
+/// How a call gets its worker.
+#[derive(Clone, Copy)]
+pub enum Take {
+    /// Reuse: a worker parked under the call's key, else a pool worker.
+    Parked,
+    /// One-shot with priming: a worker primed for the tool, else a pool worker; `more`: the
+    /// tool's next calls want primed workers.
+    Primed { more: bool },
+    /// A pool worker.
+    Plain,
+}
+
+/// One call: the pool, the reuse bound, the key its workers are parked under, and how it gets
+/// its worker.
+pub struct Dispatch {
+    pub pool: Arc<Pool>,
+    pub reuse: u32,
+    pub key: String,
+    pub take: Take,
+}
+
+impl Dispatch {
+    /// Runs `job` to its outcome. A reused worker that ends up kept is parked again.
+    pub async fn run(
+        self,
+        mut job: Job,
+        opts: ExecOptions,
+        cancel: Arc<AtomicBool>,
+        mut on_event: impl FnMut(Event<'_>) + Send + 'static,
+    ) -> Result<CallOutcome, CallError> {
+        let at_hand = if inline::usable(&job) {
+            match self.take {
+                Take::Parked => self.pool.take_for_nowait(&self.key),
+                Take::Primed { more } => {
+                    self.pool
+                        .take_primed_nowait(&self.key, &job, more, || prime_of(&job))
+                }
+                Take::Plain => self.pool.take_nowait(),
+            }
+        } else {
+            None
+        };
+        let Some(w) = at_hand else {
+            return self.blocking(job, opts, cancel, on_event, None).await;
+        };
+        let reused = w.served > 0;
+        self.prepare(&mut job, &w);
+        let (out, kept) = match inline::run_keeping(w, &job, &opts, &cancel, &mut on_event).await {
+            Ok(done) => done,
+            // Not registered with the runtime: the blocking driver takes it as it is.
+            Err(w) => return self.blocking(job, opts, cancel, on_event, Some(w)).await,
+        };
+        if reused && refused(&out) {
+            if let Some(w) = kept {
+                reap_later(w);
+            }
+            // Replaced, once, by a fresh worker (see `run_blocking`).
+            let fresh = Dispatch {
+                take: Take::Plain,
+                ..self
+            };
+            return fresh.blocking(job, opts, cancel, on_event, None).await;
+        }
+        if let Some(w) = kept {
+            let _ = self.pool.park(&self.key, w);
+        }
+        Ok(out)
+    }
+
+    /// Reuse: the worker waits for another call with the same key after this one.
+    fn prepare(&self, job: &mut Job, w: &ReadyWorker) {
+        job.keep_alive = w.served + 1 < self.reuse;
+        job.reuse_calls = self.reuse;
+    }
+
+    /// The call on a blocking thread: its worker taken there (it may have to be made), or
+    /// `given`.
+    async fn blocking(
+        self,
+        mut job: Job,
+        opts: ExecOptions,
+        cancel: Arc<AtomicBool>,
+        mut on_event: impl FnMut(Event<'_>) + Send + 'static,
+        given: Option<ReadyWorker>,
+    ) -> Result<CallOutcome, CallError> {
+        let ran = tokio::task::spawn_blocking(move || {
+            let worker = match (given, self.take) {
+                (Some(w), _) => w,
+                (None, Take::Parked) => self.pool.take_for(&self.key)?,
+                (None, Take::Primed { more }) => {
+                    self.pool
+                        .take_primed(&self.key, &job, more, || prime_of(&job))?
+                }
+                (None, Take::Plain) => self.pool.take()?,
+            };
+            let reused = worker.served > 0;
+            self.prepare(&mut job, &worker);
+            let (mut out, mut kept) =
+                run_keeping(worker, &job, &opts, Some(&cancel), &mut on_event);
+            // A reused worker that refuses the job (confined to another posture, which the key
+            // should prevent, or its CPU budget for all its calls spent) is replaced, once, by
+            // a fresh worker. The refusal comes before any of the tool's code runs.
+            if reused && refused(&out) {
+                if let Some(w) = kept.take() {
+                    reap_later(w);
+                }
+                let fresh = self.pool.take()?;
+                self.prepare(&mut job, &fresh);
+                (out, kept) = run_keeping(fresh, &job, &opts, Some(&cancel), &mut on_event);
+            }
+            if let Some(w) = kept {
+                let _ = self.pool.park(&self.key, w);
+            }
+            Ok(out)
+        })
+        .await;
+        ran.unwrap_or_else(|join| {
+            Err(CallError::new(
+                Code::WorkerCrashed,
+                format!("call task failed: {join}"),
+            ))
+        })
+    }
+}
+
+/// What a worker is primed with for calls of `job`'s tool: the job without its arguments, and
+/// the names (never the values) of the arguments this call gave.
+fn prime_of(job: &Job) -> Prime {
+    Prime {
+        job: job.template(),
+        expect_args: job.arg_names(),
+    }
+}
+
+/// A reused worker refused the job before running any of it.
+fn refused(out: &CallOutcome) -> bool {
+    matches!(&out.result, Err(e) if e.code == Code::SandboxUnavailable)
+}

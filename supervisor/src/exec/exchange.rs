@@ -1,0 +1,310 @@
+//! One call's exchange with its worker, without I/O: what the worker is sent, what each frame
+//! it sends back means, and how the call ends. Two drivers feed it: the blocking one
+//! ([`super::run_keeping`], on a blocking thread) and the async one ([`super::inline`], on the
+//! runtime thread that holds the request). Both check a worker's every frame the same way,
+//! here: a compromised worker gets no more from one driver than from the other.
+
+use super::call::{death_cause, encode_for, AwaitError, ReadyWorker, PRE_CONFINEMENT_CODES};
+use super::call::{CallError, CallOutcome, CallTimings, CallValue, Event};
+use std::time::{Duration, Instant};
+use stsd_protocol::frames::{self, FetchRequest, FromWorker, Job, NetworkGrant, ToWorker};
+use stsd_protocol::Code;
+
+/// The error codes a worker may report itself. Anything else (a worker claiming OVERLOADED or
+/// APPROVAL_REJECTED, say) is a protocol violation.
+const WORKER_CODES: &[Code] = &[
+    Code::JsError,
+    Code::Timeout,
+    Code::StepLimit,
+    Code::MemoryLimit,
+    Code::OutputLimit,
+    Code::InvalidInput,
+    Code::HelperRuntime,
+    Code::Security,
+    Code::SandboxUnavailable,
+    Code::WorkerCrashed,
+];
+
+pub(super) struct Exchange<'j> {
+    job: &'j Job,
+    t0: Instant,
+    pub(super) out: CallOutcome,
+    pub(super) settled: Option<Result<CallValue, CallError>>,
+    pub(super) protocol_error: Option<String>,
+    pub(super) killed_at_deadline: bool,
+    pub(super) cancelled: bool,
+    result_text: String,
+    confined: bool,
+    console_lines: u64,
+    console_bytes: u64,
+    went_primed: bool,
+    was_warm: bool,
+    awaited_us: u64,
+}
+
+/// A fetch frame, for the driver: part of a request body, or the request.
+pub(super) enum FetchStep {
+    Body(Vec<u8>),
+    Request(Box<FetchRequest>),
+}
+
+/// What became of the worker once the exchange is over.
+pub(super) enum Ending {
+    /// Kept for another call (it was sent Continue).
+    Kept(ReadyWorker),
+    /// The outcome is known and the worker is not kept: the reaper ends it.
+    Released,
+    /// No outcome: the driver must end the worker and find its exit status (which says what
+    /// happened), then call [`Exchange::finish`].
+    NeedsStatus(ReadyWorker),
+}
+
+impl<'j> Exchange<'j> {
+    /// A call on `w` begins: it runs at the normal policy from now on (a worker is made, and
+    /// a reused one makes its next context, as background work, see `os::priority`).
+    pub(super) fn begin(w: &ReadyWorker, job: &'j Job) -> Exchange<'j> {
+        stsd_profiles::os::priority::foreground(w.pid());
+        Exchange {
+            job,
+            t0: Instant::now(),
+            out: CallOutcome {
+                result: Err(CallError::new(Code::WorkerCrashed, "worker did not start")),
+                worker_pid: w.pid(),
+                console_truncated: false,
+                timings: CallTimings {
+                    spawn_us: w.spawn_us,
+                    spawn_cpu_us: if w.served == 0 { w.spawn_cpu_us } else { 0 },
+                    ..CallTimings::default()
+                },
+                probe: None,
+                egress: Vec::new(),
+                peak_rss_kib: None,
+                console_lines: 0,
+            },
+            settled: None,
+            protocol_error: None,
+            killed_at_deadline: false,
+            cancelled: false,
+            result_text: String::new(),
+            confined: false,
+            console_lines: 0,
+            console_bytes: 0,
+            went_primed: w.is_primed_for(job),
+            was_warm: w.is_context_made(),
+            awaited_us: 0,
+        }
+    }
+
+    /// The worker's next context is made (or it could not be): the frames to send it, or
+    /// nothing when the call is already settled.
+    pub(super) fn frames_to_send(&mut self, awaited: Result<(), AwaitError>) -> Vec<Vec<u8>> {
+        self.awaited_us = self.t0.elapsed().as_micros() as u64;
+        match awaited.map(|()| encode_for(self.went_primed, self.job)) {
+            Err(AwaitError::Protocol(e)) => self.protocol_error = Some(e),
+            Err(AwaitError::Refused(e)) => self.settled = Some(Err(e)),
+            Ok(Ok(parts)) => return parts,
+            // Larger than any request the daemon accepts: the caller's input, not the worker.
+            Ok(Err(e)) => {
+                self.settled = Some(Err(CallError::new(
+                    Code::InvalidInput,
+                    format!("the call is too large to run: {e}"),
+                )))
+            }
+        }
+        Vec::new()
+    }
+
+    /// The job could not be sent.
+    pub(super) fn send_failed(&mut self, e: impl std::fmt::Display) {
+        self.protocol_error = Some(format!("cannot send the job: {e}"));
+    }
+
+    /// When the worker is killed: the call's timeout plus the grace period, from now.
+    pub(super) fn deadline(&self, kill_grace: Duration) -> Instant {
+        Instant::now() + Duration::from_millis(self.job.limits.timeout_ms) + kill_grace
+    }
+
+    /// Whether frames are still awaited.
+    pub(super) fn open(&self) -> bool {
+        self.settled.is_none() && self.protocol_error.is_none()
+    }
+
+    /// One frame from the worker. A fetch is handed back for the driver (a posture without
+    /// network never gets that far: its fetch is a protocol error here).
+    pub(super) fn on_frame(
+        &mut self,
+        frame: FromWorker,
+        on_event: &mut dyn FnMut(Event<'_>),
+    ) -> Option<FetchStep> {
+        let job = self.job;
+        let is_output = matches!(
+            frame,
+            FromWorker::ResultUndefined
+                | FromWorker::ResultChunk { .. }
+                | FromWorker::Console { .. }
+                | FromWorker::Probe { .. }
+                | FromWorker::Fetch(_)
+                | FromWorker::FetchBody { .. }
+        );
+        if is_output && !self.confined {
+            self.protocol_error = Some("output before the sandbox was applied".into());
+            return None;
+        }
+        match frame {
+            FromWorker::Console { level, line } => {
+                self.console_lines += 1;
+                self.console_bytes += line.len() as u64;
+                if self.console_lines > job.limits.max_console_lines
+                    || self.console_bytes > job.limits.max_console_bytes
+                {
+                    self.out.console_truncated = true;
+                    self.settled = Some(Err(CallError::new(
+                        Code::OutputLimit,
+                        "console output went over its caps (enforced by the supervisor)",
+                    )));
+                } else {
+                    on_event(Event::Console(level, &line));
+                }
+            }
+            FromWorker::ConsoleTruncated => self.out.console_truncated = true,
+            FromWorker::Confined => self.confined = true,
+            FromWorker::ResultUndefined => self.settled = Some(Ok(CallValue::Undefined)),
+            FromWorker::ResultChunk { data, last } => {
+                if (self.result_text.len() + data.len()) as u64 > job.limits.max_result_bytes {
+                    self.settled = Some(Err(CallError::new(
+                        Code::OutputLimit,
+                        format!(
+                            "the result is over the {} byte limit",
+                            job.limits.max_result_bytes
+                        ),
+                    )));
+                } else {
+                    self.result_text.push_str(&data);
+                    if last {
+                        let text = std::mem::take(&mut self.result_text);
+                        self.settled = Some(Ok(CallValue::Json(text)));
+                    }
+                }
+            }
+            FromWorker::Error {
+                code,
+                message,
+                stack,
+            } => match Code::parse(&code) {
+                Some(c)
+                    if WORKER_CODES.contains(&c)
+                        && (self.confined || PRE_CONFINEMENT_CODES.contains(&c)) =>
+                {
+                    self.settled = Some(Err(CallError {
+                        code: c,
+                        message,
+                        stack,
+                    }));
+                }
+                _ => {
+                    self.protocol_error = Some(format!(
+                        "worker reported an error code it may not use: {code}"
+                    ))
+                }
+            },
+            FromWorker::Probe { outcome, .. } if job.attack.is_some() => {
+                self.out.probe = Some(outcome);
+                self.settled = Some(Ok(CallValue::Undefined));
+            }
+            FromWorker::Probe { .. } => {
+                self.protocol_error = Some("probe frame outside attack mode".into())
+            }
+            FromWorker::FetchBody { .. } | FromWorker::Fetch(_)
+                if job.sandbox.network != NetworkGrant::Brokered =>
+            {
+                self.protocol_error =
+                    Some("fetch from a worker whose posture has no network".into())
+            }
+            FromWorker::FetchBody { data } => return Some(FetchStep::Body(data)),
+            FromWorker::Fetch(req) => return Some(FetchStep::Request(req)),
+            FromWorker::Timings(t) => self.out.timings.worker = t,
+            FromWorker::Ready { .. } => self.protocol_error = Some("second Ready frame".into()),
+        }
+        None
+    }
+
+    /// The frames are over: keeps the worker when the job asked for `keep_alive` and ended
+    /// cleanly (a result, or a JS error) and the worker said nothing after its outcome
+    /// (`frames_left`: it did; the result stands, but the worker is not fit for another).
+    pub(super) fn end(&mut self, mut w: ReadyWorker, frames_left: bool) -> Ending {
+        if self.out.timings.worker.max_rss_kib > 0 {
+            self.out.peak_rss_kib = Some(self.out.timings.worker.max_rss_kib);
+        }
+        if self.settled.is_none() || self.protocol_error.is_some() || self.killed_at_deadline {
+            return Ending::NeedsStatus(w);
+        }
+        let clean = matches!(&self.settled, Some(Ok(_)))
+            || matches!(&self.settled, Some(Err(e)) if e.code == Code::JsError);
+        let keep = self.job.keep_alive && clean && !frames_left && w.is_alive() && {
+            // It makes its next context now, as background work, and says Ready when it has.
+            stsd_profiles::os::priority::background(w.pid());
+            frames::encode(&ToWorker::Continue).ok().is_some_and(|b| {
+                nix::sys::socket::send(
+                    std::os::fd::AsRawFd::as_raw_fd(w.socket()),
+                    &b,
+                    nix::sys::socket::MsgFlags::MSG_NOSIGNAL
+                        | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+                )
+                .is_ok()
+            })
+        };
+        if keep {
+            w.continued();
+            Ending::Kept(w)
+        } else {
+            // The outcome is known; killing and reaping need not delay the reply.
+            super::reap_later(w);
+            Ending::Released
+        }
+    }
+
+    /// The call's outcome. `status`: the worker's exit status when the exchange ended without
+    /// an outcome (what it died of).
+    pub(super) fn finish(
+        mut self,
+        status: Option<std::process::ExitStatus>,
+        records: u32,
+    ) -> CallOutcome {
+        let mut out = self.out;
+        out.console_lines = self.console_lines;
+        out.timings.total_us = out.timings.spawn_us + self.t0.elapsed().as_micros() as u64;
+        out.timings.records = records;
+        // Where a call's time in its worker went (STSD_LOG=stsd::exec=trace): primed or not,
+        // whether the worker was ready or the call waited for it to be, and the worker's phases.
+        tracing::trace!(
+            primed = self.went_primed,
+            was_ready = self.was_warm,
+            awaited_us = self.awaited_us,
+            exchange_us = self.t0.elapsed().as_micros() as u64,
+            profile_us = out.timings.worker.profile_us,
+            context_us = out.timings.worker.context_us,
+            run_us = out.timings.worker.run_us,
+            "worker exchange"
+        );
+        out.result = match (self.settled.take(), self.protocol_error.take()) {
+            (Some(r), _) => r,
+            (None, _) if self.cancelled => Err(CallError::new(
+                Code::Cancelled,
+                "the caller went away; the worker was killed",
+            )),
+            (None, Some(e)) => Err(CallError::new(
+                Code::WorkerCrashed,
+                format!("worker protocol error: {e}"),
+            )),
+            (None, None) if self.killed_at_deadline => Err(CallError::new(
+                Code::Timeout,
+                format!(
+                    "execution timed out after {} ms (worker killed)",
+                    self.job.limits.timeout_ms
+                ),
+            )),
+            (None, None) => Err(death_cause(status)),
+        };
+        out
+    }
+}
