@@ -11,7 +11,7 @@ mod intl;
 mod parser;
 
 use rquickjs::context::EvalOptions;
-use rquickjs::{Ctx, Function};
+use rquickjs::{Ctx, Function, Module, WriteOptions};
 
 thread_local! {
     /// The call's memory budget in bytes (its QuickJS heap limit). Host helpers that build
@@ -47,7 +47,6 @@ pub(crate) fn helper_error(ctx: &Ctx<'_>, kind: &str, msg: impl AsRef<str>) -> r
     }
 }
 
-const PRELUDE: &str = include_str!("prelude.js");
 const URL: &str = include_str!("url.js");
 const HTML: &str = include_str!("html.js");
 const WEB: &str = include_str!("web.js");
@@ -87,10 +86,41 @@ pub fn install_fs(
 }
 
 pub fn install(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
-    let mut opts = EvalOptions::default();
-    opts.global = true;
-    opts.strict = true;
-    opts.filename = Some("stsd-prelude.js".into());
-    let f: Function = ctx.eval_with_options(PRELUDE, opts)?;
+    let f = prelude(ctx)?;
     f.call::<_, ()>((host::host_object(ctx)?, html::host_object(ctx)?))
+}
+
+/// The prelude as a module whose one export is its installer function.
+const PRELUDE_MODULE: &str = concat!("export default ", include_str!("prelude.js"));
+
+thread_local! {
+    /// The prelude module's bytecode, written the first time it is compiled (in the zygote,
+    /// before any worker is forked). Parsing its source was most of a fresh context's cost,
+    /// and a reused worker makes a fresh context after every call.
+    static PRELUDE_BYTECODE: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The prelude's installer in `ctx`: loaded from bytecode when this process has it, else
+/// compiled from source (and its bytecode kept).
+fn prelude<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Function<'js>> {
+    let loaded = PRELUDE_BYTECODE.with(|b| {
+        b.borrow().as_ref().map(|bytes| {
+            // SAFETY: the bytes were written by `Module::write` in this process (or in the
+            // zygote it was forked from), from `PRELUDE_MODULE`, by this QuickJS build.
+            unsafe { Module::load(ctx.clone(), bytes) }
+        })
+    });
+    let module = match loaded {
+        Some(m) => m?,
+        None => {
+            let m = Module::declare(ctx.clone(), "stsd-prelude.js", PRELUDE_MODULE)?;
+            if let Ok(bytes) = m.write(WriteOptions::default()) {
+                PRELUDE_BYTECODE.with(|b| *b.borrow_mut() = Some(bytes));
+            }
+            m
+        }
+    };
+    // No imports and no top-level await: evaluated at once (the promise is settled).
+    let (module, _evaluated) = module.eval()?;
+    module.get("default")
 }
