@@ -124,3 +124,31 @@ fn prelude<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Function<'js>> {
     let (module, _evaluated) = module.eval()?;
     module.get("default")
 }
+
+#[cfg(test)]
+mod tests {
+    use rquickjs::{Context, Runtime};
+
+    /// The first install compiles the prelude and keeps its bytecode; a later fresh context
+    /// (in a runtime of its own, as a reused worker makes after each call) is installed from
+    /// that bytecode, with the same globals.
+    #[test]
+    fn a_fresh_context_installs_the_prelude_from_its_bytecode() {
+        let fresh = |src: &str| -> String {
+            let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+            let cx = Context::full(&rt).unwrap_or_else(|e| panic!("{e}"));
+            cx.with(|ctx| {
+                super::install(&ctx).unwrap_or_else(|e| panic!("install: {e}"));
+                ctx.eval::<String, _>(src)
+                    .unwrap_or_else(|e| panic!("eval: {e}"))
+            })
+        };
+        let probe = "[typeof safety, typeof TextEncoder, typeof structuredClone, typeof URL, \
+                     typeof Error.prepareStackTrace].join()";
+        assert!(super::PRELUDE_BYTECODE.with(|b| b.borrow().is_none()));
+        let first = fresh(probe);
+        assert!(super::PRELUDE_BYTECODE.with(|b| b.borrow().is_some()));
+        assert_eq!(first, "object,function,function,function,undefined");
+        assert_eq!(fresh(probe), first);
+    }
+}
