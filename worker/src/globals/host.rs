@@ -314,23 +314,10 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
         Function::new(
             ctx.clone(),
             |ctx: Ctx<'js>, name: String| -> rquickjs::Result<Function<'js>> {
-                let (src, file) = match name.as_str() {
-                    "intl" => (super::intl::CORE_JS, "stsd-intl.js"),
-                    other if other.starts_with("intl-") => match super::intl::class_js(other) {
-                        Some(found) => found,
-                        None => return Err(Exception::throw_type(&ctx, "unknown runtime module")),
-                    },
-                    "url" => (super::URL, "stsd-url.js"),
-                    "html" => (super::HTML, "stsd-html.js"),
-                    "web" => (super::WEB, "stsd-web.js"),
-                    "parser" => (super::PARSER, "stsd-parser.js"),
-                    _ => return Err(Exception::throw_type(&ctx, "unknown runtime module")),
+                let Some((src, file)) = super::script(&name) else {
+                    return Err(Exception::throw_type(&ctx, "unknown runtime module"));
                 };
-                let mut opts = rquickjs::context::EvalOptions::default();
-                opts.global = true;
-                opts.strict = true;
-                opts.filename = Some(file.into());
-                ctx.eval_with_options(src, opts)
+                super::script_function(&ctx, file, src)
             },
         )?,
     )?;

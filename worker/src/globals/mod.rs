@@ -86,43 +86,102 @@ pub fn install_fs(
 }
 
 pub fn install(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
-    let f = prelude(ctx)?;
+    let f = script_function(ctx, PRELUDE_FILE, PRELUDE)?;
     f.call::<_, ()>((host::host_object(ctx)?, html::host_object(ctx)?))
 }
 
-/// The prelude as a module whose one export is its installer function.
-const PRELUDE_MODULE: &str = concat!("export default ", include_str!("prelude.js"));
+const PRELUDE: &str = include_str!("prelude.js");
+const PRELUDE_FILE: &str = "stsd-prelude.js";
 
-thread_local! {
-    /// The prelude module's bytecode, written the first time it is compiled (in the zygote,
-    /// before any worker is forked). Parsing its source was most of a fresh context's cost,
-    /// and a reused worker makes a fresh context after every call.
-    static PRELUDE_BYTECODE: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+/// The lazily compiled parts of the runtime globals (see prelude.js `load`), by the name the
+/// prelude asks for: the source and the file name it is compiled under.
+pub(crate) fn script(name: &str) -> Option<(&'static str, &'static str)> {
+    Some(match name {
+        "intl" => (intl::CORE_JS, "stsd-intl.js"),
+        "url" => (URL, "stsd-url.js"),
+        "html" => (HTML, "stsd-html.js"),
+        "web" => (WEB, "stsd-web.js"),
+        "parser" => (PARSER, "stsd-parser.js"),
+        other if other.starts_with("intl-") => return intl::class_js(other),
+        _ => return None,
+    })
 }
 
-/// The prelude's installer in `ctx`: loaded from bytecode when this process has it, else
-/// compiled from source (and its bytecode kept).
-fn prelude<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Function<'js>> {
-    let loaded = PRELUDE_BYTECODE.with(|b| {
-        b.borrow().as_ref().map(|bytes| {
+/// Every name [`script`] knows.
+const SCRIPTS: &[&str] = &[
+    "intl",
+    "url",
+    "html",
+    "web",
+    "parser",
+    "intl-datetime",
+    "intl-number",
+    "intl-collator",
+    "intl-plural",
+    "intl-list",
+    "intl-relative",
+    "intl-segmenter",
+];
+
+thread_local! {
+    /// The bytecode of the runtime globals' scripts, by file name, each compiled as a module
+    /// whose default export is the function the script evaluates to. Kept the first time this
+    /// process compiles one; the zygote compiles them all before any fork ([`precompile`]).
+    /// Parsing was most of a fresh context's cost (a reused worker makes one after every
+    /// call), and of a tool's first touch of a helper group.
+    static BYTECODE: std::cell::RefCell<std::collections::HashMap<&'static str, Vec<u8>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// The function the runtime-globals script `src` evaluates to, in `ctx`: loaded from this
+/// process's bytecode when it has it, else compiled (and its bytecode kept).
+pub(crate) fn script_function<'js>(
+    ctx: &Ctx<'js>,
+    file: &'static str,
+    src: &str,
+) -> rquickjs::Result<Function<'js>> {
+    let loaded = BYTECODE.with(|b| {
+        b.borrow().get(file).map(|bytes| {
             // SAFETY: the bytes were written by `Module::write` in this process (or in the
-            // zygote it was forked from), from `PRELUDE_MODULE`, by this QuickJS build.
+            // zygote it was forked from), from `src`, by this QuickJS build.
             unsafe { Module::load(ctx.clone(), bytes) }
         })
     });
     let module = match loaded {
         Some(m) => m?,
-        None => {
-            let m = Module::declare(ctx.clone(), "stsd-prelude.js", PRELUDE_MODULE)?;
-            if let Ok(bytes) = m.write(WriteOptions::default()) {
-                PRELUDE_BYTECODE.with(|b| *b.borrow_mut() = Some(bytes));
-            }
-            m
-        }
+        None => declare(ctx, file, src)?,
     };
     // No imports and no top-level await: evaluated at once (the promise is settled).
     let (module, _evaluated) = module.eval()?;
     module.get("default")
+}
+
+/// Compiles `src` as a module (keeping its bytecode), without evaluating it.
+fn declare<'js>(
+    ctx: &Ctx<'js>,
+    file: &'static str,
+    src: &str,
+) -> rquickjs::Result<Module<'js, rquickjs::module::Declared>> {
+    let m = Module::declare(ctx.clone(), file, format!("export default {src}"))?;
+    if let Ok(bytes) = m.write(WriteOptions::default()) {
+        BYTECODE.with(|b| b.borrow_mut().insert(file, bytes));
+    }
+    Ok(m)
+}
+
+/// Compiles every runtime-globals script once, in a runtime of its own (nothing of it is left
+/// in any context a tool runs in), so that the workers forked from this process load them
+/// from bytecode.
+pub fn precompile() -> rquickjs::Result<()> {
+    let rt = rquickjs::Runtime::new()?;
+    let cx = rquickjs::Context::full(&rt)?;
+    cx.with(|ctx| {
+        declare(&ctx, PRELUDE_FILE, PRELUDE)?;
+        for (src, file) in SCRIPTS.iter().filter_map(|n| script(n)) {
+            declare(&ctx, file, src)?;
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]
@@ -145,10 +204,39 @@ mod tests {
         };
         let probe = "[typeof safety, typeof TextEncoder, typeof structuredClone, typeof URL, \
                      typeof Error.prepareStackTrace].join()";
-        assert!(super::PRELUDE_BYTECODE.with(|b| b.borrow().is_none()));
+        let kept = || super::BYTECODE.with(|b| b.borrow().contains_key(super::PRELUDE_FILE));
+        assert!(!kept());
         let first = fresh(probe);
-        assert!(super::PRELUDE_BYTECODE.with(|b| b.borrow().is_some()));
+        assert!(kept());
         assert_eq!(first, "object,function,function,function,undefined");
         assert_eq!(fresh(probe), first);
+    }
+
+    /// The zygote's precompile leaves the bytecode of every script; a fresh context then runs
+    /// each helper group from it as it did from source.
+    #[test]
+    fn precompiled_scripts_load_in_a_fresh_context() {
+        super::precompile().unwrap_or_else(|e| panic!("precompile: {e}"));
+        for name in super::SCRIPTS {
+            let (_, file) = super::script(name).unwrap_or_else(|| panic!("{name}"));
+            assert!(
+                super::BYTECODE.with(|b| b.borrow().contains_key(file)),
+                "{file}"
+            );
+        }
+        let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+        let cx = Context::full(&rt).unwrap_or_else(|e| panic!("{e}"));
+        let got = cx.with(|ctx| {
+            super::install(&ctx).unwrap_or_else(|e| panic!("install: {e}"));
+            ctx.eval::<String, _>(
+                "[new URL('https://example.com/a?b=1').searchParams.get('b'), \
+                  new TextEncoder().encode('h\\u00e9').length, btoa('hi'), \
+                  new Intl.NumberFormat('en-US').format(1234.5), \
+                  typeof parseHTML === 'function' || typeof safety.html]\
+                 .join('|')",
+            )
+            .unwrap_or_else(|e| panic!("eval: {e}"))
+        });
+        assert!(got.starts_with("1|3|aGk=|1,234.5|"), "{got}");
     }
 }
