@@ -62,11 +62,6 @@ pub fn run() -> i32 {
     // here and inherited by every worker (copy-on-write) instead of made by each. The zygote
     // never uses it: no tool code ever runs here. What a context would otherwise get fresh
     // per worker, Math.random's state, is seeded per call (see engine::Engine::bind).
-    // Every runtime-globals script compiled to bytecode once, for all workers: a fresh
-    // context (a reused worker's next) and a tool's first touch of a helper group load it
-    // instead of parsing the source. Should this fail, each is compiled from source when
-    // first used, as an exec'd worker does.
-    let _ = super::globals::precompile();
     let warm = super::engine::Warm::new();
     // What the workers inherit ready to use (see inherit.rs): the page-table entries of the
     // code this process has run, and where its heap starts, for each worker to own it.

@@ -108,6 +108,7 @@ pub(crate) fn script(name: &str) -> Option<(&'static str, &'static str)> {
 }
 
 /// Every name [`script`] knows.
+#[cfg(test)]
 const SCRIPTS: &[&str] = &[
     "intl",
     "url",
@@ -124,32 +125,53 @@ const SCRIPTS: &[&str] = &[
 ];
 
 thread_local! {
-    /// The bytecode of the runtime globals' scripts, by file name, each compiled as a module
-    /// whose default export is the function the script evaluates to. Kept the first time this
-    /// process compiles one; the zygote compiles them all before any fork ([`precompile`]).
-    /// Parsing was most of a fresh context's cost (a reused worker makes one after every
-    /// call), and of a tool's first touch of a helper group.
-    static BYTECODE: std::cell::RefCell<std::collections::HashMap<&'static str, Vec<u8>>> =
+    /// The runtime globals' scripts this process has compiled, by file name; from the second
+    /// time, with the bytecode of the script compiled as a module whose default export is the
+    /// function the script evaluates to. The zygote compiles the prelude once (making its
+    /// context); a reused worker makes a fresh context after every call and loads the prelude
+    /// from bytecode from its second call on; a helper group is likewise parsed twice in a
+    /// worker's life and loaded after that. Parsing was most of a fresh context's cost. A
+    /// script compiled only once (every one-shot worker's case) is not written out: writing
+    /// the bytecode cost more than it saved there. (Compiling every group in the zygote made
+    /// each fork dearer: it grew the heap a forked worker writes through before Ready.)
+    static COMPILED: std::cell::RefCell<std::collections::HashMap<&'static str, Compiled>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
-/// The function the runtime-globals script `src` evaluates to, in `ctx`: loaded from this
-/// process's bytecode when it has it, else compiled (and its bytecode kept).
+enum Compiled {
+    /// Compiled once, from source.
+    Once,
+    Bytecode(Vec<u8>),
+}
+
+/// The function the runtime-globals script `src` evaluates to, in `ctx`: parsed the first
+/// time this process compiles it, then compiled as a module whose bytecode is kept, then
+/// loaded from that bytecode.
 pub(crate) fn script_function<'js>(
     ctx: &Ctx<'js>,
     file: &'static str,
     src: &str,
 ) -> rquickjs::Result<Function<'js>> {
-    let loaded = BYTECODE.with(|b| {
-        b.borrow().get(file).map(|bytes| {
+    let loaded = COMPILED.with(|c| match c.borrow().get(file) {
+        None => None,
+        Some(Compiled::Once) => Some(None),
+        Some(Compiled::Bytecode(bytes)) => Some(Some(
             // SAFETY: the bytes were written by `Module::write` in this process (or in the
             // zygote it was forked from), from `src`, by this QuickJS build.
-            unsafe { Module::load(ctx.clone(), bytes) }
-        })
+            unsafe { Module::load(ctx.clone(), bytes) },
+        )),
     });
     let module = match loaded {
-        Some(m) => m?,
-        None => declare(ctx, file, src)?,
+        None => {
+            COMPILED.with(|c| c.borrow_mut().insert(file, Compiled::Once));
+            let mut opts = EvalOptions::default();
+            opts.global = true;
+            opts.strict = true;
+            opts.filename = Some(file.into());
+            return ctx.eval_with_options(src, opts);
+        }
+        Some(None) => declare(ctx, file, src)?,
+        Some(Some(m)) => m?,
     };
     // No imports and no top-level await: evaluated at once (the promise is settled).
     let (module, _evaluated) = module.eval()?;
@@ -164,33 +186,18 @@ fn declare<'js>(
 ) -> rquickjs::Result<Module<'js, rquickjs::module::Declared>> {
     let m = Module::declare(ctx.clone(), file, format!("export default {src}"))?;
     if let Ok(bytes) = m.write(WriteOptions::default()) {
-        BYTECODE.with(|b| b.borrow_mut().insert(file, bytes));
+        COMPILED.with(|c| c.borrow_mut().insert(file, Compiled::Bytecode(bytes)));
     }
     Ok(m)
-}
-
-/// Compiles every runtime-globals script once, in a runtime of its own (nothing of it is left
-/// in any context a tool runs in), so that the workers forked from this process load them
-/// from bytecode.
-pub fn precompile() -> rquickjs::Result<()> {
-    let rt = rquickjs::Runtime::new()?;
-    let cx = rquickjs::Context::full(&rt)?;
-    cx.with(|ctx| {
-        declare(&ctx, PRELUDE_FILE, PRELUDE)?;
-        for (src, file) in SCRIPTS.iter().filter_map(|n| script(n)) {
-            declare(&ctx, file, src)?;
-        }
-        Ok(())
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use rquickjs::{Context, Runtime};
 
-    /// The first install compiles the prelude and keeps its bytecode; a later fresh context
-    /// (in a runtime of its own, as a reused worker makes after each call) is installed from
-    /// that bytecode, with the same globals.
+    /// The prelude is parsed by the first install, compiled as a module and kept as bytecode
+    /// by the second, and loaded from it by the third (each in a runtime of its own, as a
+    /// reused worker makes after each call), with the same globals every time.
     #[test]
     fn a_fresh_context_installs_the_prelude_from_its_bytecode() {
         let fresh = |src: &str| -> String {
@@ -204,39 +211,52 @@ mod tests {
         };
         let probe = "[typeof safety, typeof TextEncoder, typeof structuredClone, typeof URL, \
                      typeof Error.prepareStackTrace].join()";
-        let kept = || super::BYTECODE.with(|b| b.borrow().contains_key(super::PRELUDE_FILE));
-        assert!(!kept());
+        let kept = || {
+            super::COMPILED.with(|c| {
+                matches!(
+                    c.borrow().get(super::PRELUDE_FILE),
+                    Some(super::Compiled::Bytecode(_))
+                )
+            })
+        };
         let first = fresh(probe);
-        assert!(kept());
         assert_eq!(first, "object,function,function,function,undefined");
+        assert!(!kept(), "a script compiled once is not written out");
+        assert_eq!(fresh(probe), first);
+        assert!(kept());
         assert_eq!(fresh(probe), first);
     }
 
-    /// The zygote's precompile leaves the bytecode of every script; a fresh context then runs
-    /// each helper group from it as it did from source.
+    /// A helper group used in a second fresh context is kept as bytecode; a third runs every
+    /// group from it as the first did from source.
     #[test]
-    fn precompiled_scripts_load_in_a_fresh_context() {
-        super::precompile().unwrap_or_else(|e| panic!("precompile: {e}"));
-        for name in super::SCRIPTS {
+    fn helper_groups_are_kept_as_bytecode_and_run_from_it() {
+        let fresh = || {
+            let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+            let cx = Context::full(&rt).unwrap_or_else(|e| panic!("{e}"));
+            cx.with(|ctx| {
+                super::install(&ctx).unwrap_or_else(|e| panic!("install: {e}"));
+                ctx.eval::<String, _>(
+                    "[new URL('https://example.com/a?b=1').searchParams.get('b'), \
+                      new TextEncoder().encode('h\\u00e9').length, btoa('hi'), \
+                      new Intl.NumberFormat('en-US').format(1234.5)].join('|')",
+                )
+                .unwrap_or_else(|e| panic!("eval: {e}"))
+            })
+        };
+        let kept = |name: &str| {
             let (_, file) = super::script(name).unwrap_or_else(|| panic!("{name}"));
-            assert!(
-                super::BYTECODE.with(|b| b.borrow().contains_key(file)),
-                "{file}"
-            );
+            super::COMPILED
+                .with(|c| matches!(c.borrow().get(file), Some(super::Compiled::Bytecode(_))))
+        };
+        let first = fresh();
+        assert_eq!(first, "1|3|aGk=|1,234.5");
+        assert!(!kept("url"));
+        assert_eq!(fresh(), first);
+        for name in ["url", "web", "intl", "intl-number"] {
+            assert!(kept(name), "{name}");
         }
-        let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));
-        let cx = Context::full(&rt).unwrap_or_else(|e| panic!("{e}"));
-        let got = cx.with(|ctx| {
-            super::install(&ctx).unwrap_or_else(|e| panic!("install: {e}"));
-            ctx.eval::<String, _>(
-                "[new URL('https://example.com/a?b=1').searchParams.get('b'), \
-                  new TextEncoder().encode('h\\u00e9').length, btoa('hi'), \
-                  new Intl.NumberFormat('en-US').format(1234.5), \
-                  typeof parseHTML === 'function' || typeof safety.html]\
-                 .join('|')",
-            )
-            .unwrap_or_else(|e| panic!("eval: {e}"))
-        });
-        assert!(got.starts_with("1|3|aGk=|1,234.5|"), "{got}");
+        assert!(super::SCRIPTS.iter().all(|n| super::script(n).is_some()));
+        assert_eq!(fresh(), first);
     }
 }
