@@ -29,8 +29,10 @@ def stsd_daemon(reuse, spawn):
     cat = os.path.join(d, "catalog.json")
     stats = next(s for s in json.load(open(SPEC)) if s["name"] == "stats-summary")
     json.dump([stats, TRIVIAL], open(cat, "w"))
+    # Its own state directory: the fingerprint ledger of the daemon's own specs is kept there,
+    # not in the machine's (where another catalog's tool of the same name would withhold it).
     open(cfg, "w").write(f'[daemon]\naudit_log = "{d}/audit.jsonl"\nrequire_local_pass = false\n'
-                         f'[worker]\nspawn = "{spawn}"\n')
+                         f'[worker]\nspawn = "{spawn}"\n[gateway]\nstate_dir = "{d}/state"\n')
     p = subprocess.Popen([STSD, "--config", cfg, "--socket", sock, "--catalog", cat,
                           "--pool", str(os.cpu_count() or 2), "--worker-reuse", str(reuse)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
