@@ -195,6 +195,51 @@ fn back_to_back_reused_calls_each_get_a_fresh_context() {
     }
 }
 
+/// A reused worker compiles its tool's body once and loads it from bytecode for its later
+/// calls (worker/src/body.rs): what a call sees is the same as from a parse, in sloppy mode
+/// (an assignment to an undeclared name makes a global), with its source text and the
+/// body's own line numbers in a stack.
+#[test]
+fn a_reused_workers_later_calls_run_the_body_as_the_first_did() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let catalog = dir.path().join("sloppy.json");
+    let code = "made = typeof made;\nconst s = String(new Error('x').stack).split('\\n')[0];\n\
+                if (n > 1) throw new Error('line three ' + n);\n\
+                return [made, s, (function f() { return 1 }).toString()].join(' | ');";
+    let specs = json!([{"name": "sloppy", "description": "sloppy-mode body", "codeType": "Javascript",
+        "draft": false, "params": [{"name": "n", "type": "NUMBER", "description": "n", "required": true, "testValue": "1"}],
+        "code": code}]);
+    std::fs::write(&catalog, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let d = Daemon::start_with(
+        dir,
+        1,
+        "",
+        &catalog.display().to_string(),
+        &["--worker-reuse", "10"],
+    );
+    let mut c = d.connect();
+    let mut seen = Vec::new();
+    for i in 0..4u64 {
+        // Two calls that return, then two that throw, on one worker.
+        c.call(i, "sloppy", json!({"n": if i < 2 { 1 } else { 2 }}));
+        let r = c.response();
+        seen.push((is_error(&r), text(&r)));
+    }
+    assert_eq!(seen[0], seen[1], "{seen:?}");
+    assert_eq!(seen[2], seen[3], "{seen:?}");
+    assert!(!seen[0].0 && seen[2].0, "{seen:?}");
+    assert!(
+        seen[0].1 == "undefined |     at <anonymous> (tool.js:2:22) | function f() { return 1 }",
+        "{seen:?}"
+    );
+    assert!(seen[2].1.contains("line three 2"), "{seen:?}");
+    let pids = worker_pids(&d);
+    assert!(
+        pids.windows(2).all(|w| w[0] == w[1]),
+        "one worker: {pids:?}"
+    );
+}
+
 /// One tool called back to back with reuse: the two workers parked under its key take turns,
 /// and a call that finds both still making their next contexts waits for the longest-parked
 /// rather than taking a pool worker. With the key full, that worker would be let go after

@@ -12,7 +12,7 @@
 
 use crate::channel::Channel;
 use crate::console::{self, ConsoleState};
-use rquickjs::context::{intrinsic, EvalOptions};
+use rquickjs::context::intrinsic;
 use rquickjs::promise::PromiseState;
 use rquickjs::{
     CatchResultExt, CaughtError, Context, Ctx, FromJs, Function, Object, Persistent, Promise,
@@ -153,7 +153,7 @@ impl Engine {
         // A body that does not compile is not an error yet: the call compiles it again and
         // gets the error in the usual way.
         let compiled = engine.context.with(|ctx| {
-            compile(&ctx, source)
+            compile(&ctx, source, false)
                 .ok()
                 .map(|f| Persistent::save(&ctx, f))
         });
@@ -277,7 +277,7 @@ impl Engine {
         self.context.with(|ctx| {
             if job.compile_only {
                 let source = format!("{prefix}{}\n}})", job.code);
-                return match compile(&ctx, source) {
+                return match compile(&ctx, source, false) {
                     Ok(_) => Ok(Returned::Undefined),
                     Err(e) => Err(classify(e)),
                 };
@@ -285,7 +285,7 @@ impl Engine {
             // Compiled ahead (a primed worker) for the arguments this call supplied, or now.
             let f = match compiled {
                 Some(c) if c.prefix == prefix => c.function.restore(&ctx).catch(&ctx),
-                _ => compile(&ctx, format!("{prefix}{}\n}})", job.code)),
+                _ => compile(&ctx, format!("{prefix}{}\n}})", job.code), job.keep_alive),
             };
             let outcome = f.and_then(|f| run_in(&ctx, f, &self.stop));
             // A limit hit wins over whatever error surfaced because of it. Console output over
@@ -335,12 +335,16 @@ impl Engine {
 /// The body becomes the body of an async function, on the wrapper's first line so that line
 /// numbers in stacks are the body's own (see [`Job::wrapper_prefix`]). `source` is the whole
 /// wrapped text; evaluating it only makes the function.
-fn compile<'js>(ctx: &Ctx<'js>, source: String) -> Result<Function<'js>, CaughtError<'js>> {
-    let mut opts = EvalOptions::default();
-    opts.global = true;
-    opts.strict = false;
-    opts.filename = Some("tool.js".into());
-    ctx.eval_with_options(source, opts).catch(ctx)
+/// `keep`: this worker serves another call after this one, which may load the body from
+/// bytecode (see `body.rs`).
+fn compile<'js>(
+    ctx: &Ctx<'js>,
+    source: String,
+    keep: bool,
+) -> Result<Function<'js>, CaughtError<'js>> {
+    crate::body::eval(ctx, source, c"tool.js", keep)
+        .and_then(|v| v.get())
+        .catch(ctx)
 }
 
 fn bind_globals(ctx: &Ctx<'_>, objects: &[&str], skip: &[String]) -> rquickjs::Result<()> {

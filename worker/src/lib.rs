@@ -4,6 +4,7 @@
 //! takes a job, applies the OS profile before the tool's code is even parsed, runs the body in
 //! QuickJS, streams console lines and the result back, and exits.
 
+mod body;
 mod channel;
 mod console;
 mod engine;
