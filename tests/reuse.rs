@@ -34,6 +34,30 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// `n` back-to-back calls of `leaky` (a fresh context each: always 1) on a daemon with a pool
+/// of `pool` reusing workers `reuse` times; the worker pid of each call.
+fn leaky_calls(pool: usize, reuse: &str, n: u64) -> Vec<i64> {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let d = Daemon::start_with(dir, pool, "", CATALOG, &["--worker-reuse", reuse]);
+    let mut c = d.connect();
+    for i in 0..n {
+        c.call(i, "leaky", json!({}));
+        let r = c.response();
+        assert_eq!(text(&r), "1", "pool {pool}, call {i}: {r}");
+    }
+    worker_pids(&d)
+}
+
+/// A daemon with a pool of one serving `specs` (written to a catalog of its own), each
+/// worker reused for up to `reuse` calls.
+fn start_reusing(specs: &Value, extra_config: &str, reuse: &str) -> Daemon {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let catalog = dir.path().join("catalog.json");
+    std::fs::write(&catalog, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let catalog = catalog.display().to_string();
+    Daemon::start_with(dir, 1, extra_config, &catalog, &["--worker-reuse", reuse])
+}
+
 /// RLIMIT_CPU counts a process's whole life. A reused worker serving calls that each burn
 /// 0.8 s of CPU under a 2 s timeout (a 4 s CPU limit per call) used to die of SIGXCPU
 /// (TIMEOUT) on its sixth call; the limit is now re-armed for every call.
@@ -178,15 +202,7 @@ fn a_posture_change_takes_a_fresh_worker() {
 #[test]
 fn back_to_back_reused_calls_each_get_a_fresh_context() {
     for pool in [1, 2] {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let d = Daemon::start_with(dir, pool, "", CATALOG, &["--worker-reuse", "100"]);
-        let mut c = d.connect();
-        for i in 0..40 {
-            c.call(i, "leaky", json!({}));
-            let r = c.response();
-            assert_eq!(text(&r), "1", "pool {pool}, call {i}: {r}");
-        }
-        let pids = worker_pids(&d);
+        let pids = leaky_calls(pool, "100", 40);
         let reused = pids.len() - pids.iter().collect::<std::collections::BTreeSet<_>>().len();
         assert!(
             reused >= 20,
@@ -201,22 +217,13 @@ fn back_to_back_reused_calls_each_get_a_fresh_context() {
 /// body's own line numbers in a stack.
 #[test]
 fn a_reused_workers_later_calls_run_the_body_as_the_first_did() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let catalog = dir.path().join("sloppy.json");
     let code = "made = typeof made;\nconst s = String(new Error('x').stack).split('\\n')[0];\n\
                 if (n > 1) throw new Error('line three ' + n);\n\
                 return [made, s, (function f() { return 1 }).toString()].join(' | ');";
     let specs = json!([{"name": "sloppy", "description": "sloppy-mode body", "codeType": "Javascript",
         "draft": false, "params": [{"name": "n", "type": "NUMBER", "description": "n", "required": true, "testValue": "1"}],
         "code": code}]);
-    std::fs::write(&catalog, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
-    let d = Daemon::start_with(
-        dir,
-        1,
-        "",
-        &catalog.display().to_string(),
-        &["--worker-reuse", "10"],
-    );
+    let d = start_reusing(&specs, "", "10");
     let mut c = d.connect();
     let mut seen = Vec::new();
     for i in 0..4u64 {
@@ -248,15 +255,7 @@ fn a_reused_workers_later_calls_run_the_body_as_the_first_did() {
 /// third of 2000 calls, 589 workers, in one trace).
 #[test]
 fn back_to_back_calls_of_one_tool_take_turns_on_its_parked_workers() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let d = Daemon::start_with(dir, 2, "", CATALOG, &["--worker-reuse", "1000"]);
-    let mut c = d.connect();
-    for i in 0..200 {
-        c.call(i, "leaky", json!({}));
-        let r = c.response();
-        assert_eq!(text(&r), "1", "call {i}: {r}");
-    }
-    let pids = worker_pids(&d);
+    let pids = leaky_calls(2, "1000", 200);
     let distinct = pids.iter().collect::<std::collections::BTreeSet<_>>();
     assert_eq!(pids.len(), 200);
     assert!(
@@ -274,8 +273,6 @@ fn back_to_back_calls_of_one_tool_take_turns_on_its_parked_workers() {
 #[test]
 fn calls_with_a_worker_at_hand_run_on_the_runtime_thread() {
     use stsd_tests::harness::thread_names;
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let catalog = dir.path().join("two.json");
     let specs = json!([
         {"name": "one", "description": "returns one", "codeType": "Javascript",
          "draft": false, "code": "console.log('hi'); return 1;"},
@@ -283,15 +280,8 @@ fn calls_with_a_worker_at_hand_run_on_the_runtime_thread() {
          "sandboxOverrides": {"networkMode": "allowlist", "hostsAllow": ["fixture.test"]},
          "draft": false, "code": "return 2;"}
     ]);
-    std::fs::write(&catalog, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
-    let d = Daemon::start_with(
-        dir,
-        1,
-        // The harness's config ends in its [daemon] section: this line lands there.
-        "runtime_threads = 2\n",
-        &catalog.display().to_string(),
-        &["--worker-reuse", "50"],
-    );
+    // The harness's config ends in its [daemon] section: this line lands there.
+    let d = start_reusing(&specs, "runtime_threads = 2\n", "50");
     let named_stsd = || {
         thread_names(d.pid())
             .iter()
