@@ -50,7 +50,12 @@ pub(crate) fn eval<'js>(
         Some(obj) => obj,
         None => {
             let len = source.len();
-            let src = CString::new(source.clone())?;
+            // The source is kept with the bytecode only when `keep`; otherwise it is moved.
+            let (src, kept) = if keep {
+                (CString::new(source.clone())?, Some(source))
+            } else {
+                (CString::new(source)?, None)
+            };
             let flags = qjs::JS_EVAL_TYPE_GLOBAL
                 | if keep {
                     qjs::JS_EVAL_FLAG_COMPILE_ONLY
@@ -64,12 +69,14 @@ pub(crate) fn eval<'js>(
             if !keep {
                 return value(ctx, v);
             }
-            keep_bytecode(ctx, v, source);
+            if let Some(source) = kept {
+                keep_bytecode(ctx, v, source);
+            }
             v
         }
     };
-    // SAFETY: `compiled` is a function bytecode object (or the exception marker, which
-    // JS_EvalFunction passes through); JS_EvalFunction takes ownership of it.
+    // SAFETY: `compiled` is a function bytecode object or the exception marker; only the
+    // former reaches JS_EvalFunction, which takes ownership of it.
     let v = unsafe {
         if qjs::JS_IsException(compiled) {
             compiled
@@ -93,8 +100,15 @@ fn keep_bytecode(ctx: &Ctx<'_>, compiled: qjs::JSValue, source: String) {
     // returns a buffer of `len` bytes allocated in the context (freed below), or NULL.
     let buf =
         unsafe { qjs::JS_WriteObject(raw, &mut len, compiled, qjs::JS_WRITE_OBJ_BYTECODE as i32) };
-    if buf.is_null() {
-        // The write threw (out of memory): the exception is not the call's.
+    // SAFETY: `raw` is live. A write that ran out of memory part-way can return a
+    // truncated buffer and leave the exception pending, so the exception is what says it
+    // failed, not only a NULL buffer.
+    if buf.is_null() || unsafe { qjs::JS_HasException(raw) } {
+        if !buf.is_null() {
+            // SAFETY: `buf` was allocated by JS_WriteObject in this context.
+            unsafe { qjs::js_free(raw, buf.cast()) };
+        }
+        // The exception is the write's, not the call's: the next call parses again.
         drop(ctx.catch());
         return;
     }
@@ -197,5 +211,63 @@ mod tests {
             kept_source().as_deref(),
             Some("(function () { return 1; })")
         );
+    }
+}
+
+#[cfg(test)]
+mod oom_tests {
+    use super::*;
+    use rquickjs::{Context, Function, Runtime};
+
+    /// A body whose bytecode is big enough that writing it can run out of memory after the
+    /// compile did not.
+    fn big_source() -> String {
+        let mut s = String::from("(function () { const parts = [];\n");
+        for i in 0..400 {
+            s.push_str(&format!(
+                "parts.push('constant string number {i} of the body');\n"
+            ));
+        }
+        s.push_str("return parts.length; })");
+        s
+    }
+
+    /// A write that ran out of memory part-way keeps nothing: under every memory limit from
+    /// just enough to make a context to well past what the write needs, a kept body's next
+    /// evaluation (unlimited) still runs. A truncated buffer kept would fail every later call.
+    #[test]
+    fn a_write_that_runs_out_of_memory_keeps_nothing() {
+        let src = big_source();
+        let mut tried_limits = 0;
+        let mut kept_any = false;
+        for extra in (0..512 * 1024).step_by(2048) {
+            KEPT.with(|k| *k.borrow_mut() = None);
+            let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+            let ctx = Context::full(&rt).unwrap_or_else(|e| panic!("{e}"));
+            let used = rt.memory_usage().malloc_size as usize;
+            rt.set_memory_limit(used + extra);
+            ctx.with(|ctx| {
+                let _ = eval(&ctx, src.clone(), c"tool.js", true);
+                drop(ctx.catch());
+            });
+            drop(ctx);
+            drop(rt);
+            tried_limits += 1;
+            kept_any |= KEPT.with(|k| k.borrow().is_some());
+            let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+            let ctx = Context::full(&rt).unwrap_or_else(|e| panic!("{e}"));
+            let n = ctx.with(|ctx| {
+                eval(&ctx, src.clone(), c"tool.js", false)
+                    .and_then(|v| v.get::<Function>())
+                    .and_then(|f| f.call::<_, i32>(()))
+                    .map_err(|e| format!("{e}: {:?}", ctx.catch()))
+            });
+            assert_eq!(n, Ok(400), "limit used+{extra}");
+        }
+        assert!(
+            tried_limits > 100 && kept_any,
+            "the sweep reached a limit the write fits in"
+        );
+        KEPT.with(|k| *k.borrow_mut() = None);
     }
 }
