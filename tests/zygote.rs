@@ -673,3 +673,71 @@ fn priming_with_no_room_to_park_settles() {
         "a worker primed with no room"
     );
 }
+
+/// A tool called in bursts has two workers primed for it again after each burst, and the
+/// burst's calls run on them. (Two calls that each took a primed worker before the first's
+/// replacement was primed used to leave the tool one short, for good.) The tool's body is
+/// long, so that priming takes longer than the client's turn between two calls.
+#[test]
+fn a_tool_called_in_bursts_keeps_two_primed_workers() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut code = String::from("let x = 0;\n");
+    for i in 0..3000 {
+        code.push_str(&format!("x += {i} % 7;\n"));
+    }
+    code.push_str("return 'sum ' + x;");
+    let specs = json!([{"name": "long", "description": "a long body", "codeType": "Javascript",
+        "draft": false, "code": code}]);
+    let catalog = dir.path().join("catalog.json");
+    std::fs::write(&catalog, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let catalog = catalog.display().to_string();
+    // Four pool workers: the pool has one warm when a primed worker is not ready.
+    let d = Daemon::launch_env(
+        dir,
+        4,
+        "[worker]\nprime = true\n",
+        Some(&catalog),
+        &[],
+        None,
+        &[("STSD_LOG", "stsd::exec=trace")],
+    );
+    let mut c = d.connect();
+    let mut id = 0u64;
+    let mut call = |c: &mut stsd_tests::harness::Conn| {
+        id += 1;
+        c.call(id, "long", json!({}));
+        let r = c.response();
+        assert!(!is_error(&r), "{r}");
+        assert_eq!(text(&r), "sum 8994");
+    };
+    call(&mut c);
+    let rounds = 6;
+    for _ in 0..rounds {
+        // Two primed and ready. The first call takes one, and another is primed for the
+        // next calls; the second takes the other; the third finds the new one (perhaps
+        // still priming: it waits for it rather than take a pool worker).
+        settle_on_primed(&d, 2);
+        for _ in 0..3 {
+            call(&mut c);
+        }
+    }
+    settle_on_primed(&d, 2);
+    // The exchange lines are logged before each reply is written.
+    let log = d.log();
+    let exchanges: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("worker exchange"))
+        .collect();
+    assert_eq!(exchanges.len(), 1 + 3 * rounds, "{log}");
+    let primed = exchanges[1..]
+        .iter()
+        .filter(|l| l.contains("primed=true"))
+        .count();
+    // Two of each three at the least, whatever the scheduler does (all three, mostly).
+    assert!(
+        primed >= 2 * rounds,
+        "{primed} of {} calls ran on a primed worker:\n{}",
+        3 * rounds,
+        exchanges.join("\n")
+    );
+}
