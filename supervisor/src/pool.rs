@@ -305,10 +305,7 @@ impl Pool {
         more: bool,
         make: impl FnOnce() -> Prime,
     ) -> Result<ReadyWorker, CallError> {
-        let mut w = match self.take_parked(key, false) {
-            Some(w) => w,
-            None => spawn_ready(&self.opts, true)?,
-        };
+        let mut w = self.take_parked_or_spawn(key, false)?;
         if w.is_primed() && !w.is_primed_for(job) {
             // Primed for the tool as it was (its code or variables changed since): let go.
             reap_later(w);
@@ -380,7 +377,12 @@ impl Pool {
     /// parked afterwards, so that at a steady rate parked workers take turns); else the
     /// longest-parked worker still making its context; else a freshly made one.
     pub fn take_for(&self, key: &str) -> Result<ReadyWorker, CallError> {
-        match self.take_for_nowait(key) {
+        self.take_parked_or_spawn(key, true)
+    }
+
+    /// [`Pool::take_parked`], else a freshly made worker.
+    fn take_parked_or_spawn(&self, key: &str, reuse: bool) -> Result<ReadyWorker, CallError> {
+        match self.take_parked(key, reuse) {
             Some(w) => Ok(w),
             None => spawn_ready(&self.opts, true),
         }
