@@ -12,8 +12,9 @@
 //!   page-table entries (the kernel copies them for every mapping that has anonymous pages).
 //!   What is copied is what the zygote itself ran while it started and made the first
 //!   context: entries pointing at pages the page cache already holds, no new memory.
-//! - [`own_heap`] (each forked worker, before Ready): writes every heap page once, so the
-//!   copies are made while nobody waits rather than inside the call.
+//! - [`own_heap`] (each forked worker, before Ready): makes its own copy of every heap page
+//!   (`MADV_POPULATE_WRITE`), so the copies are made while nobody waits rather than inside
+//!   the call.
 //!
 //! Neither changes what a worker can do or see: the same bytes at the same addresses, with
 //! the same protections, before any job exists.
@@ -93,6 +94,24 @@ pub fn own_heap(start: Option<usize>) {
     let Some(start) = start else { return };
     // SAFETY: sbrk(0) only reads the current break.
     let end = unsafe { libc::sbrk(0) } as usize;
+    if end <= start {
+        return;
+    }
+    // One call makes every private copy (and maps any page the zygote never touched),
+    // without a page-fault exception per page. Kernels before 5.14 answer EINVAL: then one
+    // write per page does the same.
+    // SAFETY: [start, break) is this process's heap, mapped read-write; populating it writes
+    // no byte of it.
+    if unsafe {
+        libc::madvise(
+            start as *mut libc::c_void,
+            end - start,
+            libc::MADV_POPULATE_WRITE,
+        )
+    } == 0
+    {
+        return;
+    }
     let page = 4096;
     let mut p = start;
     while p < end {
