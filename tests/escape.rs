@@ -309,3 +309,64 @@ fn rlimit_fsize_holds_a_file_to_the_write_budget_without_the_helper() {
         .unwrap_or(0);
     assert_eq!(size, 4 << 20);
 }
+
+/// The CPUs process `pid` ("self" for this one) may run on, from its Cpus_allowed_list.
+fn cpus_allowed(pid: &str) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let mut out = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+            out.extend(a..=b);
+        }
+    }
+    out
+}
+
+/// A call's worker runs on the CPU of the thread that drives its exchange while the call is
+/// short (each wake-up between the two then stays on one CPU), and may run on any of the
+/// supervisor's CPUs once the call has run longer, so that long calls spread over the
+/// machine.
+#[test]
+fn a_call_s_worker_runs_beside_its_driver_then_anywhere() {
+    let all = cpus_allowed("self");
+    if all.len() < 2 {
+        eprintln!("skipped: this process may use one CPU only");
+        return;
+    }
+    let base = fixture();
+    let mut j = job(
+        "const end = Date.now() + 800; while (Date.now() < end) {} return 1;",
+        FsAccess::None,
+        base.path(),
+    );
+    j.limits.max_steps = u64::MAX;
+    let (tx, rx) = std::sync::mpsc::channel::<u32>();
+    let watcher = std::thread::spawn(move || {
+        let pid = rx.recv().unwrap_or(0);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        cpus_allowed(&pid.to_string())
+    });
+    let mut at_start = Vec::new();
+    let out = run_job(&j, &exec_options(), &mut |ev| {
+        if let stsd::exec::Event::Started(pid) = ev {
+            at_start = cpus_allowed(&pid.to_string());
+            let _ = tx.send(pid);
+        }
+    });
+    assert!(out.result.is_ok(), "{out:?}");
+    assert_eq!(
+        at_start.len(),
+        1,
+        "at its start the worker may use {at_start:?}"
+    );
+    assert!(all.contains(&at_start[0]), "{at_start:?} of {all:?}");
+    let later = watcher.join().unwrap_or_default();
+    assert_eq!(later, all, "300 ms into its call");
+}

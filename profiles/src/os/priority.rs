@@ -10,6 +10,10 @@
 //! worker is torn down under SCHED_IDLE too, while few are (its memory must come back under
 //! load as well: see the supervisor's reaper).
 //!
+//! A call's worker also runs on the CPU of the thread that drives its exchange while the call
+//! is short ([`beside_caller`], [`anywhere`]): on a VM without halt polling, a wake-up sent to
+//! another CPU costs tens of microseconds.
+//!
 //! Putting a process back needs CAP_SYS_NICE (a root supervisor) or an RLIMIT_NICE that allows
 //! nice 0. A supervisor that has neither leaves every priority as it is.
 
@@ -47,5 +51,57 @@ pub fn background(id: u32) {
 pub fn foreground(id: u32) {
     if can_restore() {
         let _ = set_policy(id, libc::SCHED_OTHER);
+    }
+}
+
+/// The CPUs this process was given at start (the mask [`anywhere`] puts a worker back to).
+fn start_mask() -> Option<libc::cpu_set_t> {
+    static MASK: OnceLock<Option<libc::cpu_set_t>> = OnceLock::new();
+    *MASK.get_or_init(|| {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills the one
+        // we own.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0)
+                .then_some(set)
+        }
+    })
+}
+
+fn set_mask(id: u32, set: &libc::cpu_set_t) {
+    // SAFETY: sched_setaffinity reads the set we own.
+    unsafe {
+        libc::sched_setaffinity(
+            id as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            set,
+        )
+    };
+}
+
+/// Process `id` (a worker about to be given its job) runs on the CPU of the calling thread,
+/// which waits for its answer: each wake-up between them is then local, not an interrupt to
+/// another CPU (on a VM, tens of microseconds each way).
+pub fn beside_caller(id: u32) {
+    let _ = start_mask();
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    if cpu < 0 {
+        return;
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes one bit of it, and
+    // sched_getcpu's answer is below CPU_SETSIZE.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        set
+    };
+    set_mask(id, &set);
+}
+
+/// Process `id` may run on any of the supervisor's CPUs again.
+pub fn anywhere(id: u32) {
+    if let Some(set) = start_mask() {
+        set_mask(id, &set);
     }
 }

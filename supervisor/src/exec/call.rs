@@ -571,6 +571,7 @@ fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
                 if REAPER_IDLE.load(Ordering::SeqCst) {
                     priority::background(w.pid());
                 }
+                priority::anywhere(w.pid());
                 w.proc.kill();
                 dying.push(w);
             }
@@ -724,7 +725,7 @@ pub fn run_keeping(
             break;
         }
         // Wait in slices so a cancellation is noticed within 50 ms.
-        let slice = deadline.min(Instant::now() + Duration::from_millis(50));
+        let slice = ex.slice_until(deadline);
         let frame = match frames_in.next(&w.socket, slice) {
             Recv::Frame(f) => f,
             Recv::Eof => break,
@@ -732,7 +733,10 @@ pub fn run_keeping(
                 ex.killed_at_deadline = true;
                 break;
             }
-            Recv::Timeout => continue,
+            Recv::Timeout => {
+                ex.slice_passed();
+                continue;
+            }
             Recv::Broken(e) => {
                 ex.protocol_error = Some(e);
                 break;

@@ -84,7 +84,7 @@ pub async fn run_keeping(
             Some(r) => r,
             None => {
                 // In slices, so that a cancellation is noticed within 50 ms.
-                let slice = deadline.min(Instant::now() + Duration::from_millis(50));
+                let slice = ex.slice_until(deadline);
                 tokio::select! {
                     r = recv_async(&fd, frames_in.buf_mut()) => match r {
                         Record::Bytes(n) => {
@@ -104,7 +104,10 @@ pub async fn run_keeping(
                 ex.killed_at_deadline = true;
                 break;
             }
-            Recv::Timeout => continue,
+            Recv::Timeout => {
+                ex.slice_passed();
+                continue;
+            }
             Recv::Broken(e) => {
                 ex.protocol_error = Some(e);
                 break;
