@@ -68,15 +68,15 @@ fn start_mask() -> Option<libc::cpu_set_t> {
     })
 }
 
-fn set_mask(id: u32, set: &libc::cpu_set_t) {
+fn set_mask(id: u32, set: &libc::cpu_set_t) -> bool {
     // SAFETY: sched_setaffinity reads the set we own.
     unsafe {
         libc::sched_setaffinity(
             id as libc::pid_t,
             std::mem::size_of::<libc::cpu_set_t>(),
             set,
-        )
-    };
+        ) == 0
+    }
 }
 
 /// Process `id` (a worker about to be given its job) runs on the CPU of the calling thread,
@@ -96,12 +96,25 @@ pub fn beside_caller(id: u32) {
         libc::CPU_SET(cpu as usize, &mut set);
         set
     };
-    set_mask(id, &set);
+    let _ = set_mask(id, &set);
 }
 
 /// Process `id` may run on any of the supervisor's CPUs again.
 pub fn anywhere(id: u32) {
-    if let Some(set) = start_mask() {
-        set_mask(id, &set);
+    if start_mask().is_some_and(|set| set_mask(id, &set)) {
+        return;
     }
+    // The start's CPUs are no longer all allowed (the cgroup's cpuset changed since, say):
+    // every CPU, which the kernel narrows to those the cpuset allows. A worker is never left
+    // on one CPU.
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes bits below
+    // CPU_SETSIZE.
+    let all = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        set
+    };
+    set_mask(id, &all);
 }
