@@ -301,6 +301,20 @@ def main():
             print(f"{'  (the zygote itself)':<32} {'':>12} {'':>9} {'':>7} {'':>13} {zygote[1]/1024:13.2f} {zygote[0]/1024:8.1f}")
     if os.environ.get("ONLY") != "stsd":
         run_breakdown()
+        run_machine_costs()
+
+
+def run_machine_costs():
+    """What the kernel charges for a process's parts here, without stsd (scripts/machine_costs.c)."""
+    src = os.path.join(ROOT, "scripts/machine_costs.c")
+    exe = os.path.join(ROOT, "target/bench/machine_costs")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc or subprocess.run([cc, "-O2", "-o", exe, src]).returncode != 0:
+        print("\nmachine costs: no C compiler; skipped", file=sys.stderr)
+        return
+    print("\nwhat this machine's kernel charges (scripts/machine_costs.c), medians, microseconds")
+    sys.stdout.flush()
+    subprocess.run([exe])
 
 
 main()

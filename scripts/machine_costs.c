@@ -1,0 +1,137 @@
+// What the kernel of this machine charges for the things a one-shot call is made of, measured
+// without stsd: scripts/bench compiles and runs it (cc -O2) and prints its lines beside the
+// latency tables. Medians of many repetitions, in microseconds.
+//
+//   page      a fresh anonymous page: allocated, zeroed, mapped (MAP_POPULATE of 66 pages)
+//   cow       a forked child writing 66 pages it shares with its parent (per page)
+//   fork      fork + _exit + waitpid of this small process
+//   wake      a one-byte ping-pong between two processes over a socket pair, one round
+//             trip: on two different CPUs, and both on one CPU
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PAGES 66
+#define PAGE 4096
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, n, sizeof *v, cmp);
+    return v[n / 2];
+}
+
+static void pin(int cpu) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    sched_setaffinity(0, sizeof s, &s);
+}
+
+static double page_us(void) {
+    enum { N = 301 };
+    static double v[N];
+    for (int i = 0; i < N; i++) {
+        double t = now_us();
+        void *p = mmap(0, PAGES * PAGE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        v[i] = (now_us() - t) / PAGES;
+        munmap(p, PAGES * PAGE);
+    }
+    return median(v, N);
+}
+
+static double cow_us(void) {
+    enum { N = 201 };
+    static double v[N];
+    char *p = mmap(0, PAGES * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    memset(p, 1, PAGES * PAGE);
+    int fd[2];
+    if (pipe(fd) != 0)
+        return -1;
+    for (int i = 0; i < N; i++) {
+        pid_t c = fork();
+        if (c == 0) {
+            double t = now_us();
+            for (int o = 0; o < PAGES * PAGE; o += PAGE)
+                p[o] = 2;
+            double d = (now_us() - t) / PAGES;
+            if (write(fd[1], &d, sizeof d) != sizeof d)
+                _exit(1);
+            _exit(0);
+        }
+        if (read(fd[0], &v[i], sizeof v[i]) != sizeof v[i])
+            v[i] = -1;
+        waitpid(c, 0, 0);
+    }
+    return median(v, N);
+}
+
+static double fork_us(void) {
+    enum { N = 301 };
+    static double v[N];
+    for (int i = 0; i < N; i++) {
+        double t = now_us();
+        pid_t c = fork();
+        if (c == 0)
+            _exit(0);
+        waitpid(c, 0, 0);
+        v[i] = now_us() - t;
+    }
+    return median(v, N);
+}
+
+static double wake_us(int a, int b) {
+    enum { N = 2001 };
+    static double v[N];
+    int sv[2];
+    char x = 0;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) != 0)
+        return -1;
+    pid_t c = fork();
+    if (c == 0) {
+        pin(b);
+        for (int i = 0; i < N; i++)
+            if (read(sv[1], &x, 1) != 1 || write(sv[1], &x, 1) != 1)
+                _exit(1);
+        _exit(0);
+    }
+    pin(a);
+    usleep(10000);
+    for (int i = 0; i < N; i++) {
+        double t = now_us();
+        if (write(sv[0], &x, 1) != 1 || read(sv[0], &x, 1) != 1)
+            return -1;
+        v[i] = now_us() - t;
+    }
+    waitpid(c, 0, 0);
+    close(sv[0]);
+    close(sv[1]);
+    return median(v, N);
+}
+
+int main(void) {
+    printf("  a fresh anonymous page (allocated, zeroed, mapped)     %6.2f\n", page_us());
+    printf("  a page copied on a forked child's first write          %6.2f\n", cow_us());
+    printf("  fork + _exit + waitpid of a small process              %6.1f\n", fork_us());
+    if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
+        printf("  socket ping-pong round trip, two CPUs                  %6.1f\n", wake_us(0, 1));
+    printf("  socket ping-pong round trip, one CPU                   %6.1f\n", wake_us(0, 0));
+    return 0;
+}
