@@ -204,15 +204,21 @@ fn proc_status_shows_the_confined_worker() {
     }
 }
 
+/// A job whose body spins for `ms` (no step limit), so that a test can look at its worker.
+fn spinning_job(ms: u64, base: &Path) -> stsd_protocol::frames::Job {
+    let mut j = job(
+        &format!("const end = Date.now() + {ms}; while (Date.now() < end) {{}} return 1;"),
+        FsAccess::None,
+        base,
+    );
+    j.limits.max_steps = u64::MAX;
+    j
+}
+
 fn proc_status_in(mode: stsd_profiles::baseline::SpawnMode) {
     let base = fixture();
     // Spin for a while so the test can look at the running worker.
-    let mut j = job(
-        "const end = Date.now() + 1500; while (Date.now() < end) {} return 1;",
-        FsAccess::None,
-        base.path(),
-    );
-    j.limits.max_steps = u64::MAX;
+    let j = spinning_job(1500, base.path());
     let (tx, rx) = std::sync::mpsc::channel::<u32>();
     let watcher = std::thread::spawn(move || {
         let pid = rx.recv().unwrap_or(0);
@@ -341,12 +347,7 @@ fn a_call_s_worker_runs_beside_its_driver_then_anywhere() {
         return;
     }
     let base = fixture();
-    let mut j = job(
-        "const end = Date.now() + 800; while (Date.now() < end) {} return 1;",
-        FsAccess::None,
-        base.path(),
-    );
-    j.limits.max_steps = u64::MAX;
+    let j = spinning_job(800, base.path());
     let (tx, rx) = std::sync::mpsc::channel::<u32>();
     let watcher = std::thread::spawn(move || {
         let pid = rx.recv().unwrap_or(0);
