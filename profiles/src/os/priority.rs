@@ -83,7 +83,6 @@ fn set_mask(id: u32, set: &libc::cpu_set_t) -> bool {
 /// which waits for its answer: each wake-up between them is then local, not an interrupt to
 /// another CPU (on a VM, tens of microseconds each way).
 pub fn beside_caller(id: u32) {
-    let _ = start_mask();
     // SAFETY: sched_getcpu has no preconditions.
     let cpu = unsafe { libc::sched_getcpu() };
     if cpu < 0 {
