@@ -741,3 +741,52 @@ fn a_tool_called_in_bursts_keeps_two_primed_workers() {
         exchanges.join("\n")
     );
 }
+
+/// Idle workers killed (-9) just before a call, as an operator or the OOM killer might: the
+/// call goes to a new worker, since it never reached the killed one. It died waiting in the
+/// pool, primed, parked, or making its next context (the job was never sent, or its send
+/// failed), or with the job unread in its socket (a worker waiting for work only peeks until
+/// the job is there, so a killed one never takes it: the supervisor reads ECONNRESET, not
+/// EOF). Before, nearly every such call failed with WORKER_CRASHED ("cannot send the job:
+/// EPIPE", "the worker exited while it made its next context", or "died mid-call").
+#[test]
+fn a_call_whose_worker_was_killed_before_it_got_the_job_goes_to_another() {
+    for reuse in ["1", "1000"] {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        // Priming on, as a daemon runs by default (the suite turns it off elsewhere).
+        let d = Daemon::launch_env(
+            dir,
+            2,
+            "[worker]\nprime = true\n",
+            Some(stsd_tests::harness::CATALOG),
+            &["--worker-reuse", reuse],
+            None,
+            &[("STSD_LOG", "stsd=info")],
+        );
+        let mut c = d.connect();
+        let rounds = 16u64;
+        let mut failed = Vec::new();
+        for i in 0..rounds {
+            // A call first, so that the tool has primed (or parked) workers waiting.
+            c.call(2 * i, "echo-console", json!({ "text": "before" }));
+            assert!(!is_error(&c.response()));
+            std::thread::sleep(Duration::from_millis(150));
+            // Every worker: waiting in the pool, primed or parked (those are confined).
+            for (pid, _, _) in d.children().into_iter().filter(|c| c.1 != 'Z') {
+                // SAFETY: kill(2) with a pid read from /proc that is the daemon's child.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            let want = format!("after-{i}");
+            c.call(2 * i + 1, "echo-console", json!({ "text": want }));
+            let r = c.response();
+            if is_error(&r) || !text(&r).contains(&want) {
+                failed.push(r);
+            }
+        }
+        assert!(failed.is_empty(), "reuse {reuse}: calls failed: {failed:?}");
+        assert!(
+            d.log().contains("the call goes to a new worker"),
+            "reuse {reuse}: no call was retried"
+        );
+    }
+}

@@ -363,6 +363,11 @@ impl Pool {
         }
     }
 
+    /// A worker made now for one call (the urgent path: the zygote forks at once).
+    pub fn fresh(&self) -> Result<ReadyWorker, CallError> {
+        spawn_ready(&self.opts, true)
+    }
+
     /// A warm pool worker, if there is one (the refill thread replaces it).
     pub fn take_nowait(&self) -> Option<ReadyWorker> {
         let warm = self.lock().pop_ready();

@@ -73,6 +73,7 @@ impl Channel {
     /// The next thing to do: a job (reassembled from `JobPart`s when it came in pieces), a
     /// prime, or a primed call's go. Any other frame here is a confused supervisor: Err.
     pub fn recv_work(&self) -> Result<Work, String> {
+        self.await_record()?;
         match self.recv()? {
             ToWorker::Job(job) => Ok(Work::Job(job)),
             ToWorker::Prime(p) => Ok(Work::Prime(p)),
@@ -112,6 +113,37 @@ impl Channel {
                     }
                 }
                 _ => return Err("expected a job".into()),
+            }
+        }
+    }
+
+    /// Waits until a record is there to read, without taking it. A worker killed while it
+    /// waits for work (by an operator, or the OOM killer) then dies with its job unread even
+    /// when the job arrived before the kill took effect: the kernel hands a queued record to
+    /// a plain recv before it looks for a fatal signal, but this one only peeks. The
+    /// supervisor is told the job was never read (ECONNRESET rather than EOF) and gives the
+    /// call to another worker; a job taken, and then lost with its worker, could not be.
+    fn await_record(&self) -> Result<(), String> {
+        let mut one = [0u8; 1];
+        loop {
+            // SAFETY: a one-byte buffer we own; MSG_PEEK leaves the record in the queue.
+            let r = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    one.as_mut_ptr().cast(),
+                    one.len(),
+                    libc::MSG_PEEK,
+                )
+            };
+            match r {
+                0 => return Err("supervisor closed the socket".into()),
+                r if r > 0 => return Ok(()),
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(format!("recv: {e}"));
+                    }
+                }
             }
         }
     }

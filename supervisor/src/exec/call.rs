@@ -127,6 +127,11 @@ pub struct CallOutcome {
     pub peak_rss_kib: Option<u64>,
     /// Console lines the call wrote (those over the caps included).
     pub console_lines: u64,
+    /// The job never reached the worker: it died before the job was sent (while parked, or
+    /// making its next context, or being primed), or the send failed. Nothing of the call
+    /// ran, so the call may go to another worker. (A worker that dies after its job was
+    /// sent may have started it: that call is not repeated.)
+    pub undelivered: bool,
 }
 
 /// Events streamed while a call runs.
@@ -139,6 +144,10 @@ pub enum Event<'a> {
 pub(super) enum Recv {
     Frame(FromWorker),
     Eof,
+    /// The worker's end closed with records of ours it had not read: on a SEQPACKET socket
+    /// the kernel reports ECONNRESET, instead of EOF, when the closing end's receive queue
+    /// is not empty.
+    Unread,
     Timeout,
     Broken(String),
 }
@@ -205,7 +214,7 @@ pub(super) fn record_of(r: nix::Result<usize>, cap: usize) -> Option<Record> {
         }
         Ok(n) => Record::Bytes(n),
         Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => return None,
-        Err(nix::errno::Errno::ECONNRESET) => Record::End(Recv::Eof),
+        Err(nix::errno::Errno::ECONNRESET) => Record::End(Recv::Unread),
         Err(e) => Record::End(Recv::Broken(format!("recv: {e}"))),
     })
 }
@@ -439,7 +448,9 @@ impl ReadyWorker {
                 _ => err(format!("expected Ready, got the error code {code}")),
             },
             Recv::Frame(other) => err(format!("expected Ready, got {other:?}")),
-            Recv::Eof => err("the worker exited while it made its next context".into()),
+            Recv::Eof | Recv::Unread => {
+                err("the worker exited while it made its next context".into())
+            }
             Recv::Timeout => err("the worker did not make its next context in time".into()),
             Recv::Broken(e) => err(e),
         }
@@ -620,7 +631,7 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
             None
         }
         Recv::Frame(other) => Some(format!("expected Ready, got {other:?}")),
-        Recv::Eof => Some("worker exited before it was ready".into()),
+        Recv::Eof | Recv::Unread => Some("worker exited before it was ready".into()),
         Recv::Timeout => Some("worker did not become ready in time".into()),
         Recv::Broken(e) => Some(e),
     };
@@ -673,6 +684,7 @@ pub fn run_job(job: &Job, opts: &ExecOptions, on_event: &mut dyn FnMut(Event<'_>
             egress: Vec::new(),
             peak_rss_kib: None,
             console_lines: 0,
+            undelivered: false,
         },
     }
 }
@@ -729,6 +741,10 @@ pub fn run_keeping(
         let frame = match frames_in.next(&w.socket, slice) {
             Recv::Frame(f) => f,
             Recv::Eof => break,
+            Recv::Unread => {
+                ex.closed_unread(frames_in.records);
+                break;
+            }
             Recv::Timeout if Instant::now() >= deadline => {
                 ex.killed_at_deadline = true;
                 break;
@@ -1038,5 +1054,48 @@ mod tests {
         drop(theirs);
         assert!(matches!(reader.next(&ours, until()), Recv::Eof));
         reader.give_back();
+    }
+}
+
+#[cfg(test)]
+mod unread_tests {
+    use super::*;
+
+    /// What tells the supervisor that a worker died before it read its job: the kernel
+    /// reports a SEQPACKET end closed with our records unread as ECONNRESET, and one closed
+    /// after reading them as EOF. (A call retried on the first would run twice on the second.)
+    #[test]
+    fn a_peer_that_closes_with_our_record_unread_is_told_from_one_that_read_it() {
+        let until = || Instant::now() + Duration::from_secs(5);
+        for read_first in [false, true] {
+            let Ok((ours, theirs)) = super::super::spawn::seqpacket_pair() else {
+                panic!("socketpair");
+            };
+            send(ours.as_raw_fd(), b"the job", MsgFlags::MSG_NOSIGNAL)
+                .unwrap_or_else(|e| panic!("send: {e}"));
+            if read_first {
+                let mut b = [0u8; 16];
+                let n = recv(theirs.as_raw_fd(), &mut b, MsgFlags::empty())
+                    .unwrap_or_else(|e| panic!("recv: {e}"));
+                assert_eq!(&b[..n], b"the job");
+            }
+            drop(theirs);
+            let mut reader = FrameReader::new();
+            let got = reader.next(&ours, until());
+            match (read_first, got) {
+                (false, Recv::Unread) | (true, Recv::Eof) => {}
+                (_, other) => panic!(
+                    "read first: {read_first}: got {}",
+                    match other {
+                        Recv::Eof => "EOF",
+                        Recv::Unread => "unread",
+                        Recv::Frame(_) => "a frame",
+                        Recv::Timeout => "a timeout",
+                        Recv::Broken(_) => "broken",
+                    }
+                ),
+            }
+            reader.give_back();
+        }
     }
 }

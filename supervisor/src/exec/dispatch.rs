@@ -23,6 +23,9 @@ pub enum Take {
     Primed { more: bool },
     /// A pool worker.
     Plain,
+    /// A worker made now: the call's first worker died before it got the job, and the pool's
+    /// may have died with it (killed together, say).
+    Fresh,
 }
 
 /// One call: the pool, the reuse bound, the key its workers are parked under, and how it gets
@@ -51,30 +54,36 @@ impl Dispatch {
                         .take_primed_nowait(&self.key, &job, more, || prime_of(&job))
                 }
                 Take::Plain => self.pool.take_nowait(),
+                Take::Fresh => None,
             }
         } else {
             None
         };
         let Some(w) = at_hand else {
-            return self.blocking(job, opts, cancel, on_event, None).await;
+            return self
+                .blocking(job, opts, cancel, on_event, None, false)
+                .await;
         };
         let reused = w.served > 0;
         self.prepare(&mut job, &w);
         let (out, kept) = match inline::run_keeping(w, &job, &opts, &cancel, &mut on_event).await {
             Ok(done) => done,
             // Not registered with the runtime: the blocking driver takes it as it is.
-            Err(w) => return self.blocking(job, opts, cancel, on_event, Some(w)).await,
+            Err(w) => {
+                return self
+                    .blocking(job, opts, cancel, on_event, Some(w), false)
+                    .await
+            }
         };
-        if reused && refused(&out) {
+        if let Some(take) = retry(&out, reused) {
             if let Some(w) = kept {
                 reap_later(w);
             }
-            // Replaced, once, by a fresh worker (see `run_blocking`).
-            let fresh = Dispatch {
-                take: Take::Plain,
-                ..self
-            };
-            return fresh.blocking(job, opts, cancel, on_event, None).await;
+            // Replaced, once, by another worker.
+            let again = Dispatch { take, ..self };
+            return again
+                .blocking(job, opts, cancel, on_event, None, true)
+                .await;
         }
         if let Some(w) = kept {
             let _ = self.pool.park(&self.key, w);
@@ -89,7 +98,7 @@ impl Dispatch {
     }
 
     /// The call on a blocking thread: its worker taken there (it may have to be made), or
-    /// `given`.
+    /// `given`. `retried`: this is the call's second worker, which is not replaced again.
     async fn blocking(
         self,
         mut job: Job,
@@ -97,6 +106,7 @@ impl Dispatch {
         cancel: Arc<AtomicBool>,
         mut on_event: impl FnMut(Event<'_>) + Send + 'static,
         given: Option<ReadyWorker>,
+        retried: bool,
     ) -> Result<CallOutcome, CallError> {
         let ran = tokio::task::spawn_blocking(move || {
             let worker = match (given, self.take) {
@@ -107,21 +117,23 @@ impl Dispatch {
                         .take_primed(&self.key, &job, more, || prime_of(&job))?
                 }
                 (None, Take::Plain) => self.pool.take()?,
+                (None, Take::Fresh) => self.pool.fresh()?,
             };
             let reused = worker.served > 0;
             self.prepare(&mut job, &worker);
             let (mut out, mut kept) =
                 run_keeping(worker, &job, &opts, Some(&cancel), &mut on_event);
-            // A reused worker that refuses the job (confined to another posture, which the key
-            // should prevent, or its CPU budget for all its calls spent) is replaced, once, by
-            // a fresh worker. The refusal comes before any of the tool's code runs.
-            if reused && refused(&out) {
+            // Replaced, once, by another worker when none of the tool's code ran.
+            if let Some(take) = retry(&out, reused).filter(|_| !retried) {
                 if let Some(w) = kept.take() {
                     reap_later(w);
                 }
-                let fresh = self.pool.take()?;
-                self.prepare(&mut job, &fresh);
-                (out, kept) = run_keeping(fresh, &job, &opts, Some(&cancel), &mut on_event);
+                let other = match take {
+                    Take::Fresh => self.pool.fresh()?,
+                    _ => self.pool.take()?,
+                };
+                self.prepare(&mut job, &other);
+                (out, kept) = run_keeping(other, &job, &opts, Some(&cancel), &mut on_event);
             }
             if let Some(w) = kept {
                 let _ = self.pool.park(&self.key, w);
@@ -147,7 +159,23 @@ fn prime_of(job: &Job) -> Prime {
     }
 }
 
-/// A reused worker refused the job before running any of it.
-fn refused(out: &CallOutcome) -> bool {
-    matches!(&out.result, Err(e) if e.code == Code::SandboxUnavailable)
+/// Whether a call goes to another worker, and how that one is taken: never when any of the
+/// tool's code may have run (and the caller asks only once per call).
+///
+/// - The job never reached the worker (it died while parked, or while making its next
+///   context or being primed, or the send failed): a worker made now, since the pool's
+///   workers may have died with it. Without this, a worker killed while idle (by the OOM
+///   killer, or an operator) failed the next call with WORKER_CRASHED.
+/// - A reused worker refused the job before running any of it (confined to another posture,
+///   which the key should prevent, or its CPU budget for all its calls spent): a pool worker.
+fn retry(out: &CallOutcome, reused: bool) -> Option<Take> {
+    if out.undelivered {
+        tracing::warn!(
+            pid = out.worker_pid,
+            "a worker died before it got its job; the call goes to a new worker"
+        );
+        return Some(Take::Fresh);
+    }
+    let refused = matches!(&out.result, Err(e) if e.code == Code::SandboxUnavailable);
+    (reused && refused).then_some(Take::Plain)
 }

@@ -42,6 +42,9 @@ pub(super) struct Exchange<'j> {
     awaited_us: u64,
     /// The worker runs on the driving thread's CPU (see [`Exchange::begin`]).
     pinned: bool,
+    /// The job never reached the worker whole: it died before it was sent, or sending it
+    /// failed (see [`CallOutcome::undelivered`]).
+    undelivered: bool,
 }
 
 /// How long a call's worker stays on the CPU of the thread that drives its exchange: a short
@@ -95,6 +98,7 @@ impl<'j> Exchange<'j> {
                 egress: Vec::new(),
                 peak_rss_kib: None,
                 console_lines: 0,
+                undelivered: false,
             },
             settled: None,
             protocol_error: None,
@@ -108,6 +112,7 @@ impl<'j> Exchange<'j> {
             was_warm: w.is_context_made(),
             awaited_us: 0,
             pinned: true,
+            undelivered: false,
         }
     }
 
@@ -131,7 +136,11 @@ impl<'j> Exchange<'j> {
     pub(super) fn frames_to_send(&mut self, awaited: Result<(), AwaitError>) -> Vec<Vec<u8>> {
         self.awaited_us = self.t0.elapsed().as_micros() as u64;
         match awaited.map(|()| encode_for(self.went_primed, self.job)) {
-            Err(AwaitError::Protocol(e)) => self.protocol_error = Some(e),
+            // It died (or went wrong) making its next context: the job was never sent.
+            Err(AwaitError::Protocol(e)) => {
+                self.protocol_error = Some(e);
+                self.undelivered = true;
+            }
             Err(AwaitError::Refused(e)) => self.settled = Some(Err(e)),
             Ok(Ok(parts)) => return parts,
             // Larger than any request the daemon accepts: the caller's input, not the worker.
@@ -145,9 +154,27 @@ impl<'j> Exchange<'j> {
         Vec::new()
     }
 
-    /// The job could not be sent.
+    /// The job could not be sent: the socket failed (the worker is gone). A worker runs
+    /// nothing of a job it has not received whole (a job in parts is assembled first).
     pub(super) fn send_failed(&mut self, e: impl std::fmt::Display) {
         self.protocol_error = Some(format!("cannot send the job: {e}"));
+        self.undelivered = true;
+    }
+
+    /// The worker's end closed with records of ours unread. When it had sent nothing since
+    /// the job (`records`: what it sent in this call), what it left unread is the job, which
+    /// it never ran (a job in parts is assembled before anything of it runs). After any
+    /// frame, the unread record may be a later one (a fetch's reply): the job ran.
+    pub(super) fn closed_unread(&mut self, records: u32) {
+        if records == 0 {
+            self.undelivered = true;
+        }
+    }
+
+    /// The worker did not read its job until the call's deadline: the call's time is spent,
+    /// so it is not tried again.
+    pub(super) fn send_timed_out(&mut self) {
+        self.protocol_error = Some("cannot send the job: the worker did not read it".into());
     }
 
     /// When the worker is killed: the call's timeout plus the grace period, from now.
@@ -306,6 +333,7 @@ impl<'j> Exchange<'j> {
         out.console_lines = self.console_lines;
         out.timings.total_us = out.timings.spawn_us + self.t0.elapsed().as_micros() as u64;
         out.timings.records = records;
+        out.undelivered = self.undelivered && self.settled.is_none() && !self.cancelled;
         // Where a call's time in its worker went (STSD_LOG=stsd::exec=trace): primed or not,
         // whether the worker was ready or the call waited for it to be, and the worker's phases.
         tracing::trace!(

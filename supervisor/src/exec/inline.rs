@@ -65,12 +65,19 @@ pub async fn run_keeping(
     let deadline = ex.deadline(opts.kill_grace);
     for b in to_send {
         let sent = tokio::select! {
-            r = send_async(&fd, &b) => r,
-            _ = tokio::time::sleep_until(deadline.into()) => Err("the worker did not read its job".into()),
+            r = send_async(&fd, &b) => r.map_err(Some),
+            _ = tokio::time::sleep_until(deadline.into()) => Err(None),
         };
-        if let Err(e) = sent {
-            ex.send_failed(e);
-            break;
+        match sent {
+            Ok(()) => {}
+            Err(Some(e)) => {
+                ex.send_failed(e);
+                break;
+            }
+            Err(None) => {
+                ex.send_timed_out();
+                break;
+            }
         }
     }
 
@@ -100,6 +107,10 @@ pub async fn run_keeping(
         let frame = match next {
             Recv::Frame(f) => f,
             Recv::Eof => break,
+            Recv::Unread => {
+                ex.closed_unread(frames_in.records);
+                break;
+            }
             Recv::Timeout if Instant::now() >= deadline => {
                 ex.killed_at_deadline = true;
                 break;
