@@ -124,7 +124,8 @@ impl Dispatch {
             let (mut out, mut kept) =
                 run_keeping(worker, &job, &opts, Some(&cancel), &mut on_event);
             // Replaced, once, by another worker when none of the tool's code ran.
-            if let Some(take) = retry(&out, reused).filter(|_| !retried) {
+            let again = if retried { None } else { retry(&out, reused) };
+            if let Some(take) = again {
                 if let Some(w) = kept.take() {
                     reap_later(w);
                 }
