@@ -5,6 +5,10 @@
 //   page      a fresh anonymous page: allocated, zeroed, mapped (MAP_POPULATE of 66 pages)
 //   cow       a forked child writing 66 pages it shares with its parent (per page)
 //   fork      fork + _exit + waitpid of this small process
+//   pte       what fork + _exit adds per page of mapped memory the child inherits (4 MiB of
+//             read-only anonymous memory, present in the parent): with one page-table entry
+//             per 4 KiB page (copied at fork, cleared at exit), and with the same memory in
+//             two 2 MiB transparent huge pages (one entry each), when the kernel has them
 //   wake      a one-byte ping-pong between two processes over a socket pair, one round
 //             trip: on two different CPUs, and both on one CPU
 #define _GNU_SOURCE
@@ -97,6 +101,47 @@ static double fork_us(void) {
     return median(v, N);
 }
 
+/* fork + _exit + waitpid with `mib` MiB of read-only anonymous memory present in this
+   process, in 4 KiB pages (huge 0) or transparent huge pages (huge 1). Returns -1 when huge
+   pages were asked for and not given. */
+static double fork_with_us(int mib, int huge) {
+    enum { N = 201 };
+    static double v[N];
+    size_t len = (size_t)mib << 20, align = 2 << 20;
+    char *raw = mmap(0, len + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return -1;
+    char *p = (char *)(((unsigned long)raw + align - 1) & ~(align - 1));
+    madvise(p, len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    memset(p, 1, len);
+    mprotect(p, len, PROT_READ);
+    if (huge) {
+        // Whether the kernel gave huge pages: AnonHugePages in this process's rollup.
+        FILE *f = fopen("/proc/self/smaps_rollup", "r");
+        char line[256];
+        long kib = 0;
+        while (f && fgets(line, sizeof line, f))
+            if (strncmp(line, "AnonHugePages:", 14) == 0)
+                kib = atol(line + 14);
+        if (f)
+            fclose(f);
+        if (kib < (long)(len >> 10)) {
+            munmap(raw, len + align);
+            return -1;
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        double t = now_us();
+        pid_t c = fork();
+        if (c == 0)
+            _exit(0);
+        waitpid(c, 0, 0);
+        v[i] = now_us() - t;
+    }
+    munmap(raw, len + align);
+    return median(v, N);
+}
+
 static double wake_us(int a, int b) {
     enum { N = 2001 };
     static double v[N];
@@ -129,7 +174,14 @@ static double wake_us(int a, int b) {
 int main(void) {
     printf("  a fresh anonymous page (allocated, zeroed, mapped)     %6.2f\n", page_us());
     printf("  a page copied on a forked child's first write          %6.2f\n", cow_us());
-    printf("  fork + _exit + waitpid of a small process              %6.1f\n", fork_us());
+    double base = fork_us();
+    printf("  fork + _exit + waitpid of a small process              %6.1f\n", base);
+    double small = fork_with_us(4, 0), huge = fork_with_us(4, 1);
+    printf("  ... added per 4 KiB page the child inherits mapped      %6.3f\n",
+           (small - base) / 1024);
+    if (huge >= 0)
+        printf("  ... the same memory in 2 MiB huge pages, per 4 KiB     %6.3f\n",
+               (huge - base) / 1024);
     if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
         printf("  socket ping-pong round trip, two CPUs                  %6.1f\n", wake_us(0, 1));
     printf("  socket ping-pong round trip, one CPU                   %6.1f\n", wake_us(0, 0));

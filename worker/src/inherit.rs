@@ -7,6 +7,13 @@
 //!
 //! Both are set up by [`prepare`] (the zygote, once) and [`own_heap`] (each worker).
 //!
+//! And what a worker should *not* inherit as page-table entries: [`clean_relro`] (the zygote,
+//! first thing). The dynamic loader writes the relocated pointers of every read-only-after-
+//! relocation region (RELRO: vtables, the GOT, tables of pointers; 1.6 MiB in stsd), so each
+//! of its pages is a private anonymous page, and fork copies every one of their entries into
+//! every worker, which clears them again at exit (about 0.15 µs an entry on this VM,
+//! `scripts/machine_costs.c`), whether it reads the page or not.
+//!
 //! - Code (the zygote, once): each private code mapping (of stsd and of its
 //!   libraries) gets one anonymous page of its own, which makes fork copy the mapping's
 //!   page-table entries (the kernel copies them for every mapping that has anonymous pages).
@@ -48,6 +55,114 @@ fn mappings() -> Vec<Mapping> {
             })
         })
         .collect()
+}
+
+/// The zygote, before anything else: each RELRO region of stsd and of its libraries is
+/// replaced, at its address, by a read-only private mapping of a sealed memfd holding the same
+/// bytes. The region's pages are then file pages, not anonymous ones: fork copies none of
+/// their entries, and a worker maps (a fault, with its neighbours) only what it reads. The
+/// bytes, the addresses and the protection are unchanged, and nothing can write the memfd
+/// (sealed against writes, growing and shrinking, and closed). A region that cannot be
+/// copied is left as it was.
+pub fn clean_relro() {
+    let maps = mappings();
+    for (start, len) in relro_regions() {
+        // Only what the kernel lists as a read-only private mapping of a file, whole: never
+        // the vDSO, never a range the loader did not make read-only.
+        let whole = maps.iter().any(|m| {
+            &m.perms == b"r--p"
+                && m.path.starts_with('/')
+                && m.start <= start
+                && start + len <= m.end
+        });
+        if !whole {
+            continue;
+        }
+        // SAFETY: [start, start + len) is a whole RELRO region as the loader protected it
+        // (page-aligned, read-only, holding no code); it is read while nothing writes it
+        // (this process is single-threaded and nothing writes a RELRO region), and replaced
+        // by a mapping of the same bytes at the same address with the same protection.
+        unsafe { replace_with_memfd(start, len) };
+    }
+}
+
+/// The page ranges the loader made read-only after relocation, of every loaded object.
+fn relro_regions() -> Vec<(usize, usize)> {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        out: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: the loader passes a valid info for each object and `out` is the Vec below.
+        let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<(usize, usize)>)) };
+        if info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        // SAFETY: dlpi_phdr points at dlpi_phnum program headers.
+        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+        for ph in phdrs {
+            if ph.p_type == libc::PT_GNU_RELRO {
+                // As the loader rounds it (glibc's _dl_protect_relro): both ends down.
+                let page = 4096usize;
+                let from = (info.dlpi_addr as usize + ph.p_vaddr as usize) & !(page - 1);
+                let to = (info.dlpi_addr as usize + ph.p_vaddr as usize + ph.p_memsz as usize)
+                    & !(page - 1);
+                if to > from {
+                    out.push((from, to - from));
+                }
+            }
+        }
+        0
+    }
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    // SAFETY: the callback only reads what the loader hands it and appends to `out`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut out as *mut _ as *mut libc::c_void) };
+    out
+}
+
+/// # Safety
+/// `[start, start + len)` must be a mapped, read-only region that nothing writes.
+unsafe fn replace_with_memfd(start: usize, len: usize) {
+    // SAFETY: plain syscalls on a descriptor this function owns; the final mmap replaces the
+    // region with the same bytes (see the caller).
+    unsafe {
+        let fd = libc::memfd_create(
+            c"stsd-relro".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        );
+        if fd < 0 {
+            return;
+        }
+        let mut done = 0usize;
+        while done < len {
+            let n = libc::write(fd, (start + done) as *const libc::c_void, len - done);
+            if n <= 0 {
+                libc::close(fd);
+                return;
+            }
+            done += n as usize;
+        }
+        let seals =
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+        if libc::fcntl(fd, libc::F_ADD_SEALS, seals) != 0 {
+            libc::close(fd);
+            return;
+        }
+        let at = libc::mmap(
+            start as *mut libc::c_void,
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_FIXED,
+            fd,
+            0,
+        );
+        libc::close(fd);
+        if at != start as *mut libc::c_void {
+            // The old mapping may be gone: this process cannot go on. The supervisor makes
+            // another zygote (and reports it if that one fails too).
+            libc::_exit(70);
+        }
+    }
 }
 
 /// The zygote, after its start and first context: makes fork copy the page-table entries of

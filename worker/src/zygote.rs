@@ -48,6 +48,8 @@ fn fork_for_parent() -> libc::c_long {
 /// `stsd zygote --uid N --gid N`. Returns the process exit code (in the zygote; a forked
 /// worker returns its own).
 pub fn run() -> i32 {
+    // First, before any limit is set (RLIMIT_FSIZE would refuse the memfd's bytes).
+    super::inherit::clean_relro();
     super::init_process();
     super::set_name(c"stsd-zygote");
     let (uid, gid) = super::ids_from_args();
