@@ -148,6 +148,27 @@ impl Channel {
         }
     }
 
+    /// Whether a record (or the socket's end) is there to read within `ms` milliseconds (0:
+    /// now), without taking it.
+    pub fn has_record_within(&self, ms: i32) -> bool {
+        let mut fds = [libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        loop {
+            // SAFETY: one pollfd we own.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
+            if r >= 0 {
+                return r > 0;
+            }
+            if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                // Nothing to wait with: say work is there, and let the receive find out.
+                return true;
+            }
+        }
+    }
+
     /// Waits until the supervisor closes the socket (or kills this process); anything it
     /// sends meanwhile is ignored.
     pub fn await_close(&self) {

@@ -123,14 +123,20 @@ fn set_name(name: &std::ffi::CStr) {
 pub fn run() -> i32 {
     init_process();
     let (uid, gid) = ids_from_args();
-    serve(uid, gid, engine::Warm::new())
+    serve(uid, gid, engine::Warm::new(), None)
 }
 
 /// A worker's life from its socket on fd 3 to its exit code: the posture-independent half of
 /// the profile, Ready, then jobs. `warm` is the context for the first job: made by this
 /// process (exec), or inherited from the zygote (fork), which made it before it forked and
-/// never used it.
-fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) -> i32 {
+/// never used it. `heap`: where the heap a forked worker shares with its zygote begins (see
+/// `inherit::own_heap_while_idle`).
+fn serve(
+    uid: u32,
+    gid: u32,
+    mut warm: Result<engine::Warm, engine::Failure>,
+    heap: Option<usize>,
+) -> i32 {
     // A forked worker's parent is the supervisor too (the zygote forks with CLONE_PARENT).
     let parent = nix::unistd::getppid().as_raw() as u32;
     // SAFETY: the supervisor (or the zygote) placed the socket on fd 3 and nothing else in
@@ -156,6 +162,8 @@ fn serve(uid: u32, gid: u32, mut warm: Result<engine::Warm, engine::Failure>) ->
             );
         }
     };
+    // Before its first work, hence before any seccomp filter (poll is not in one).
+    inherit::own_heap_while_idle(heap, |ms| channel.has_record_within(ms));
     let mut confined: Option<stsd_protocol::frames::SandboxSpec> = None;
     let mut served = 0u32;
     loop {

@@ -109,8 +109,7 @@ pub fn run() -> i32 {
                 unsafe { libc::_exit(70) };
             }
             super::set_name(c"stsd-worker");
-            super::inherit::own_heap(heap);
-            let code = super::serve(uid, gid, warm);
+            let code = super::serve(uid, gid, warm, heap);
             // SAFETY: _exit ends this process; nothing in it needs flushing or tearing down.
             unsafe { libc::_exit(code) };
         }
