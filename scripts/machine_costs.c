@@ -169,8 +169,9 @@ int main(void) {
     double base = fork_us();
     printf("  fork + _exit + waitpid of a small process              %6.1f\n", base);
     double small = fork_with_us(4, 0), huge = fork_with_us(4, 1);
-    printf("  ... added per 4 KiB page the child inherits mapped      %6.3f\n",
-           (small - base) / 1024);
+    if (small >= 0)
+        printf("  ... added per 4 KiB page the child inherits mapped      %6.3f\n",
+               (small - base) / 1024);
     if (huge >= 0)
         printf("  ... the same memory in 2 MiB huge pages, per 4 KiB     %6.3f\n",
                (huge - base) / 1024);

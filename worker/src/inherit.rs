@@ -23,7 +23,7 @@
 //!   own copy of every heap page (`MADV_POPULATE_WRITE`, a chunk at a time), so the copies
 //!   are made while nobody waits rather than inside the call.
 //!
-//! Neither changes what a worker can do or see: the same bytes at the same addresses, with
+//! None of these changes what a worker can do or see: the same bytes at the same addresses, with
 //! the same protections, before any job exists.
 
 use std::fs;
@@ -166,9 +166,9 @@ unsafe fn replace_with_memfd(start: usize, len: usize) {
 }
 
 /// The zygote, after its start and first context: makes fork copy the page-table entries of
-/// its code mappings, and returns where its heap begins (for [`own_heap_while_idle`]). A mapping that
-/// refuses (a policy forbidding writable code, say) is left as it was: each worker then
-/// faults its pages in.
+/// its code mappings, and returns where its heap begins (for [`own_heap_while_idle`]). A
+/// mapping that refuses (a policy forbidding writable code, say) is left as it was: each
+/// worker then faults its pages in.
 pub fn prepare() -> Option<usize> {
     let maps = mappings();
     for m in &maps {
