@@ -317,4 +317,5 @@ def run_machine_costs():
     subprocess.run([exe])
 
 
-main()
+if __name__ == "__main__":
+    main()

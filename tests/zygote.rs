@@ -808,19 +808,37 @@ fn a_call_whose_worker_was_killed_before_it_got_the_job_goes_to_another() {
     }
 }
 
-/// Each `/memfd:stsd-relro` mapping of `pid`: (size, resident, anonymous) in KiB, and its
-/// permissions.
-fn relro_mappings(pid: i32) -> Vec<(u64, u64, u64, String)> {
+/// A memfd mapping of `pid` as /proc/PID/smaps shows it, sizes in KiB.
+#[derive(Debug, Default)]
+struct MemfdMapping {
+    start: u64,
+    end: u64,
+    perms: String,
+    size: u64,
+    rss: u64,
+    anonymous: u64,
+    /// Mapped by huge-page (PMD) entries.
+    huge: u64,
+}
+
+/// Each `/memfd:NAME` mapping of `pid`.
+fn memfd_mappings(pid: i32, name: &str) -> Vec<MemfdMapping> {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
-    let mut out: Vec<(u64, u64, u64, String)> = Vec::new();
+    let mut out: Vec<MemfdMapping> = Vec::new();
     let mut ours = false;
     for line in smaps.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         let Some(first) = f.first() else { continue };
         if first.contains('-') && !first.ends_with(':') {
-            ours = line.contains("/memfd:stsd-relro");
+            ours = line.contains(&format!("/memfd:{name} "));
             if ours {
-                out.push((0, 0, 0, f.get(1).unwrap_or(&"").to_string()));
+                let (a, b) = first.split_once('-').unwrap_or(("0", "0"));
+                out.push(MemfdMapping {
+                    start: u64::from_str_radix(a, 16).unwrap_or(0),
+                    end: u64::from_str_radix(b, 16).unwrap_or(0),
+                    perms: f.get(1).unwrap_or(&"").to_string(),
+                    ..MemfdMapping::default()
+                });
             }
             continue;
         }
@@ -829,9 +847,10 @@ fn relro_mappings(pid: i32) -> Vec<(u64, u64, u64, String)> {
         };
         let kib = f.get(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         match *first {
-            "Size:" => last.0 = kib,
-            "Rss:" => last.1 = kib,
-            "Anonymous:" => last.2 = kib,
+            "Size:" => last.size = kib,
+            "Rss:" => last.rss = kib,
+            "Anonymous:" => last.anonymous = kib,
+            "ShmemPmdMapped:" => last.huge = kib,
             _ => {}
         }
     }
@@ -854,19 +873,129 @@ fn relocated_read_only_data_is_file_pages_a_worker_maps_as_it_reads() {
     assert!(!is_error(&c.response()));
     std::thread::sleep(Duration::from_millis(300));
     let zygote = wait_for_zygote(&d, None);
-    let z = relro_mappings(zygote);
-    let own = z.iter().map(|m| m.0).max().unwrap_or(0);
+    let z = memfd_mappings(zygote, "stsd-relro");
+    let own = z.iter().map(|m| m.size).max().unwrap_or(0);
     assert!(own >= 256, "stsd's RELRO is not in a memfd: {z:?}");
     for m in &z {
-        assert_eq!((m.2, m.3.as_str()), (0, "r--p"), "{z:?}");
+        assert_eq!((m.anonymous, m.perms.as_str()), (0, "r--p"), "{z:?}");
     }
     let idle = idle_workers(&d);
     assert!(!idle.is_empty(), "no idle worker");
     for pid in idle {
-        let w = relro_mappings(pid);
-        let (size, rss) = w.iter().fold((0, 0), |(s, r), m| (s + m.0, r + m.1));
+        let w = memfd_mappings(pid, "stsd-relro");
+        let (size, rss) = w.iter().fold((0, 0), |(s, r), m| (s + m.size, r + m.rss));
         assert!(size >= own, "worker {pid}: {w:?}");
-        assert!(w.iter().all(|m| m.2 == 0), "worker {pid}: {w:?}");
+        assert!(w.iter().all(|m| m.anonymous == 0), "worker {pid}: {w:?}");
         assert!(rss * 4 < size, "worker {pid} maps most of it: {w:?}");
     }
+}
+
+/// Whether this kernel makes huge pages of a memfd on request (`MADV_COLLAPSE`, Linux 6.1,
+/// unless shared-memory huge pages are denied): what the zygote's huge code needs.
+fn memfd_collapses() -> bool {
+    const HUGE: usize = 2 << 20;
+    // SAFETY: a memfd and mappings of this function's own, unmapped and closed before it
+    // returns.
+    unsafe {
+        let fd = libc::memfd_create(c"probe".as_ptr(), libc::MFD_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let sized = libc::ftruncate(fd, HUGE as libc::off_t) == 0;
+        let span = 2 * HUGE;
+        let none = libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        let mut ok = false;
+        if sized && none != libc::MAP_FAILED {
+            let aligned = (none as usize + HUGE - 1) & !(HUGE - 1);
+            let at = libc::mmap(
+                aligned as *mut libc::c_void,
+                HUGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd,
+                0,
+            );
+            if at == aligned as *mut libc::c_void {
+                libc::memset(at, 1, HUGE);
+                ok = libc::madvise(at, HUGE, 25 /* MADV_COLLAPSE */) == 0;
+            }
+            libc::munmap(none, span);
+        }
+        libc::close(fd);
+        ok
+    }
+}
+
+/// stsd's code is held by the zygote in huge pages (a sealed memfd mapped over it, read-only
+/// and executable), and a worker maps each 2 MiB block of it that it runs with one page-table
+/// entry: fork copies none of the code's entries and exit clears a handful, where 4 KiB pages
+/// cost every one-shot worker about a thousand of each. Nothing can write the memfd.
+#[test]
+fn the_code_is_huge_pages_a_worker_maps_a_block_at_a_time() {
+    if stsd_tests::skip_unless_root("reading the zygote's smaps needs root (it is not dumpable)") {
+        return;
+    }
+    if !memfd_collapses() {
+        eprintln!("skipped: this kernel does not make huge pages of a memfd (MADV_COLLAPSE)");
+        return;
+    }
+    let d = Daemon::start(2, "");
+    let mut c = d.connect();
+    c.call(1, "echo-console", json!({ "text": "huge" }));
+    assert!(!is_error(&c.response()));
+    std::thread::sleep(Duration::from_millis(300));
+    let zygote = wait_for_zygote(&d, None);
+    let z = memfd_mappings(zygote, "stsd-code");
+    // The binary's code segment starts on a 2 MiB boundary (supervisor/build.rs): all of it
+    // but its last partial block, many MiB, is in huge pages.
+    let size: u64 = z.iter().map(|m| m.size).sum();
+    assert!(size >= 8 << 10, "stsd's code is not in huge pages: {z:?}");
+    for m in &z {
+        assert_eq!((m.anonymous, m.perms.as_str()), (0, "r-xp"), "{z:?}");
+        assert_eq!(m.rss, m.huge, "zygote maps part of its code by small pages: {z:?}");
+    }
+    let exe = std::fs::read_link(format!("/proc/{zygote}/exe")).unwrap_or_default();
+    let exe = exe.to_string_lossy().to_string();
+    let maps = std::fs::read_to_string(format!("/proc/{zygote}/maps")).unwrap_or_default();
+    assert!(
+        maps.lines().any(|l| l.ends_with(exe.as_str())),
+        "the zygote maps nothing of {exe}"
+    );
+    let small: u64 = maps
+        .lines()
+        .filter(|l| l.contains(" r-xp ") && l.ends_with(exe.as_str()))
+        .filter_map(|l| {
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            Some(u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?)
+        })
+        .sum();
+    assert!(
+        small < 2 << 20,
+        "{small} bytes of the code of {exe} are left in small pages: more than its last block"
+    );
+    let idle = idle_workers(&d);
+    assert!(!idle.is_empty(), "no idle worker");
+    for pid in idle {
+        let w = memfd_mappings(pid, "stsd-code");
+        let rss: u64 = w.iter().map(|m| m.rss).sum();
+        assert!(rss > 0, "worker {pid} runs no huge-page code: {w:?}");
+        for m in &w {
+            assert_eq!(m.anonymous, 0, "worker {pid}: {w:?}");
+            assert_eq!(m.rss, m.huge, "worker {pid} maps code by small pages: {w:?}");
+        }
+    }
+    // Sealed: not even root, through the zygote's own mapping, can change a byte of it.
+    let m = &z[0];
+    let path = format!("/proc/{zygote}/map_files/{:x}-{:x}", m.start, m.end);
+    let f = std::fs::OpenOptions::new().write(true).open(&path);
+    let written = f.and_then(|mut f| std::io::Write::write(&mut f, b"\xcc"));
+    let err = written.expect_err("the code memfd took a write");
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{path}: {err}");
 }

@@ -50,6 +50,7 @@ fn fork_for_parent() -> libc::c_long {
 pub fn run() -> i32 {
     // First, before any limit is set (RLIMIT_FSIZE would refuse the memfd's bytes).
     super::inherit::clean_relro();
+    super::inherit::huge_code();
     super::init_process();
     super::set_name(c"stsd-zygote");
     let (uid, gid) = super::ids_from_args();
