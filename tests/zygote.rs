@@ -959,7 +959,10 @@ fn the_code_is_huge_pages_a_worker_maps_a_block_at_a_time() {
     assert!(size >= 8 << 10, "stsd's code is not in huge pages: {z:?}");
     for m in &z {
         assert_eq!((m.anonymous, m.perms.as_str()), (0, "r-xp"), "{z:?}");
-        assert_eq!(m.rss, m.huge, "zygote maps part of its code by small pages: {z:?}");
+        assert_eq!(
+            m.rss, m.huge,
+            "zygote maps part of its code by small pages: {z:?}"
+        );
     }
     let exe = std::fs::read_link(format!("/proc/{zygote}/exe")).unwrap_or_default();
     let exe = exe.to_string_lossy().to_string();
@@ -988,7 +991,10 @@ fn the_code_is_huge_pages_a_worker_maps_a_block_at_a_time() {
         assert!(rss > 0, "worker {pid} runs no huge-page code: {w:?}");
         for m in &w {
             assert_eq!(m.anonymous, 0, "worker {pid}: {w:?}");
-            assert_eq!(m.rss, m.huge, "worker {pid} maps code by small pages: {w:?}");
+            assert_eq!(
+                m.rss, m.huge,
+                "worker {pid} maps code by small pages: {w:?}"
+            );
         }
     }
     // Sealed: not even root, through the zygote's own mapping, can change a byte of it.
@@ -998,4 +1004,54 @@ fn the_code_is_huge_pages_a_worker_maps_a_block_at_a_time() {
     let written = f.and_then(|mut f| std::io::Write::write(&mut f, b"\xcc"));
     let err = written.expect_err("the code memfd took a write");
     assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{path}: {err}");
+}
+
+/// (start address, inode) of each `/memfd:stsd-code` mapping of `pid`.
+fn code_memfds(pid: i32) -> Vec<(String, String)> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    maps.lines()
+        .filter(|l| l.contains("/memfd:stsd-code "))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let start = f.first()?.split('-').next()?.to_string();
+            Some((start, f.get(4)?.to_string()))
+        })
+        .collect()
+}
+
+/// A zygote that replaces another maps the code memfd the first one made (the supervisor keeps
+/// it and passes it on), instead of copying and collapsing 18 MiB again; at an address of its
+/// own, since every zygote is a fresh exec with a fresh layout.
+#[test]
+fn a_new_zygote_maps_the_code_its_predecessor_made_at_its_own_address() {
+    if stsd_tests::skip_unless_root("reading the zygote's maps needs root (it is not dumpable)") {
+        return;
+    }
+    if !memfd_collapses() {
+        eprintln!("skipped: this kernel does not make huge pages of a memfd (MADV_COLLAPSE)");
+        return;
+    }
+    let d = Daemon::start(1, "[worker]\nzygote_max_forks = 3\n");
+    let mut seen: std::collections::BTreeMap<i32, Vec<(String, String)>> = Default::default();
+    let mut c = d.connect();
+    for i in 0..15u64 {
+        if let Some(z) = zygote_pid(&d) {
+            let code = code_memfds(z);
+            if !code.is_empty() {
+                seen.insert(z, code);
+            }
+        }
+        c.call(i, "echo-console", json!({ "text": "x" }));
+        assert!(!is_error(&c.response()));
+    }
+    assert!(seen.len() >= 3, "zygotes with huge code seen: {seen:?}");
+    let inodes: std::collections::BTreeSet<&String> =
+        seen.values().flatten().map(|m| &m.1).collect();
+    assert_eq!(inodes.len(), 1, "each zygote made its own: {seen:?}");
+    let starts: std::collections::BTreeSet<&String> =
+        seen.values().flatten().map(|m| &m.0).collect();
+    assert!(
+        starts.len() >= 2,
+        "every zygote's code at one address: {seen:?}"
+    );
 }

@@ -573,6 +573,14 @@ mod tests {
     }
 }
 
+/// The record a zygote sends first, once, when it holds stsd's code in a sealed memfd of huge
+/// pages: the memfd travels with it (SCM_RIGHTS). The supervisor keeps it and hands it to each
+/// zygote it execs later, on [`ZYGOTE_CODE_FD`], which maps it instead of making its own.
+pub const ZYGOTE_CODE_OFFER: &[u8] = b"C";
+
+/// Where a zygote finds the code memfd an earlier zygote offered (see [`ZYGOTE_CODE_OFFER`]).
+pub const ZYGOTE_CODE_FD: i32 = 4;
+
 /// The zygote's answer to one fork request: the new worker's pid and the CPU time the fork
 /// cost the zygote, or the errno of a failed fork. The supervisor's end of the worker's
 /// socket travels with a successful answer (SCM_RIGHTS).

@@ -27,6 +27,7 @@
 //! the same protections, before any job exists.
 
 use std::fs;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// One line of /proc/self/maps that matters here.
 struct Mapping {
@@ -100,7 +101,15 @@ const HUGE_CODE_NAME: &str = "stsd-code";
 /// unchanged, and nothing can write the memfd. Where huge pages cannot be made (a kernel
 /// without `MADV_COLLAPSE` for shared memory, or `shmem_enabled` set to `deny`) nothing is
 /// replaced.
-pub fn huge_code() {
+///
+/// `given` is the memfd an earlier zygote made (the supervisor keeps it and hands it to each
+/// zygote it execs): the code of the same binary, already in huge pages, so that a new zygote
+/// maps it instead of copying 18 MiB and collapsing it again (some 50 ms of CPU here). It is
+/// used only if it is sealed against every change and has the size of the code it replaces
+/// (the code of a PIE is the same bytes wherever it is loaded). Returns the memfd of the
+/// largest code mapping replaced, for the supervisor to keep.
+pub fn huge_code(mut given: Option<OwnedFd>) -> Option<OwnedFd> {
+    let mut kept: Option<(usize, OwnedFd)> = None;
     for m in mappings() {
         if &m.perms != b"r-xp" || !m.path.starts_with('/') {
             continue;
@@ -110,73 +119,108 @@ pub fn huge_code() {
         if to <= from {
             continue;
         }
+        let len = to - from;
+        let fd = match given.take_if(|fd| sealed_of_size(fd, len)) {
+            Some(fd) => fd,
+            None => match copy_to_memfd(from, len) {
+                Some(fd) => fd,
+                None => continue,
+            },
+        };
         // SAFETY: [from, to) lies inside one executable private mapping of a file, as the
-        // kernel listed it; this process is single-threaded and nothing writes code.
-        unsafe { replace_with_huge_memfd(from, to - from) };
+        // kernel listed it, and `fd` holds its bytes; this process is single-threaded and
+        // nothing writes code.
+        if unsafe { map_huge(from, len, &fd) } && kept.as_ref().is_none_or(|k| k.0 < len) {
+            kept = Some((len, fd));
+        }
+    }
+    kept.map(|k| k.1)
+}
+
+/// Seals that make a memfd's bytes final.
+const FINAL: libc::c_int =
+    libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+
+/// Whether `fd` is a memfd sealed with [`FINAL`] holding exactly `len` bytes.
+fn sealed_of_size(fd: &OwnedFd, len: usize) -> bool {
+    // SAFETY: fcntl and fstat on a descriptor we own, into a stat we own.
+    unsafe {
+        let seals = libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS);
+        let mut st: libc::stat = std::mem::zeroed();
+        seals >= 0
+            && seals & FINAL == FINAL
+            && libc::fstat(fd.as_raw_fd(), &mut st) == 0
+            && st.st_size as usize == len
     }
 }
 
-/// # Safety
-/// `[start, start + len)` must be 2 MiB-aligned, inside one mapping of read-only executable
-/// code that nothing writes, in a single-threaded process.
-unsafe fn replace_with_huge_memfd(start: usize, len: usize) {
+/// A sealed memfd holding `[start, start + len)` of this process's (readable) code.
+fn copy_to_memfd(start: usize, len: usize) -> Option<OwnedFd> {
     const MFD_EXEC: libc::c_uint = 0x10; // Linux 6.3: executable even where memfd_noexec=1
-    const MADV_COLLAPSE: libc::c_int = 25; // Linux 6.1
-                                           // SAFETY: syscalls on a descriptor and a scratch mapping this function owns; the one
-                                           // mmap over the code maps the same bytes (copied from it) at the same address with the
-                                           // same protection. The code running here may lie in the range: it stays mapped and
-                                           // executable, and its bytes never change.
-    unsafe {
-        let name = std::ffi::CString::new(HUGE_CODE_NAME).unwrap_or_default();
-        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    let name = std::ffi::CString::new(HUGE_CODE_NAME).ok()?;
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    // SAFETY: memfd_create with a NUL-terminated name; the descriptor is owned at once.
+    let fd = unsafe {
         let mut fd = libc::memfd_create(name.as_ptr(), flags | MFD_EXEC);
         if fd < 0 {
             fd = libc::memfd_create(name.as_ptr(), flags); // before 6.3 every memfd is
         }
         if fd < 0 {
-            return;
+            return None;
         }
-        let copied = write_all(fd, start, len)
-            && libc::fcntl(
-                fd,
-                libc::F_ADD_SEALS,
-                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL,
-            ) == 0;
-        if !copied {
-            libc::close(fd);
-            return;
-        }
-        // The memfd's pages become huge ones (in its page cache, which every mapping of it
-        // shares) through a scratch mapping at an aligned address, a block at a time; only a
-        // block that became one replaces the code at its address (a block that could not, for
-        // want of a free 2 MiB of memory say, stays as it was).
-        let Some(scratch) = Scratch::map(fd, len) else {
-            libc::close(fd);
-            return;
-        };
-        let mut off = 0;
-        while off < len {
-            if scratch.collapse(off, MADV_COLLAPSE) {
-                let at = start + off;
-                let mapped = libc::mmap(
+        OwnedFd::from_raw_fd(fd)
+    };
+    // SAFETY: the caller's range is mapped readable.
+    let copied = unsafe { write_all(fd.as_raw_fd(), start, len) };
+    // SAFETY: fcntl on a descriptor we own.
+    let sealed = copied && unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, FINAL) } == 0;
+    sealed.then_some(fd)
+}
+
+/// Maps `fd`'s huge pages over `[start, start + len)`; whether any block was replaced.
+///
+/// # Safety
+/// `[start, start + len)` must be 2 MiB-aligned, inside one mapping of read-only executable
+/// code that nothing writes, in a single-threaded process, and `fd` must hold its bytes.
+unsafe fn map_huge(start: usize, len: usize, fd: &OwnedFd) -> bool {
+    const MADV_COLLAPSE: libc::c_int = 25; // Linux 6.1
+                                           // The memfd's pages become huge ones (in its page cache, which every mapping of it
+                                           // shares) through a scratch mapping at an aligned address, a block at a time (a memfd
+                                           // an earlier zygote made is huge already: then this only checks it); only a block that
+                                           // became one replaces the code at its address (a block that could not, for want of a free
+                                           // 2 MiB of memory say, stays as it was).
+    let Some(scratch) = Scratch::map(fd.as_raw_fd(), len) else {
+        return false;
+    };
+    let mut replaced = false;
+    let mut off = 0;
+    while off < len {
+        if scratch.collapse(off, MADV_COLLAPSE) {
+            let at = start + off;
+            // SAFETY: the caller's: the same bytes at the same address with the same
+            // protection. The code running here may lie in the block: it stays mapped and
+            // executable, and its bytes never change.
+            let mapped = unsafe {
+                libc::mmap(
                     at as *mut libc::c_void,
                     HUGE,
                     libc::PROT_READ | libc::PROT_EXEC,
                     libc::MAP_PRIVATE | libc::MAP_FIXED,
-                    fd,
+                    fd.as_raw_fd(),
                     off as libc::off_t,
-                );
-                if mapped != at as *mut libc::c_void {
-                    // The old mapping may be gone: this process cannot go on (as in
-                    // replace_with_memfd).
-                    libc::_exit(70);
-                }
+                )
+            };
+            if mapped != at as *mut libc::c_void {
+                // The old mapping may be gone: this process cannot go on (as in
+                // replace_with_memfd).
+                // SAFETY: _exit ends the process.
+                unsafe { libc::_exit(70) };
             }
-            off += HUGE;
+            replaced = true;
         }
-        drop(scratch);
-        libc::close(fd);
+        off += HUGE;
     }
+    replaced
 }
 
 /// A memfd mapped shared, read-only and executable, at a 2 MiB-aligned address of its own
@@ -303,9 +347,7 @@ unsafe fn replace_with_memfd(start: usize, len: usize) {
             libc::close(fd);
             return;
         }
-        let seals =
-            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
-        if libc::fcntl(fd, libc::F_ADD_SEALS, seals) != 0 {
+        if libc::fcntl(fd, libc::F_ADD_SEALS, FINAL) != 0 {
             libc::close(fd);
             return;
         }

@@ -21,7 +21,7 @@ use nix::sys::socket::{
 use std::io::IoSlice;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use stsd_profiles::os::{self, WORKER_SOCKET_FD};
-use stsd_protocol::frames::ForkReply;
+use stsd_protocol::frames::{ForkReply, ZYGOTE_CODE_FD, ZYGOTE_CODE_OFFER};
 
 /// The zygote's control socket sits where a worker's socket sits.
 const CONTROL_FD: i32 = WORKER_SOCKET_FD;
@@ -50,13 +50,23 @@ fn fork_for_parent() -> libc::c_long {
 pub fn run() -> i32 {
     // First, before any limit is set (RLIMIT_FSIZE would refuse the memfd's bytes).
     super::inherit::clean_relro();
-    super::inherit::huge_code();
+    // An earlier zygote's code memfd, if the supervisor passed one; fd 4 is otherwise closed
+    // (every descriptor the supervisor holds is close-on-exec) or not a sealed memfd.
+    // SAFETY: F_GETFD only asks whether fd 4 is open; if it is, it was placed there for this
+    // process, and nothing else owns it.
+    let given = (unsafe { libc::fcntl(ZYGOTE_CODE_FD, libc::F_GETFD) } >= 0)
+        .then(|| unsafe { OwnedFd::from_raw_fd(ZYGOTE_CODE_FD) });
+    let code = super::inherit::huge_code(given);
+    // SAFETY: the supervisor placed the control socket on fd 3 and nothing else owns it.
+    let ctrl = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
+    if let Some(code) = code {
+        // Offered before anything else; the memfd itself is closed here (no worker holds it).
+        let _ = send_with_fd(&ctrl, ZYGOTE_CODE_OFFER, Some(&code));
+    }
     super::init_process();
     super::set_name(c"stsd-zygote");
     let (uid, gid) = super::ids_from_args();
     let parent = nix::unistd::getppid().as_raw() as u32;
-    // SAFETY: the supervisor placed the control socket on fd 3 and nothing else owns it.
-    let ctrl = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
     // The worker's own posture-independent half, once for all: every worker inherits it and
     // then applies it again itself (cheap, and a failure here is reported by each worker as
     // SANDBOX_UNAVAILABLE when its job comes, just as an exec'd worker would).
@@ -130,8 +140,11 @@ pub fn run() -> i32 {
 }
 
 fn reply(ctrl: &OwnedFd, r: ForkReply, fd: Option<&OwnedFd>) -> nix::Result<usize> {
-    let bytes = r.encode();
-    let iov = [IoSlice::new(&bytes)];
+    send_with_fd(ctrl, &r.encode(), fd)
+}
+
+fn send_with_fd(ctrl: &OwnedFd, bytes: &[u8], fd: Option<&OwnedFd>) -> nix::Result<usize> {
+    let iov = [IoSlice::new(bytes)];
     let fds: Vec<i32> = fd.map(AsRawFd::as_raw_fd).into_iter().collect();
     let rights = [ControlMessage::ScmRights(&fds)];
     let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &rights };

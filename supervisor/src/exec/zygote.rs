@@ -15,10 +15,11 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recvmsg, send, ControlMessageOwned, MsgFlags};
 use std::io::IoSliceMut;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use stsd_protocol::frames::ForkReply;
+use stsd_protocol::frames::{ForkReply, ZYGOTE_CODE_FD, ZYGOTE_CODE_OFFER};
 
 /// How long a zygote may take to answer a fork request (its first includes its own start).
 const FORK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -118,6 +119,7 @@ impl Zygote {
             live: None,
             pid: pid.clone(),
             policy: policy.clone(),
+            code: None,
         };
         let thread = std::thread::Builder::new()
             .name("stsd-zygote".into())
@@ -204,6 +206,9 @@ struct Manager {
     live: Option<Live>,
     pid: Arc<Mutex<Option<u32>>>,
     policy: Arc<Policy>,
+    /// The code memfd a zygote offered (`ZYGOTE_CODE_OFFER`): stsd's code in huge pages, which
+    /// each later zygote maps instead of making its own (held above fd 16, close-on-exec).
+    code: Option<OwnedFd>,
 }
 
 impl Manager {
@@ -261,6 +266,19 @@ impl Manager {
         // The shared libraries' own symbols are bound at start (stsd itself is linked with
         // BIND_NOW): once, here, instead of lazily in every forked worker.
         cmd.env("LD_BIND_NOW", "1");
+        if let Some(code) = &self.code {
+            let raw = code.as_raw_fd();
+            // SAFETY: dup2 only, between fork and exec; `raw` is above 16 (never fd 3, where
+            // the control socket goes) and the new fd 4 is not close-on-exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::dup2(raw, ZYGOTE_CODE_FD) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let child = cmd.spawn()?;
         drop(child_end);
         let proc = ChildProc::from_pid(child.id());
@@ -294,7 +312,7 @@ impl Manager {
                 continue;
             };
             l.forks += 1;
-            match ask(l) {
+            match ask(l, &mut self.code) {
                 Ok(s) => return Ok(s),
                 Err(e) => {
                     tracing::warn!(error = %e, "the zygote did not fork a worker; replacing it");
@@ -307,10 +325,34 @@ impl Manager {
     }
 }
 
-/// Asks `l`'s zygote for one worker and takes its socket.
-fn ask(l: &Live) -> std::io::Result<Spawned> {
+/// Asks `l`'s zygote for one worker and takes its socket. A code memfd the zygote offered
+/// first (see `ZYGOTE_CODE_OFFER`) is kept in `code`.
+fn ask(l: &Live, code: &mut Option<OwnedFd>) -> std::io::Result<Spawned> {
     send(l.ctrl.as_raw_fd(), b"F", MsgFlags::MSG_NOSIGNAL).map_err(std::io::Error::from)?;
     let until = Instant::now() + FORK_TIMEOUT;
+    loop {
+        let (buf, n, fds) = next_record(l, until)?;
+        if &buf[..n] == ZYGOTE_CODE_OFFER {
+            if let [fd] = &fds[..] {
+                // Kept well above the fds a child's exec places (as ExeFile is).
+                // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own; the copy is owned at once.
+                let raw = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 16) };
+                if raw >= 0 {
+                    // SAFETY: fcntl just returned `raw`, and nothing else owns it.
+                    *code = Some(unsafe { OwnedFd::from_raw_fd(raw) });
+                }
+            }
+            continue;
+        }
+        return fork_reply(&buf[..n], fds);
+    }
+}
+
+/// The next record from `l`'s zygote, with the descriptors it carried.
+fn next_record(
+    l: &Live,
+    until: Instant,
+) -> std::io::Result<([u8; ForkReply::BYTES + 1], usize, Vec<OwnedFd>)> {
     loop {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -353,10 +395,16 @@ fn ask(l: &Live) -> std::io::Result<Spawned> {
         }
         (msg.bytes, fds)
     };
+    Ok((buf, n, fds))
+}
+
+/// A fork request's answer: the new worker, or why there is none.
+fn fork_reply(buf: &[u8], fds: Vec<OwnedFd>) -> std::io::Result<Spawned> {
+    let n = buf.len();
     if n == 0 {
         return Err(std::io::Error::other("the zygote exited"));
     }
-    let reply = ForkReply::decode(&buf[..n])
+    let reply = ForkReply::decode(buf)
         .ok_or_else(|| std::io::Error::other("the zygote sent a malformed reply"))?;
     if reply.errno != 0 {
         return Err(std::io::Error::from_raw_os_error(reply.errno as i32));
