@@ -251,6 +251,11 @@ pub struct WorkerConfig {
     /// (confined to its posture, its globals bound and its body compiled, before any
     /// argument exists). Each primed worker still serves one call.
     pub prime: bool,
+    /// The zygote holds stsd's code in huge pages (a sealed memfd), so that a worker maps it
+    /// with a few page-table entries instead of inheriting about a thousand. Making them costs
+    /// the first zygote about 13 ms, which a daemon's workers repay many times and one `stsd
+    /// run` does not: it turns this off.
+    pub huge_code: bool,
 }
 
 /// `[worker] spawn`.
@@ -273,6 +278,7 @@ impl Default for WorkerConfig {
             spawn: SpawnMode::Zygote,
             zygote_max_forks: 1000,
             prime: true,
+            huge_code: true,
         }
     }
 }

@@ -17,7 +17,10 @@ use stsd_protocol::Diagnostic;
 
 fn exec_options(config: &Config) -> Result<ExecOptions, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the stsd binary: {e}"))?;
-    ExecOptions::new(exe, config)
+    // One call (or one tool's tests): the zygote's huge pages would cost more than they save.
+    let mut config = config.clone();
+    config.worker.huge_code = false;
+    ExecOptions::new(exe, &config)
 }
 
 fn usage(msg: impl std::fmt::Display) -> ExitCode {

@@ -56,7 +56,11 @@ pub fn run() -> i32 {
     // process, and nothing else owns it.
     let given = (unsafe { libc::fcntl(ZYGOTE_CODE_FD, libc::F_GETFD) } >= 0)
         .then(|| unsafe { OwnedFd::from_raw_fd(ZYGOTE_CODE_FD) });
-    let code = super::inherit::huge_code(given);
+    let code = if std::env::args().any(|a| a == "--huge-code") {
+        super::inherit::huge_code(given)
+    } else {
+        None
+    };
     // SAFETY: the supervisor placed the control socket on fd 3 and nothing else owns it.
     let ctrl = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
     if let Some(code) = code {

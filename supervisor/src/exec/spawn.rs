@@ -208,9 +208,7 @@ impl Spawner {
                 uid: cfg.uid,
                 gid: cfg.gid,
             },
-            SpawnMode::Zygote => {
-                Spawner::Zygote(Zygote::start(exe, cfg.uid, cfg.gid, cfg.zygote_max_forks))
-            }
+            SpawnMode::Zygote => Spawner::Zygote(Zygote::start(exe, cfg)),
         })
     }
 

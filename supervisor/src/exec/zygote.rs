@@ -106,16 +106,17 @@ pub struct Zygote {
 
 impl Zygote {
     /// Starts the manager thread, which execs the first zygote at once.
-    pub fn start(exe: ExeFile, uid: u32, gid: u32, max_forks: u32) -> Zygote {
+    pub fn start(exe: ExeFile, cfg: &stsd_profiles::baseline::WorkerConfig) -> Zygote {
         let (tx, rx) = mpsc::channel::<Request>();
         let pid = Arc::new(Mutex::new(None));
         let policy = Arc::new(Policy::default());
         let exe_path = exe.exec_path();
         let mut m = Manager {
             exe,
-            uid,
-            gid,
-            max_forks: max_forks.max(1),
+            uid: cfg.uid,
+            gid: cfg.gid,
+            max_forks: cfg.zygote_max_forks.max(1),
+            huge_code: cfg.huge_code,
             live: None,
             pid: pid.clone(),
             policy: policy.clone(),
@@ -203,6 +204,8 @@ struct Manager {
     uid: u32,
     gid: u32,
     max_forks: u32,
+    /// `[worker] huge_code`: the zygote is asked for it (`--huge-code`).
+    huge_code: bool,
     live: Option<Live>,
     pid: Arc<Mutex<Option<u32>>>,
     policy: Arc<Policy>,
@@ -263,6 +266,9 @@ impl Manager {
     fn exec_zygote(&self) -> std::io::Result<Live> {
         let (ctrl, child_end) = seqpacket_pair()?;
         let mut cmd = self.exe.command("zygote", self.uid, self.gid, &child_end);
+        if self.huge_code {
+            cmd.arg("--huge-code");
+        }
         // The shared libraries' own symbols are bound at start (stsd itself is linked with
         // BIND_NOW): once, here, instead of lazily in every forked worker.
         cmd.env("LD_BIND_NOW", "1");
