@@ -139,7 +139,7 @@ def bench_stsd(reuse, spawn):
         cpu = []
         # As isolated-vm's script does: 20 calls before the measured ones (of each tool, right
         # before its own: the pool primes workers for the tool called last).
-        stsd_client(sock, WARMUP, [])
+        stsd_client(sock, WARMUP, [], cpu=cpu)  # a reused worker reports its creation once
         r["lat1"], _ = run_conc(lambda n, lat: stsd_client(sock, n, lat, cpu=cpu), 1, N1)
         _, r["rate8"] = run_conc(lambda n, lat: stsd_client(sock, n, lat), 8, N8)
         stsd_client(sock, WARMUP, [], tool="trivial", args={})
