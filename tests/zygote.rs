@@ -808,6 +808,17 @@ fn a_call_whose_worker_was_killed_before_it_got_the_job_goes_to_another() {
     }
 }
 
+/// A daemon (pool 2) that has served one call and settled, and its zygote.
+fn settled_after_one_call() -> (Daemon, i32) {
+    let d = Daemon::start(2, "");
+    let mut c = d.connect();
+    c.call(1, "echo-console", json!({ "text": "settle" }));
+    assert!(!is_error(&c.response()));
+    std::thread::sleep(Duration::from_millis(300));
+    let zygote = wait_for_zygote(&d, None);
+    (d, zygote)
+}
+
 /// A memfd mapping of `pid` as /proc/PID/smaps shows it, sizes in KiB.
 #[derive(Debug, Default)]
 struct MemfdMapping {
@@ -867,12 +878,7 @@ fn relocated_read_only_data_is_file_pages_a_worker_maps_as_it_reads() {
     if stsd_tests::skip_unless_root("reading the zygote's smaps needs root (it is not dumpable)") {
         return;
     }
-    let d = Daemon::start(2, "");
-    let mut c = d.connect();
-    c.call(1, "echo-console", json!({ "text": "relro" }));
-    assert!(!is_error(&c.response()));
-    std::thread::sleep(Duration::from_millis(300));
-    let zygote = wait_for_zygote(&d, None);
+    let (d, zygote) = settled_after_one_call();
     let z = memfd_mappings(zygote, "stsd-relro");
     let own = z.iter().map(|m| m.size).max().unwrap_or(0);
     assert!(own >= 256, "stsd's RELRO is not in a memfd: {z:?}");
@@ -933,25 +939,29 @@ fn memfd_collapses() -> bool {
     }
 }
 
+/// True (and says why) when this test cannot see the zygote's huge code: not root (the zygote
+/// is not dumpable), or a kernel that makes no huge pages of a memfd.
+fn skip_unless_huge_code() -> bool {
+    if stsd_tests::skip_unless_root("reading the zygote's maps needs root (it is not dumpable)") {
+        return true;
+    }
+    if !memfd_collapses() {
+        eprintln!("skipped: this kernel does not make huge pages of a memfd (MADV_COLLAPSE)");
+        return true;
+    }
+    false
+}
+
 /// stsd's code is held by the zygote in huge pages (a sealed memfd mapped over it, read-only
 /// and executable), and a worker maps each 2 MiB block of it that it runs with one page-table
 /// entry: fork copies none of the code's entries and exit clears a handful, where 4 KiB pages
 /// cost every one-shot worker about a thousand of each. Nothing can write the memfd.
 #[test]
 fn the_code_is_huge_pages_a_worker_maps_a_block_at_a_time() {
-    if stsd_tests::skip_unless_root("reading the zygote's smaps needs root (it is not dumpable)") {
+    if skip_unless_huge_code() {
         return;
     }
-    if !memfd_collapses() {
-        eprintln!("skipped: this kernel does not make huge pages of a memfd (MADV_COLLAPSE)");
-        return;
-    }
-    let d = Daemon::start(2, "");
-    let mut c = d.connect();
-    c.call(1, "echo-console", json!({ "text": "huge" }));
-    assert!(!is_error(&c.response()));
-    std::thread::sleep(Duration::from_millis(300));
-    let zygote = wait_for_zygote(&d, None);
+    let (d, zygote) = settled_after_one_call();
     let z = memfd_mappings(zygote, "stsd-code");
     // The binary's code segment starts on a 2 MiB boundary (supervisor/build.rs): all of it
     // but its last partial block, many MiB, is in huge pages.
@@ -1024,11 +1034,7 @@ fn code_memfds(pid: i32) -> Vec<(String, String)> {
 /// own, since every zygote is a fresh exec with a fresh layout.
 #[test]
 fn a_new_zygote_maps_the_code_its_predecessor_made_at_its_own_address() {
-    if stsd_tests::skip_unless_root("reading the zygote's maps needs root (it is not dumpable)") {
-        return;
-    }
-    if !memfd_collapses() {
-        eprintln!("skipped: this kernel does not make huge pages of a memfd (MADV_COLLAPSE)");
+    if skip_unless_huge_code() {
         return;
     }
     let d = Daemon::start(1, "[worker]\nzygote_max_forks = 3\n");
