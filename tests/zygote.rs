@@ -1061,3 +1061,19 @@ fn a_new_zygote_maps_the_code_its_predecessor_made_at_its_own_address() {
         "every zygote's code at one address: {seen:?}"
     );
 }
+
+/// `[worker] huge_code = false`: the zygote leaves its code as the loader mapped it.
+#[test]
+fn huge_code_off_leaves_the_code_in_small_pages() {
+    if skip_unless_huge_code() {
+        return;
+    }
+    let d = Daemon::start(1, "[worker]\nhuge_code = false\n");
+    let mut c = d.connect();
+    c.call(1, "echo-console", json!({ "text": "small" }));
+    assert!(!is_error(&c.response()));
+    let zygote = wait_for_zygote(&d, None);
+    let maps = std::fs::read_to_string(format!("/proc/{zygote}/maps")).unwrap_or_default();
+    assert!(maps.contains(" r-xp "), "no code mapping read: {maps}");
+    assert!(code_memfds(zygote).is_empty(), "{maps}");
+}
