@@ -12,13 +12,16 @@
 //! relocation region (RELRO: vtables, the GOT, tables of pointers; 1.6 MiB in stsd), so each
 //! of its pages is a private anonymous page, and fork copies every one of their entries into
 //! every worker, which clears them again at exit (about 0.15 µs an entry on this VM,
-//! `scripts/machine_costs.c`), whether it reads the page or not.
+//! `scripts/machine_costs.c`), whether it reads the page or not. Nor, one by one, those of
+//! stsd's code: [`huge_code`] (the zygote, second) puts every whole 2 MiB block of it in a huge
+//! page, which a worker maps with one entry when it first runs it.
 //!
-//! - Code (the zygote, once): each private code mapping (of stsd and of its
-//!   libraries) gets one anonymous page of its own, which makes fork copy the mapping's
-//!   page-table entries (the kernel copies them for every mapping that has anonymous pages).
-//!   What is copied is what the zygote itself ran while it started and made the first
-//!   context: entries pointing at pages the page cache already holds, no new memory.
+//! - The rest of the code (the zygote, once, in [`prepare`]): each other private code mapping
+//!   (of stsd's last partial block and of its libraries) gets one anonymous page of its own,
+//!   which makes fork copy the mapping's page-table entries (the kernel copies them for every
+//!   mapping that has anonymous pages). What is copied is what the zygote itself ran while it
+//!   started and made the first context: entries pointing at pages the page cache already
+//!   holds, no new memory.
 //! - [`own_heap_while_idle`] (each forked worker, after Ready, until work comes): makes its
 //!   own copy of every heap page (`MADV_POPULATE_WRITE`, a chunk at a time), so the copies
 //!   are made while nobody waits rather than inside the call.
@@ -183,12 +186,13 @@ fn copy_to_memfd(start: usize, len: usize) -> Option<OwnedFd> {
 /// `[start, start + len)` must be 2 MiB-aligned, inside one mapping of read-only executable
 /// code that nothing writes, in a single-threaded process, and `fd` must hold its bytes.
 unsafe fn map_huge(start: usize, len: usize, fd: &OwnedFd) -> bool {
-    const MADV_COLLAPSE: libc::c_int = 25; // Linux 6.1
-                                           // The memfd's pages become huge ones (in its page cache, which every mapping of it
-                                           // shares) through a scratch mapping at an aligned address, a block at a time (a memfd
-                                           // an earlier zygote made is huge already: then this only checks it); only a block that
-                                           // became one replaces the code at its address (a block that could not, for want of a free
-                                           // 2 MiB of memory say, stays as it was).
+    // Linux 6.1.
+    const MADV_COLLAPSE: libc::c_int = 25;
+    // The memfd's pages become huge ones (in its page cache, which every mapping of it shares)
+    // through a scratch mapping at an aligned address, a block at a time (a memfd an earlier
+    // zygote made is huge already: then this only checks it); only a block that became one
+    // replaces the code at its address (a block that could not, for want of a free 2 MiB of
+    // memory say, stays as it was).
     let Some(scratch) = Scratch::map(fd.as_raw_fd(), len) else {
         return false;
     };
