@@ -253,7 +253,7 @@ pub struct WorkerConfig {
     pub prime: bool,
     /// The zygote holds stsd's code in huge pages (a sealed memfd), so that a worker maps it
     /// with a few page-table entries instead of inheriting about a thousand. Making them costs
-    /// the first zygote about 13 ms, which a daemon's workers repay many times and one `stsd
+    /// the first zygote 13 to 16 ms, which a daemon's workers repay many times and one `stsd
     /// run` does not: it turns this off.
     pub huge_code: bool,
 }

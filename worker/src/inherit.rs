@@ -107,7 +107,7 @@ const HUGE_CODE_NAME: &str = "stsd-code";
 ///
 /// `given` is the memfd an earlier zygote made (the supervisor keeps it and hands it to each
 /// zygote it execs): the code of the same binary, already in huge pages, so that a new zygote
-/// maps it instead of copying 18 MiB and collapsing it again (about 13 ms here). It is
+/// maps it instead of copying 18 MiB and collapsing it again (13 to 16 ms here). It is
 /// used only if it is sealed against every change and has the size of the code it replaces
 /// (the code of a PIE is the same bytes wherever it is loaded). Returns the memfd of the
 /// largest code mapping replaced, for the supervisor to keep.
