@@ -573,8 +573,9 @@ mod tests {
     }
 }
 
-/// The record a zygote sends first, once, when it holds stsd's code in a sealed memfd of huge
-/// pages: the memfd travels with it (SCM_RIGHTS). The supervisor keeps it and hands it to each
+/// The record a zygote sends first, once, when it made a sealed memfd of stsd's code in huge
+/// pages (the first zygote; later ones map the memfd they were given): the memfd travels with
+/// it (SCM_RIGHTS). The supervisor keeps it and hands it to each
 /// zygote it execs later, on [`ZYGOTE_CODE_FD`], which maps it instead of making its own.
 pub const ZYGOTE_CODE_OFFER: &[u8] = b"C";
 

@@ -92,8 +92,10 @@ pub fn clean_relro() {
 
 /// Size of a huge page, the unit of [`huge_code`] (x86-64 and arm64 with 4 KiB pages).
 const HUGE: usize = 2 << 20;
-/// The name [`huge_code`] gives its memfds, so that [`prepare`] knows their mappings.
-const HUGE_CODE_NAME: &str = "stsd-code";
+/// The name [`huge_code`] gives its memfds, and how /proc/self/maps names their mappings (for
+/// [`prepare`]).
+const HUGE_CODE_NAME: &std::ffi::CStr = c"stsd-code";
+const HUGE_CODE_MAPPING: &str = "/memfd:stsd-code";
 
 /// The zygote, second: the code of stsd that lies in whole 2 MiB-aligned blocks is replaced, at
 /// its address, by a read-only private mapping of a sealed memfd holding the same bytes in
@@ -110,7 +112,8 @@ const HUGE_CODE_NAME: &str = "stsd-code";
 /// maps it instead of copying 18 MiB and collapsing it again (13 to 16 ms here). It is
 /// used only if it is sealed against every change and has the size of the code it replaces
 /// (the code of a PIE is the same bytes wherever it is loaded). Returns the memfd of the
-/// largest code mapping replaced, for the supervisor to keep.
+/// largest code mapping this zygote replaced with one it made itself, for the supervisor to
+/// keep (None when it mapped the one it was given).
 pub fn huge_code(mut given: Option<OwnedFd>) -> Option<OwnedFd> {
     let mut kept: Option<(usize, OwnedFd)> = None;
     for m in mappings() {
@@ -123,17 +126,18 @@ pub fn huge_code(mut given: Option<OwnedFd>) -> Option<OwnedFd> {
             continue;
         }
         let len = to - from;
-        let fd = match given.take_if(|fd| sealed_of_size(fd, len)) {
-            Some(fd) => fd,
+        let (fd, made) = match given.take_if(|fd| sealed_of_size(fd, len)) {
+            Some(fd) => (fd, false),
             None => match copy_to_memfd(from, len) {
-                Some(fd) => fd,
+                Some(fd) => (fd, true),
                 None => continue,
             },
         };
         // SAFETY: [from, to) lies inside one executable private mapping of a file, as the
         // kernel listed it, and `fd` holds its bytes; this process is single-threaded and
         // nothing writes code.
-        if unsafe { map_huge(from, len, &fd) } && kept.as_ref().is_none_or(|k| k.0 < len) {
+        let mapped = unsafe { map_huge(from, len, &fd) };
+        if mapped && made && kept.as_ref().is_none_or(|k| k.0 < len) {
             kept = Some((len, fd));
         }
     }
@@ -160,13 +164,12 @@ fn sealed_of_size(fd: &OwnedFd, len: usize) -> bool {
 /// A sealed memfd holding `[start, start + len)` of this process's (readable) code.
 fn copy_to_memfd(start: usize, len: usize) -> Option<OwnedFd> {
     const MFD_EXEC: libc::c_uint = 0x10; // Linux 6.3: executable even where memfd_noexec=1
-    let name = std::ffi::CString::new(HUGE_CODE_NAME).ok()?;
     let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
     // SAFETY: memfd_create with a NUL-terminated name; the descriptor is owned at once.
     let fd = unsafe {
-        let mut fd = libc::memfd_create(name.as_ptr(), flags | MFD_EXEC);
+        let mut fd = libc::memfd_create(HUGE_CODE_NAME.as_ptr(), flags | MFD_EXEC);
         if fd < 0 {
-            fd = libc::memfd_create(name.as_ptr(), flags); // before 6.3 every memfd is
+            fd = libc::memfd_create(HUGE_CODE_NAME.as_ptr(), flags); // before 6.3 every memfd is
         }
         if fd < 0 {
             return None;
@@ -387,7 +390,7 @@ pub fn prepare() -> Option<usize> {
         }
         // Huge-page code (huge_code) is mapped by each worker with a fault per 2 MiB block;
         // an anonymous page would split the block it lands in.
-        if m.path.starts_with(&format!("/memfd:{HUGE_CODE_NAME}")) {
+        if m.path.starts_with(HUGE_CODE_MAPPING) {
             continue;
         }
         let (addr, len) = (m.start as *mut libc::c_void, m.end - m.start);

@@ -64,7 +64,8 @@ pub fn run() -> i32 {
     // SAFETY: the supervisor placed the control socket on fd 3 and nothing else owns it.
     let ctrl = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
     if let Some(code) = code {
-        // Offered before anything else; the memfd itself is closed here (no worker holds it).
+        // Made here (the first zygote): offered before anything else. The memfd itself is
+        // closed here, as a given one is (no worker holds it).
         let _ = send_with_fd(&ctrl, ZYGOTE_CODE_OFFER, Some(&code));
     }
     super::init_process();
