@@ -190,8 +190,9 @@ pub struct DaemonConfig {
     /// Where presets are read; unset: `default-tool-presets.json` in a `--catalog` directory
     /// (or beside a `--catalog` file).
     pub presets_file: Option<PathBuf>,
-    /// Threads of the async runtime (connections, sessions, the gateway). 0: one per CPU.
-    /// 1 saves wake-ups per call on a small machine. Read at start.
+    /// Threads of the async runtime (connections, sessions, the gateway). 0: one per two
+    /// CPUs, at least one (each one more wakes for every task queued and takes a CPU from
+    /// the workers). Read at start.
     pub runtime_threads: usize,
 }
 

@@ -38,6 +38,52 @@ impl AsRawFd for Sock {
     }
 }
 
+/// The registration of a worker's socket: for reading, and for writing too only once a send
+/// finds the socket full. With write interest from the start, the worker reading its job
+/// (which frees room in the socket) woke this thread for nothing: two context switches a
+/// call, on the worker's CPU.
+struct Registered {
+    raw: RawFd,
+    /// None only if registering again for writing failed (every later wait says so).
+    fd: Option<AsyncFd<Sock>>,
+    writable: bool,
+}
+
+impl Registered {
+    /// # Safety
+    /// `raw` stays open until the registration is dropped.
+    unsafe fn new(raw: RawFd) -> std::io::Result<Registered> {
+        // SAFETY: the caller keeps `raw` open while this lives.
+        let fd = unsafe { AsyncFd::register_with_interest(Sock(raw), Interest::READABLE)? };
+        Ok(Registered {
+            raw,
+            fd: Some(fd),
+            writable: false,
+        })
+    }
+
+    fn get(&self) -> Result<&AsyncFd<Sock>, String> {
+        self.fd
+            .as_ref()
+            .ok_or_else(|| "poll: the socket is not registered".to_string())
+    }
+
+    /// For writing too, from now on. A descriptor is registered once: the old registration
+    /// goes first.
+    fn widen(&mut self) -> Result<(), String> {
+        if self.writable {
+            return Ok(());
+        }
+        self.writable = true;
+        drop(self.fd.take());
+        let both = Interest::READABLE | Interest::WRITABLE;
+        // SAFETY: the same socket as in `new`, under its contract.
+        let fd = unsafe { AsyncFd::register_with_interest(Sock(self.raw), both) };
+        self.fd = Some(fd.map_err(|e| format!("poll: {e}"))?);
+        Ok(())
+    }
+}
+
 /// Runs `job` on `w` like [`super::run_keeping`], awaiting the worker instead of blocking.
 /// `Err(w)`: the socket could not be registered with the runtime; the worker is untouched,
 /// for the blocking driver.
@@ -49,12 +95,11 @@ pub async fn run_keeping(
     on_event: &mut (dyn FnMut(Event<'_>) + Send),
 ) -> Result<(CallOutcome, Option<ReadyWorker>), ReadyWorker> {
     let raw = w.socket().as_raw_fd();
-    let interest = Interest::READABLE | Interest::WRITABLE;
     // SAFETY: `raw` is the socket `w` owns, open until `w` is dropped or let go; the
     // registration is dropped before either can happen (below, before `ex.end`), and every
     // return before that point returns `w` itself. (Every I/O on it is MSG_DONTWAIT, which
     // stands in for the non-blocking mode AsyncFd asks for.)
-    let Ok(fd) = (unsafe { AsyncFd::register_with_interest(Sock(raw), interest) }) else {
+    let Ok(mut fd) = (unsafe { Registered::new(raw) }) else {
         return Err(w);
     };
     let mut ex = Exchange::begin(&w, job);
@@ -65,7 +110,7 @@ pub async fn run_keeping(
     let deadline = ex.deadline(opts.kill_grace);
     for b in to_send {
         let sent = tokio::select! {
-            r = send_async(&fd, &b) => r.map_err(Some),
+            r = send_async(&mut fd, &b) => r.map_err(Some),
             _ = tokio::time::sleep_until(deadline.into()) => Err(None),
         };
         match sent {
@@ -142,7 +187,7 @@ pub async fn run_keeping(
 }
 
 /// Waits for a reused or primed worker to say its next context is made.
-async fn await_context(w: &mut ReadyWorker, fd: &AsyncFd<Sock>) -> Result<(), AwaitError> {
+async fn await_context(w: &mut ReadyWorker, fd: &Registered) -> Result<(), AwaitError> {
     if w.is_context_made() {
         return Ok(());
     }
@@ -159,7 +204,11 @@ async fn await_context(w: &mut ReadyWorker, fd: &AsyncFd<Sock>) -> Result<(), Aw
 }
 
 /// One record from the worker, into `buf`.
-async fn recv_async(fd: &AsyncFd<Sock>, buf: &mut [u8]) -> Record {
+async fn recv_async(reg: &Registered, buf: &mut [u8]) -> Record {
+    let fd = match reg.get() {
+        Ok(fd) => fd,
+        Err(e) => return Record::End(Recv::Broken(e)),
+    };
     loop {
         let mut ready = match fd.readable().await {
             Ok(r) => r,
@@ -182,18 +231,26 @@ async fn recv_async(fd: &AsyncFd<Sock>, buf: &mut [u8]) -> Record {
 }
 
 /// Sends one record to the worker, waiting while its socket is full.
-async fn send_async(fd: &AsyncFd<Sock>, bytes: &[u8]) -> Result<(), String> {
+async fn send_async(reg: &mut Registered, bytes: &[u8]) -> Result<(), String> {
+    let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
+    loop {
+        match send(reg.raw, bytes, flags) {
+            Ok(_) => return Ok(()),
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) => break,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    reg.widen()?;
+    let fd = reg.get()?;
     loop {
         let mut ready = fd.writable().await.map_err(|e| format!("poll: {e}"))?;
-        match send(
-            fd.get_ref().0,
-            bytes,
-            MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
-        ) {
-            Ok(_) => return Ok(()),
-            Err(Errno::EAGAIN) => ready.clear_ready(),
-            Err(Errno::EINTR) => {}
-            Err(e) => return Err(e.to_string()),
+        // A WouldBlock (EAGAIN) clears the readiness, so the next wait is a real one.
+        match ready.try_io(|s| send(s.get_ref().0, bytes, flags).map_err(std::io::Error::from)) {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_would_block) => {}
         }
     }
 }
@@ -217,4 +274,56 @@ async fn exit_status(mut w: ReadyWorker) -> Option<std::process::ExitStatus> {
     }
     super::reap_later(w);
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+
+    /// Records sent past a full socket arrive whole and in order: the registration, readable
+    /// only at first, is widened for writing when a send finds no room, and each wait for
+    /// room is a real one (not a spin on a stale readiness).
+    #[test]
+    fn sends_past_a_full_socket_wait_for_room_and_arrive_in_order() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let records: Vec<Vec<u8>> = (0..24u8).map(|i| vec![i; 100 * 1024]).collect();
+        let expect = records.clone();
+        // The peer starts reading only once the sender must have found the socket full.
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            let mut buf = vec![0u8; 200 * 1024];
+            let mut got = Vec::new();
+            while got.len() < 24 {
+                let n = recv(theirs.as_raw_fd(), &mut buf, MsgFlags::empty())
+                    .unwrap_or_else(|e| panic!("{e}"));
+                got.push(buf[..n].to_vec());
+            }
+            got
+        });
+        let widened = rt.block_on(async {
+            // SAFETY: `ours` outlives the registration (dropped at the end of this block).
+            let mut reg =
+                unsafe { Registered::new(ours.as_raw_fd()) }.unwrap_or_else(|e| panic!("{e}"));
+            assert!(!reg.writable);
+            for r in &records {
+                send_async(&mut reg, r)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+            reg.writable
+        });
+        assert!(widened, "2.4 MB never filled the socket");
+        assert_eq!(reader.join().unwrap_or_else(|_| panic!("reader")), expect);
+    }
 }
