@@ -371,3 +371,26 @@ fn a_call_s_worker_runs_beside_its_driver_then_anywhere() {
     let later = watcher.join().unwrap_or_default();
     assert_eq!(later, all, "300 ms into its call");
 }
+
+/// A worker kept for another call (reuse) is not pinned: it makes its next context right
+/// after its call, and pinned beside the driver it took the CPU the next call ran on.
+#[test]
+fn a_worker_kept_for_another_call_is_never_pinned() {
+    let all = cpus_allowed("self");
+    if all.len() < 2 {
+        eprintln!("skipped: this process may use one CPU only");
+        return;
+    }
+    let base = fixture();
+    let mut j = spinning_job(20, base.path());
+    j.keep_alive = true;
+    j.reuse_calls = 2;
+    let mut at_start = Vec::new();
+    let out = run_job(&j, &exec_options(), &mut |ev| {
+        if let stsd::exec::Event::Started(pid) = ev {
+            at_start = cpus_allowed(&pid.to_string());
+        }
+    });
+    assert!(out.result.is_ok(), "{out:?}");
+    assert_eq!(at_start, all, "a kept worker at its call's start");
+}

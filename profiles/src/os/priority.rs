@@ -10,9 +10,10 @@
 //! worker is torn down under SCHED_IDLE too, while few are (its memory must come back under
 //! load as well: see the supervisor's reaper).
 //!
-//! A call's worker also runs on the CPU of the thread that drives its exchange while the call
-//! is short ([`beside_caller`], [`anywhere`]): on a VM without halt polling, a wake-up sent to
-//! another CPU costs tens of microseconds.
+//! A one-shot call's worker also runs on the CPU of the thread that drives its exchange while
+//! the call is short ([`beside_caller`], [`anywhere`]): on a VM without halt polling, a wake-up
+//! sent to another CPU costs tens of microseconds. (A worker kept for another call is not
+//! pinned: its next context, made right after the call, would land where the calls run.)
 //!
 //! Putting a process back needs CAP_SYS_NICE (a root supervisor) or an RLIMIT_NICE that allows
 //! nice 0. A supervisor that has neither leaves every priority as it is.

@@ -40,7 +40,8 @@ pub(super) struct Exchange<'j> {
     went_primed: bool,
     was_warm: bool,
     awaited_us: u64,
-    /// The worker runs on the driving thread's CPU (see [`Exchange::begin`]).
+    /// The worker runs on the driving thread's CPU (see [`Exchange::begin`]): a one-shot
+    /// call's worker, until [`PINNED_FOR`] has passed.
     pinned: bool,
     /// The job never reached the worker whole: it died before it was sent, or sending it
     /// failed (see [`CallOutcome::undelivered`]).
@@ -77,11 +78,18 @@ impl<'j> Exchange<'j> {
     /// a reused one makes its next context, as background work, see `os::priority`).
     pub(super) fn begin(w: &ReadyWorker, job: &'j Job) -> Exchange<'j> {
         stsd_profiles::os::priority::foreground(w.pid());
-        // Its driver waits for each of its frames: beside it, each wake-up between the two is
-        // local, not an interrupt to another CPU (on this VM about 30 µs each way, measured
-        // with a socket ping-pong: 67 µs a round trip across CPUs, 11 on one). See
-        // `slice_passed` for calls that are not short.
-        stsd_profiles::os::priority::beside_caller(w.pid());
+        // A one-shot worker's driver waits for each of its frames: beside it, each wake-up
+        // between the two is local, not an interrupt to another CPU (on this VM about 30 µs
+        // each way, measured with a socket ping-pong: 67 µs a round trip across CPUs, 11 on
+        // one). See `slice_passed` for calls that are not short. A worker kept for another
+        // call is left where the scheduler put it: pinned for its call and let go after it,
+        // its next context (made right after, beside the next call) ran where the calls run,
+        // and reuse p50 was 0.199 against 0.146 ms unpinned (`N=1000 scripts/ab 4 1000
+        // trivial`; one-shot is 0.432 pinned against 0.459 unpinned, `scripts/ab 5 1`).
+        let pinned = !job.keep_alive;
+        if pinned {
+            stsd_profiles::os::priority::beside_caller(w.pid());
+        }
         Exchange {
             job,
             t0: Instant::now(),
@@ -111,7 +119,7 @@ impl<'j> Exchange<'j> {
             went_primed: w.is_primed_for(job),
             was_warm: w.is_context_made(),
             awaited_us: 0,
-            pinned: true,
+            pinned,
             undelivered: false,
         }
     }
@@ -300,8 +308,8 @@ impl<'j> Exchange<'j> {
             || matches!(&self.settled, Some(Err(e)) if e.code == Code::JsError);
         let keep = self.job.keep_alive && clean && !frames_left && w.is_alive() && {
             // It makes its next context now, as background work, and says Ready when it has.
+            // (A worker kept for another call was never pinned: see `begin`.)
             stsd_profiles::os::priority::background(w.pid());
-            stsd_profiles::os::priority::anywhere(w.pid());
             frames::encode(&ToWorker::Continue).ok().is_some_and(|b| {
                 nix::sys::socket::send(
                     std::os::fd::AsRawFd::as_raw_fd(w.socket()),
