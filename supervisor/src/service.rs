@@ -44,6 +44,8 @@ pub struct PublishedTool {
     pub open_world: bool,
     /// Whether a call needs approval first, why, and which strategy decides.
     pub approval: Requirement,
+    /// The enforced toolSafety as JSON, made once (every call's audit record carries it).
+    pub tool_safety_json: Value,
 }
 
 /// The catalog as served: ACTIVE specs, sorted by name (a stable order).
@@ -318,6 +320,7 @@ fn publish_catalog(
         }
         out.tools.push(PublishedTool {
             approval,
+            tool_safety_json: serde_json::to_value(&resolved.tool_safety).unwrap_or(Value::Null),
             input_schema: input_schema(spec),
             read_only: !caps.file_write && !network,
             destructive: caps.destructive,
@@ -764,8 +767,7 @@ impl Service {
         );
         record.ts = started;
         record.category = tool.spec.category.clone();
-        record.tool_safety =
-            serde_json::to_value(&tool.resolved.tool_safety).unwrap_or(Value::Null);
+        record.tool_safety = tool.tool_safety_json.clone();
 
         // The secrets of this tool mask its record from the start: a call refused before it
         // runs (bad arguments, say) has its params masked like any other.
@@ -1029,11 +1031,11 @@ impl Service {
     }
 
     /// One of stsd's own tools, when the exposure serves them.
-    fn own_tool(&self, published: &Published, name: &str) -> Option<PublishedTool> {
+    fn own_tool<'p>(&self, published: &'p Published, name: &str) -> Option<&'p PublishedTool> {
         if self.config().gateway.exposure == Exposure::Upstream {
             return None;
         }
-        published.get(name).cloned()
+        published.get(name)
     }
 
     /// The gateway, once the daemon has started it.
@@ -1121,7 +1123,7 @@ impl Service {
     /// The approval prompt for any served tool (own or wrapped), secrets masked.
     pub fn approval_prompt_for(&self, name: &str, args: &Map<String, Value>) -> Option<String> {
         if let Some(t) = self.own_tool(&self.published(), name) {
-            return Some(self.approval_prompt(&t, args));
+            return Some(self.approval_prompt(t, args));
         }
         let w = self.wrapped_tool(name)?;
         let secrets = self
@@ -1192,7 +1194,7 @@ fn own_fingerprint(t: &PublishedTool) -> String {
         "readOnlyHint": t.read_only,
         "destructiveHint": t.destructive,
         "openWorldHint": t.open_world,
-        "stsd/toolSafety": serde_json::to_value(&t.resolved.tool_safety).unwrap_or(Value::Null),
+        "stsd/toolSafety": t.tool_safety_json.clone(),
     });
     crate::upstream::ledger::fingerprint(
         &t.spec.name,
