@@ -8,7 +8,9 @@ use stsd::exec::ExecOptions;
 use stsd::exec::{run_job, CallOutcome};
 use stsd_protocol::frames::{FsAccess, ProbeOutcome};
 use stsd_protocol::Code;
-use stsd_tests::{exec_options, exec_options_in, is_root, job, scratch_base, SPAWN_MODES};
+use stsd_tests::{
+    cpus_allowed, exec_options, exec_options_in, is_root, job, scratch_base, SPAWN_MODES,
+};
 
 /// Every hostile probe the worker knows (worker/src/attack.rs).
 const HOSTILE: &[&str] = stsd_worker::ATTACK_PROBES;
@@ -316,25 +318,6 @@ fn rlimit_fsize_holds_a_file_to_the_write_budget_without_the_helper() {
     assert_eq!(size, 4 << 20);
 }
 
-/// The CPUs process `pid` ("self" for this one) may run on, from its Cpus_allowed_list.
-fn cpus_allowed(pid: &str) -> Vec<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let list = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .unwrap_or("")
-        .trim()
-        .to_string();
-    let mut out = Vec::new();
-    for part in list.split(',').filter(|p| !p.is_empty()) {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
-            out.extend(a..=b);
-        }
-    }
-    out
-}
-
 /// A call's worker runs on the CPU of the thread that drives its exchange while the call is
 /// short (each wake-up between the two then stays on one CPU), and may run on any of the
 /// supervisor's CPUs once the call has run longer, so that long calls spread over the
@@ -370,27 +353,4 @@ fn a_call_s_worker_runs_beside_its_driver_then_anywhere() {
     assert!(all.contains(&at_start[0]), "{at_start:?} of {all:?}");
     let later = watcher.join().unwrap_or_default();
     assert_eq!(later, all, "300 ms into its call");
-}
-
-/// A worker kept for another call (reuse) is not pinned: it makes its next context right
-/// after its call, and pinned beside the driver it took the CPU the next call ran on.
-#[test]
-fn a_worker_kept_for_another_call_is_never_pinned() {
-    let all = cpus_allowed("self");
-    if all.len() < 2 {
-        eprintln!("skipped: this process may use one CPU only");
-        return;
-    }
-    let base = fixture();
-    let mut j = spinning_job(20, base.path());
-    j.keep_alive = true;
-    j.reuse_calls = 2;
-    let mut at_start = Vec::new();
-    let out = run_job(&j, &exec_options(), &mut |ev| {
-        if let stsd::exec::Event::Started(pid) = ev {
-            at_start = cpus_allowed(&pid.to_string());
-        }
-    });
-    assert!(out.result.is_ok(), "{out:?}");
-    assert_eq!(at_start, all, "a kept worker at its call's start");
 }

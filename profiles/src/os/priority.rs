@@ -10,10 +10,10 @@
 //! worker is torn down under SCHED_IDLE too, while few are (its memory must come back under
 //! load as well: see the supervisor's reaper).
 //!
-//! A one-shot call's worker also runs on the CPU of the thread that drives its exchange while
-//! the call is short ([`beside_caller`], [`anywhere`]): on a VM without halt polling, a wake-up
-//! sent to another CPU costs tens of microseconds. (A worker kept for another call is not
-//! pinned: its next context, made right after the call, would land where the calls run.)
+//! A call's worker also runs on the CPU of the thread that drives its exchange while the call
+//! is short ([`beside_caller`], [`anywhere`]): on a VM without halt polling, a wake-up sent to
+//! another CPU costs tens of microseconds. A worker kept for another call makes its next
+//! context away from that CPU ([`away_from_caller`]), where the next call will run.
 //!
 //! Putting a process back needs CAP_SYS_NICE (a root supervisor) or an RLIMIT_NICE that allows
 //! nice 0. A supervisor that has neither leaves every priority as it is.
@@ -117,4 +117,25 @@ pub fn anywhere(id: u32) {
         set
     };
     set_mask(id, &all);
+}
+
+/// Process `id` runs on any of the supervisor's CPUs but the calling thread's (all of them
+/// when that leaves none).
+pub fn away_from_caller(id: u32) {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    let Some(mut set) = start_mask() else {
+        return anywhere(id);
+    };
+    if cpu >= 0 {
+        // SAFETY: CPU_CLR and CPU_COUNT touch the set we own; cpu is below CPU_SETSIZE.
+        let left = unsafe {
+            libc::CPU_CLR(cpu as usize, &mut set);
+            libc::CPU_COUNT(&set)
+        };
+        if left > 0 && set_mask(id, &set) {
+            return;
+        }
+    }
+    anywhere(id);
 }

@@ -322,6 +322,9 @@ pub struct ReadyWorker {
     making_context: bool,
     /// What the worker is primed (or priming) for: a call of that template is sent as a Go.
     primed: Option<Arc<Prime>>,
+    /// Kept after a lone call, it may not run on that call's CPU (`os::priority::
+    /// away_from_caller`) until its next call places it again.
+    pub(super) kept_away: bool,
 }
 
 impl ReadyWorker {
@@ -623,6 +626,7 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
         served: 0,
         making_context: false,
         primed: None,
+        kept_away: false,
     };
     let mut buf = [0u8; 256];
     let problem = match recv_until(&w.socket, t0 + READY_TIMEOUT, &mut buf) {
@@ -715,7 +719,7 @@ pub fn run_keeping(
     cancel: Option<&std::sync::atomic::AtomicBool>,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> (CallOutcome, Option<ReadyWorker>) {
-    let mut ex = Exchange::begin(&w, job);
+    let mut ex = Exchange::begin(&mut w, job);
     on_event(Event::Started(w.pid()));
     let mut frames_in = FrameReader::new();
     let awaited = w.await_context();

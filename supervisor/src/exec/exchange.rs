@@ -6,6 +6,7 @@
 
 use super::call::{death_cause, encode_for, AwaitError, ReadyWorker, PRE_CONFINEMENT_CODES};
 use super::call::{CallError, CallOutcome, CallTimings, CallValue, Event};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use stsd_protocol::frames::{self, FetchRequest, FromWorker, Job, NetworkGrant, ToWorker};
 use stsd_protocol::Code;
@@ -40,9 +41,11 @@ pub(super) struct Exchange<'j> {
     went_primed: bool,
     was_warm: bool,
     awaited_us: u64,
-    /// The worker runs on the driving thread's CPU (see [`Exchange::begin`]): a one-shot
-    /// call's worker, until [`PINNED_FOR`] has passed.
+    /// The worker runs on the driving thread's CPU (see [`Exchange::begin`]), until
+    /// [`PINNED_FOR`] has passed.
     pinned: bool,
+    /// Counted among the exchanges in flight (see [`IN_FLIGHT`]).
+    _in_flight: InFlight,
     /// The job never reached the worker whole: it died before it was sent, or sending it
     /// failed (see [`CallOutcome::undelivered`]).
     undelivered: bool,
@@ -55,6 +58,26 @@ const PINNED_FOR: Duration = Duration::from_millis(2);
 
 /// The longest wait for a worker's frame before the driver checks for a cancellation.
 const SLICE: Duration = Duration::from_millis(50);
+
+/// Exchanges in flight in this process: whether a call is a lone one (see
+/// [`Exchange::begin`]).
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// One exchange counted in [`IN_FLIGHT`] while it lives.
+struct InFlight;
+
+impl InFlight {
+    /// Counts one more; true when it is the only one.
+    fn enter() -> (InFlight, bool) {
+        (InFlight, IN_FLIGHT.fetch_add(1, Ordering::SeqCst) == 0)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// A fetch frame, for the driver: part of a request body, or the request.
 pub(super) enum FetchStep {
@@ -76,19 +99,28 @@ pub(super) enum Ending {
 impl<'j> Exchange<'j> {
     /// A call on `w` begins: it runs at the normal policy from now on (a worker is made, and
     /// a reused one makes its next context, as background work, see `os::priority`).
-    pub(super) fn begin(w: &ReadyWorker, job: &'j Job) -> Exchange<'j> {
-        stsd_profiles::os::priority::foreground(w.pid());
-        // A one-shot worker's driver waits for each of its frames: beside it, each wake-up
-        // between the two is local, not an interrupt to another CPU (on this VM about 30 µs
-        // each way, measured with a socket ping-pong: 67 µs a round trip across CPUs, 11 on
-        // one). See `slice_passed` for calls that are not short. A worker kept for another
-        // call is left where the scheduler put it: pinned for its call and let go after it,
-        // its next context (made right after, beside the next call) ran where the calls run,
-        // and reuse p50 was 0.199 against 0.146 ms unpinned (`N=1000 scripts/ab 4 1000
-        // trivial`; one-shot is 0.432 pinned against 0.459 unpinned, `scripts/ab 5 1`).
-        let pinned = !job.keep_alive;
+    pub(super) fn begin(w: &mut ReadyWorker, job: &'j Job) -> Exchange<'j> {
+        use stsd_profiles::os::priority;
+        priority::foreground(w.pid());
+        // The driver waits for each of the worker's frames: beside it, each wake-up between
+        // the two is local, not an interrupt to another CPU (on this VM about 30 µs each way,
+        // measured with a socket ping-pong: 67 µs a round trip across CPUs, 11 on one). See
+        // `slice_passed` for calls that are not short.
+        //
+        // A worker kept for another call (reuse) makes its next context right after its call.
+        // Pinned, then let go to any CPU, that work landed where the next call ran (reuse
+        // p50 0.199 ms, against 0.146 never pinned); so it is pinned only for a lone call and
+        // then kept away from that CPU (`end`): 0.128 ms against 0.214 never pinned (trivial,
+        // `N=1000 scripts/ab 6 1000`). With calls in flight together, pinning reused workers
+        // piled them onto the drivers' CPUs (3051 calls/s at c=8, 4961 never pinned): then
+        // they are not pinned, and one kept away is let go to any CPU.
+        let (in_flight, lone) = InFlight::enter();
+        let pinned = !job.keep_alive || lone;
         if pinned {
-            stsd_profiles::os::priority::beside_caller(w.pid());
+            priority::beside_caller(w.pid());
+            w.kept_away = false;
+        } else if std::mem::take(&mut w.kept_away) {
+            priority::anywhere(w.pid());
         }
         Exchange {
             job,
@@ -120,6 +152,7 @@ impl<'j> Exchange<'j> {
             was_warm: w.is_context_made(),
             awaited_us: 0,
             pinned,
+            _in_flight: in_flight,
             undelivered: false,
         }
     }
@@ -307,9 +340,13 @@ impl<'j> Exchange<'j> {
         let clean = matches!(&self.settled, Some(Ok(_)))
             || matches!(&self.settled, Some(Err(e)) if e.code == Code::JsError);
         let keep = self.job.keep_alive && clean && !frames_left && w.is_alive() && {
-            // It makes its next context now, as background work, and says Ready when it has.
-            // (A worker kept for another call was never pinned: see `begin`.)
+            // It makes its next context now, as background work, and says Ready when it has:
+            // away from this CPU when it was pinned to it (see `begin`).
             stsd_profiles::os::priority::background(w.pid());
+            if self.pinned {
+                stsd_profiles::os::priority::away_from_caller(w.pid());
+                w.kept_away = true;
+            }
             frames::encode(&ToWorker::Continue).ok().is_some_and(|b| {
                 nix::sys::socket::send(
                     std::os::fd::AsRawFd::as_raw_fd(w.socket()),

@@ -102,7 +102,7 @@ pub async fn run_keeping(
     let Ok(mut fd) = (unsafe { Registered::new(raw) }) else {
         return Err(w);
     };
-    let mut ex = Exchange::begin(&w, job);
+    let mut ex = Exchange::begin(&mut w, job);
     on_event(Event::Started(w.pid()));
     let mut frames_in = FrameReader::new();
     let awaited = await_context(&mut w, &fd).await;

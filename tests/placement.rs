@@ -1,0 +1,116 @@
+//! Where a call's worker runs (`os::priority`, `exec::exchange`). Its own test binary: a lone
+//! call is one with no other exchange in flight in the process, which tests running in
+//! parallel threads of one binary would spoil.
+
+use stsd::exec::{run_job, run_keeping, spawn_ready, Event};
+use stsd_protocol::frames::FsAccess;
+use stsd_tests::{cpus_allowed, exec_options, job, scratch_base};
+
+/// A job that spins for `ms` and that asks to keep its worker for another call.
+fn kept_job(ms: u64, base: &std::path::Path) -> stsd_protocol::frames::Job {
+    let mut j = job(
+        &format!("const end = Date.now() + {ms}; while (Date.now() < end) {{}} return 1;"),
+        FsAccess::None,
+        base,
+    );
+    j.limits.max_steps = u64::MAX;
+    j.keep_alive = true;
+    j.reuse_calls = 10;
+    j
+}
+
+/// A reused worker in a lone call runs beside its driver and, kept, makes its next context
+/// away from the driver's CPU; in a call with another in flight it is not pinned, and one
+/// kept away is let go to every CPU.
+#[test]
+fn a_reused_worker_is_placed_only_for_a_lone_call() {
+    let all = cpus_allowed("self");
+    if all.len() < 2 {
+        eprintln!("skipped: this process may use one CPU only");
+        return;
+    }
+    let base = scratch_base();
+    let opts = exec_options();
+    let j = kept_job(0, base.path());
+    let w = spawn_ready(&opts, true).unwrap_or_else(|e| panic!("{}", e.message));
+
+    // Lone: pinned for the call, kept away from that CPU after it. A call whose worker is
+    // silent for 2 ms is let go to any CPU (`PINNED_FOR`), so the check is made on a call
+    // of an already confined worker (its first made the posture), and a slow one (a loaded
+    // machine) is tried again.
+    let mut w = w;
+    let mut checked = false;
+    for i in 0..6 {
+        let mut at_start = Vec::new();
+        let (out, kept) = run_keeping(w, &j, &opts, None, &mut |ev| {
+            if let Event::Started(pid) = ev {
+                at_start = cpus_allowed(&pid.to_string());
+            }
+        });
+        assert!(out.result.is_ok(), "{out:?}");
+        assert_eq!(
+            at_start.len(),
+            1,
+            "a lone call's worker may use {at_start:?}"
+        );
+        w = kept.unwrap_or_else(|| panic!("the worker was not kept: {out:?}"));
+        let exchange_us = out.timings.total_us.saturating_sub(out.timings.spawn_us);
+        if i == 0 || exchange_us > 1500 {
+            continue; // the first call (it confined the worker), or a slow one
+        }
+        let after = cpus_allowed(&w.pid().to_string());
+        assert_eq!(
+            after.len(),
+            all.len() - 1,
+            "kept after a lone call: {after:?} of {all:?}"
+        );
+        assert!(
+            after.iter().all(|c| all.contains(c)),
+            "{after:?} of {all:?}"
+        );
+        checked = true;
+        break;
+    }
+    assert!(
+        checked,
+        "no lone call of a confined worker ran under 1.5 ms in five"
+    );
+
+    // Another call in flight (a one-shot worker spinning for a second): not pinned, and let
+    // go to every CPU.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let other_base = scratch_base();
+    let other_job = {
+        let mut o = kept_job(1000, other_base.path());
+        o.keep_alive = false;
+        o
+    };
+    let other_opts = opts.clone();
+    let other = std::thread::spawn(move || {
+        run_job(&other_job, &other_opts, &mut |ev| {
+            if let Event::Started(_) = ev {
+                let _ = tx.send(());
+            }
+        })
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("the other call did not start: {e}"));
+    let mut at_start = Vec::new();
+    let (out, kept) = run_keeping(w, &j, &opts, None, &mut |ev| {
+        if let Event::Started(pid) = ev {
+            at_start = cpus_allowed(&pid.to_string());
+        }
+    });
+    assert!(out.result.is_ok(), "{out:?}");
+    assert_eq!(at_start, all, "with another call in flight");
+    let w = kept.unwrap_or_else(|| panic!("the worker was not kept: {out:?}"));
+    assert_eq!(
+        cpus_allowed(&w.pid().to_string()),
+        all,
+        "kept after a call not alone"
+    );
+    let other = other
+        .join()
+        .unwrap_or_else(|_| panic!("the other call panicked"));
+    assert!(other.result.is_ok(), "{other:?}");
+}
