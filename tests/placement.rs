@@ -3,6 +3,7 @@
 //! parallel threads of one binary would spoil.
 
 use stsd::exec::{run_job, run_keeping, spawn_ready, Event};
+use stsd_profiles::baseline::SpawnMode;
 use stsd_protocol::frames::FsAccess;
 use stsd_tests::{cpus_allowed, exec_options, job, scratch_base};
 
@@ -20,8 +21,8 @@ fn kept_job(ms: u64, base: &std::path::Path) -> stsd_protocol::frames::Job {
 }
 
 /// A reused worker in a lone call runs beside its driver and, kept, makes its next context
-/// away from the driver's CPU; in a call with another in flight it is not pinned, and one
-/// kept away is let go to every CPU.
+/// away from the driver's CPU, where the background (the zygote) is kept off too; in a call
+/// with another in flight it is not pinned, and the worker and the zygote may use every CPU.
 #[test]
 fn a_reused_worker_is_placed_only_for_a_lone_call() {
     let all = cpus_allowed("self");
@@ -75,6 +76,19 @@ fn a_reused_worker_is_placed_only_for_a_lone_call() {
         checked,
         "no lone call of a confined worker ran under 1.5 ms in five"
     );
+    // The background (here the zygote) keeps off the lone calls' CPU.
+    let zygotes = zygotes_of_this_process();
+    if stsd_tests::spawn_mode_from_env().unwrap_or_default() == SpawnMode::Zygote {
+        assert_eq!(zygotes.len(), 1, "the zygote of this process: {zygotes:?}");
+    }
+    for z in &zygotes {
+        let mask = cpus_allowed(&z.to_string());
+        assert_eq!(
+            mask.len(),
+            all.len() - 1,
+            "the zygote after lone calls: {mask:?}"
+        );
+    }
 
     // Another call in flight (a one-shot worker spinning for a second): not pinned, and let
     // go to every CPU.
@@ -109,8 +123,38 @@ fn a_reused_worker_is_placed_only_for_a_lone_call() {
         all,
         "kept after a call not alone"
     );
+    for z in &zygotes {
+        assert_eq!(
+            cpus_allowed(&z.to_string()),
+            all,
+            "the zygote while calls overlap"
+        );
+    }
     let other = other
         .join()
         .unwrap_or_else(|_| panic!("the other call panicked"));
     assert!(other.result.is_ok(), "{other:?}");
+}
+
+/// The zygotes this process started (none in exec mode).
+fn zygotes_of_this_process() -> Vec<u32> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let ppid = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(me) && head.ends_with("(stsd-zygote") {
+            out.push(pid);
+        }
+    }
+    out
 }

@@ -197,6 +197,7 @@ impl Pool {
     fn refill_loop(&self) {
         // Making workers is background work: a call in flight goes first.
         stsd_profiles::os::priority::background(0);
+        let _placed = crate::exec::placement::background_thread();
         let idle = self.opts.reuse_idle;
         loop {
             let expired = {

@@ -119,18 +119,21 @@ pub fn anywhere(id: u32) {
     set_mask(id, &all);
 }
 
-/// Process `id` runs on any of the supervisor's CPUs but the calling thread's (all of them
-/// when that leaves none).
-pub fn away_from_caller(id: u32) {
+/// The CPU the calling thread runs on.
+pub fn current_cpu() -> Option<usize> {
     // SAFETY: sched_getcpu has no preconditions.
     let cpu = unsafe { libc::sched_getcpu() };
-    let Some(mut set) = start_mask() else {
-        return anywhere(id);
-    };
-    if cpu >= 0 {
-        // SAFETY: CPU_CLR and CPU_COUNT touch the set we own; cpu is below CPU_SETSIZE.
+    usize::try_from(cpu).ok()
+}
+
+/// Process or thread `id` runs on any of the supervisor's CPUs but `cpu` (all of them when
+/// that leaves none).
+pub fn away_from(id: u32, cpu: usize) {
+    if let Some(mut set) = start_mask() {
+        // SAFETY: CPU_CLR and CPU_COUNT touch the set we own; `cpu` came from sched_getcpu,
+        // below CPU_SETSIZE.
         let left = unsafe {
-            libc::CPU_CLR(cpu as usize, &mut set);
+            libc::CPU_CLR(cpu, &mut set);
             libc::CPU_COUNT(&set)
         };
         if left > 0 && set_mask(id, &set) {
@@ -138,4 +141,12 @@ pub fn away_from_caller(id: u32) {
         }
     }
     anywhere(id);
+}
+
+/// Process `id` runs on any of the supervisor's CPUs but the calling thread's.
+pub fn away_from_caller(id: u32) {
+    match current_cpu() {
+        Some(cpu) => away_from(id, cpu),
+        None => anywhere(id),
+    }
 }

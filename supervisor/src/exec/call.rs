@@ -322,8 +322,8 @@ pub struct ReadyWorker {
     making_context: bool,
     /// What the worker is primed (or priming) for: a call of that template is sent as a Go.
     primed: Option<Arc<Prime>>,
-    /// Kept after a lone call, it may not run on that call's CPU (`os::priority::
-    /// away_from_caller`) until its next call places it again.
+    /// It may not run on every CPU: kept away from a lone call's CPU after that call, or
+    /// forked while the background was (`placement`), until its next call places it.
     pub(super) kept_away: bool,
 }
 
@@ -564,6 +564,7 @@ fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
     use stsd_profiles::os::priority;
     // SAFETY: gettid has no preconditions.
     REAPER_TID.store(unsafe { libc::gettid() } as u32, Ordering::SeqCst);
+    let _placed = super::placement::background_thread();
     let mut dying: Vec<ReadyWorker> = Vec::new();
     loop {
         if dying.is_empty() && !REAPER_IDLE.load(Ordering::SeqCst) && priority::can_restore() {
@@ -585,7 +586,7 @@ fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
                 if REAPER_IDLE.load(Ordering::SeqCst) {
                     priority::background(w.pid());
                 }
-                priority::anywhere(w.pid());
+                super::placement::with_background(w.pid());
                 w.proc.kill();
                 dying.push(w);
             }
@@ -626,7 +627,7 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
         served: 0,
         making_context: false,
         primed: None,
-        kept_away: false,
+        kept_away: super::placement::keeping_away(),
     };
     let mut buf = [0u8; 256];
     let problem = match recv_until(&w.socket, t0 + READY_TIMEOUT, &mut buf) {

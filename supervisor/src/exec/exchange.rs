@@ -115,6 +115,11 @@ impl<'j> Exchange<'j> {
         // piled them onto the drivers' CPUs (3051 calls/s at c=8, 4961 never pinned): then
         // they are not pinned, and one kept away is let go to any CPU.
         let (in_flight, lone) = InFlight::enter();
+        if lone {
+            super::placement::lone_call_here();
+        } else {
+            super::placement::calls_overlap();
+        }
         let pinned = !job.keep_alive || lone;
         if pinned {
             priority::beside_caller(w.pid());

@@ -5,6 +5,7 @@ pub mod dispatch;
 mod exchange;
 pub mod inline;
 pub mod job;
+pub mod placement;
 pub mod spawn;
 pub mod zygote;
 

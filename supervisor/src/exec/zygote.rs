@@ -216,6 +216,7 @@ struct Manager {
 
 impl Manager {
     fn run(&mut self, rx: mpsc::Receiver<Request>) {
+        let _placed = super::placement::background_thread();
         self.replace();
         loop {
             match rx.recv_timeout(LIVENESS_CHECK) {
@@ -240,6 +241,7 @@ impl Manager {
     fn retire(&mut self) {
         self.policy.zygote_gone();
         if let Some(mut l) = self.live.take() {
+            super::placement::zygote_gone(l.proc.id());
             drop(l.ctrl);
             l.proc.kill_and_reap();
         }
@@ -257,6 +259,7 @@ impl Manager {
             Ok(l) => {
                 self.set_pid(Some(l.proc.id()));
                 self.policy.new_zygote(l.proc.id());
+                super::placement::zygote_started(l.proc.id());
                 self.live = Some(l);
             }
             Err(e) => tracing::error!(error = %e, "cannot start the zygote"),
