@@ -9,7 +9,8 @@ use stsd::exec::{run_job, CallOutcome};
 use stsd_protocol::frames::{FsAccess, ProbeOutcome};
 use stsd_protocol::Code;
 use stsd_tests::{
-    cpus_allowed, exec_options, exec_options_in, is_root, job, scratch_base, SPAWN_MODES,
+    cpus_allowed, exec_options, exec_options_in, is_root, job, scratch_base, spinning_job,
+    SPAWN_MODES,
 };
 
 /// Every hostile probe the worker knows (worker/src/attack.rs).
@@ -204,17 +205,6 @@ fn proc_status_shows_the_confined_worker() {
     for mode in SPAWN_MODES {
         proc_status_in(mode);
     }
-}
-
-/// A job whose body spins for `ms` (no step limit), so that a test can look at its worker.
-fn spinning_job(ms: u64, base: &Path) -> stsd_protocol::frames::Job {
-    let mut j = job(
-        &format!("const end = Date.now() + {ms}; while (Date.now() < end) {{}} return 1;"),
-        FsAccess::None,
-        base,
-    );
-    j.limits.max_steps = u64::MAX;
-    j
 }
 
 fn proc_status_in(mode: stsd_profiles::baseline::SpawnMode) {

@@ -183,3 +183,14 @@ pub fn cpus_allowed(pid: &str) -> Vec<u32> {
     }
     out
 }
+
+/// A job whose body spins for `ms` (no step limit), so that a test can look at its worker.
+pub fn spinning_job(ms: u64, base: &Path) -> stsd_protocol::frames::Job {
+    let mut j = job(
+        &format!("const end = Date.now() + {ms}; while (Date.now() < end) {{}} return 1;"),
+        stsd_protocol::frames::FsAccess::None,
+        base,
+    );
+    j.limits.max_steps = u64::MAX;
+    j
+}

@@ -4,17 +4,11 @@
 
 use stsd::exec::{run_job, run_keeping, spawn_ready, Event};
 use stsd_profiles::baseline::SpawnMode;
-use stsd_protocol::frames::FsAccess;
-use stsd_tests::{cpus_allowed, exec_options, job, scratch_base};
+use stsd_tests::{cpus_allowed, exec_options, scratch_base, spinning_job};
 
 /// A job that spins for `ms` and that asks to keep its worker for another call.
 fn kept_job(ms: u64, base: &std::path::Path) -> stsd_protocol::frames::Job {
-    let mut j = job(
-        &format!("const end = Date.now() + {ms}; while (Date.now() < end) {{}} return 1;"),
-        FsAccess::None,
-        base,
-    );
-    j.limits.max_steps = u64::MAX;
+    let mut j = spinning_job(ms, base);
     j.keep_alive = true;
     j.reuse_calls = 10;
     j
