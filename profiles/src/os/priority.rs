@@ -13,7 +13,7 @@
 //! A call's worker also runs on the CPU of the thread that drives its exchange while the call
 //! is short ([`beside_caller`], [`anywhere`]): on a VM without halt polling, a wake-up sent to
 //! another CPU costs tens of microseconds. A worker kept for another call makes its next
-//! context away from that CPU ([`away_from_caller`]), where the next call will run.
+//! context away from that CPU ([`away_from`]), where the next call will run.
 //!
 //! Putting a process back needs CAP_SYS_NICE (a root supervisor) or an RLIMIT_NICE that allows
 //! nice 0. A supervisor that has neither leaves every priority as it is.
@@ -141,12 +141,4 @@ pub fn away_from(id: u32, cpu: usize) {
         }
     }
     anywhere(id);
-}
-
-/// Process `id` runs on any of the supervisor's CPUs but the calling thread's.
-pub fn away_from_caller(id: u32) {
-    match current_cpu() {
-        Some(cpu) => away_from(id, cpu),
-        None => anywhere(id),
-    }
 }

@@ -586,7 +586,7 @@ fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
                 if REAPER_IDLE.load(Ordering::SeqCst) {
                     priority::background(w.pid());
                 }
-                super::placement::with_background(w.pid());
+                let _ = super::placement::with_background(w.pid());
                 w.proc.kill();
                 dying.push(w);
             }

@@ -346,11 +346,10 @@ impl<'j> Exchange<'j> {
             || matches!(&self.settled, Some(Err(e)) if e.code == Code::JsError);
         let keep = self.job.keep_alive && clean && !frames_left && w.is_alive() && {
             // It makes its next context now, as background work, and says Ready when it has:
-            // away from this CPU when it was pinned to it (see `begin`).
+            // where the background runs, off this lone call's CPU (see `begin`).
             stsd_profiles::os::priority::background(w.pid());
             if self.pinned {
-                stsd_profiles::os::priority::away_from_caller(w.pid());
-                w.kept_away = true;
+                w.kept_away = super::placement::with_background(w.pid());
             }
             frames::encode(&ToWorker::Continue).ok().is_some_and(|b| {
                 nix::sys::socket::send(

@@ -74,9 +74,12 @@ pub fn keeping_away() -> bool {
     AWAY_FROM.load(Ordering::Relaxed) != ANYWHERE
 }
 
-/// Process `pid` (a worker being torn down) runs where the background does.
-pub fn with_background(pid: u32) {
-    place(pid, AWAY_FROM.load(Ordering::Relaxed));
+/// Process `pid` (a worker being torn down, or making its next context) runs where the
+/// background does; true when that is not every CPU.
+pub fn with_background(pid: u32) -> bool {
+    let away = AWAY_FROM.load(Ordering::Relaxed);
+    place(pid, away);
+    away != ANYWHERE
 }
 
 /// The calling thread is background work while the guard lives.
