@@ -4,7 +4,7 @@
 use crate::channel::Channel;
 use rquickjs::function::Rest;
 use rquickjs::{Coerced, Ctx, FromJs, Function, Object, Value};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use stsd_protocol::frames::{ConsoleLevel, FromWorker, LINE_TRUNCATED_MARK};
 
@@ -84,7 +84,28 @@ fn render<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> rquickjs::Result<String> {
     Coerced::<rquickjs::String>::from_js(ctx, v).and_then(|c| crate::jsstring::lossless(&c.0))
 }
 
-pub fn install<'js>(ctx: &Ctx<'js>, state: &Rc<ConsoleState>) -> rquickjs::Result<()> {
+/// Where the console's functions find their call's caps and channel. The functions are
+/// installed with the runtime globals, before any call is known (in the zygote, once for all
+/// the workers it forks); each call's engine fills the slot before any of its code runs.
+#[derive(Clone, Default)]
+pub struct ConsoleSlot(Rc<RefCell<Option<Rc<ConsoleState>>>>);
+
+impl ConsoleSlot {
+    /// The call's state, from now on.
+    pub fn fill(&self, state: Rc<ConsoleState>) {
+        *self.0.borrow_mut() = Some(state);
+    }
+
+    fn state(&self) -> Option<Rc<ConsoleState>> {
+        self.0.borrow().clone()
+    }
+}
+
+/// `console` and its five functions. Made per worker, they cost about 50 µs of CPU in each
+/// (a primed one-shot call: 938 -> 887 µs of CPU, p50 0.438 -> 0.381 ms without them, `N=800
+/// scripts/ab 3 1 stats-summary`), mostly the copy-on-write of the zygote's heap pages they
+/// allocated into.
+pub fn install<'js>(ctx: &Ctx<'js>, slot: &ConsoleSlot) -> rquickjs::Result<()> {
     let console = Object::new(ctx.clone())?;
     for (name, level) in [
         ("log", ConsoleLevel::Log),
@@ -93,10 +114,14 @@ pub fn install<'js>(ctx: &Ctx<'js>, state: &Rc<ConsoleState>) -> rquickjs::Resul
         ("error", ConsoleLevel::Error),
         ("debug", ConsoleLevel::Debug),
     ] {
-        let st = state.clone();
+        let slot = slot.clone();
         let f = Function::new(
             ctx.clone(),
             move |ctx: Ctx<'js>, args: Rest<Value<'js>>| -> rquickjs::Result<()> {
+                // No call bound: nothing is printed (no tool code runs before one is).
+                let Some(st) = slot.state() else {
+                    return Ok(());
+                };
                 // Arguments are rendered one by one and rendering stops once the line is over its
                 // budget, so `console.log(...hugeStrings)` costs one string copy, not all of them.
                 let budget = (MAX_LINE_BYTES as u64).min(st.bytes_left.get()) as usize + 1;

@@ -83,6 +83,10 @@ pub struct Warm {
     // Field order matters: the context must drop before the runtime.
     context: Context,
     runtime: Runtime,
+    /// The call's console caps and channel, for the console installed here.
+    console: console::ConsoleSlot,
+    /// Math.random's state, for the Math.random installed here.
+    random: crate::globals::RandomState,
 }
 
 impl Warm {
@@ -91,11 +95,24 @@ impl Warm {
             .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS runtime: {e}")))?;
         let context = Context::custom::<Intrinsics>(&runtime)
             .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS context: {e}")))?;
-        // The always-available globals do not depend on the job: installed before Ready.
+        // The always-available globals do not depend on the job: installed before Ready. So
+        // are the console and Math.random, whose per-call state (the call's caps, a fresh
+        // seed) the call's engine sets (see `Engine::prepare`).
+        let console = console::ConsoleSlot::default();
+        let random = crate::globals::RandomState::default();
         context
-            .with(|ctx| crate::globals::install(&ctx))
+            .with(|ctx| -> rquickjs::Result<()> {
+                crate::globals::install(&ctx)?;
+                crate::globals::install_math_random(&ctx, &random)?;
+                console::install(&ctx, &console)
+            })
             .map_err(|e| Failure::new(Code::WorkerCrashed, format!("runtime globals: {e}")))?;
-        Ok(Warm { context, runtime })
+        Ok(Warm {
+            context,
+            runtime,
+            console,
+            random,
+        })
     }
 }
 
@@ -193,6 +210,8 @@ impl Engine {
         let Warm {
             context,
             runtime: rt,
+            console,
+            random,
         } = warm;
         rt.set_memory_limit(l.memory_bytes as usize);
         crate::globals::set_memory_budget(l.memory_bytes as usize);
@@ -224,16 +243,16 @@ impl Engine {
             }
             s.get().is_some()
         })));
-        let console = ConsoleState::new(
+        console.fill(ConsoleState::new(
             channel.clone(),
             console_over.clone(),
             l.max_console_lines,
             l.max_console_bytes,
-        );
+        ));
+        crate::globals::seed_math_random(&random)
+            .map_err(|e| Failure::new(Code::WorkerCrashed, format!("Math.random: {e}")))?;
         context
             .with(|ctx| -> rquickjs::Result<()> {
-                crate::globals::install_math_random(&ctx)?;
-                console::install(&ctx, &console)?;
                 let fs = job.sandbox.fs;
                 if fs != stsd_protocol::frames::FsAccess::None {
                     crate::globals::install_fs(

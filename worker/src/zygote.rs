@@ -79,7 +79,7 @@ pub fn run() -> i32 {
     // The first job's runtime and context, with the runtime globals installed, made once
     // here and inherited by every worker (copy-on-write) instead of made by each. The zygote
     // never uses it: no tool code ever runs here. What a context would otherwise get fresh
-    // per worker, Math.random's state, is seeded per call (see engine::Engine::bind).
+    // per worker, Math.random's state, is seeded per call (see engine::Engine::prepare).
     let warm = super::engine::Warm::new();
     // The getrandom crate looks up libc's getrandom(2) wrapper (dlsym) on its first use, a
     // walk of the shared libraries' symbol tables that faulted about 40 pages into each

@@ -7,6 +7,8 @@ use hmac::{Hmac, Mac};
 use rquickjs::{Ctx, Exception, Function, Object, TypedArray};
 use sha1::Sha1;
 use sha2::{Digest, Sha256, Sha384, Sha512};
+use std::cell::Cell;
+use std::rc::Rc;
 
 /// WHATWG forgiving-base64's decoder: standard alphabet, non-zero trailing bits accepted
 /// (`atob("SGVsbG8gV29ybGR=")` is "Hello World", as in browsers and node).
@@ -324,32 +326,48 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
     Ok(host)
 }
 
-/// `Math.random` with its state seeded from the kernel for each call. QuickJS seeds its own
-/// state once per context, from the clock; every worker forked from the zygote inherits one
-/// context, so the engine's own would hand each of them the same sequence.
-pub(crate) fn install_math_random(ctx: &Ctx<'_>) -> rquickjs::Result<()> {
+/// `Math.random`'s state: seeded from the kernel for each call's engine ([`seed_math_random`]).
+/// QuickJS seeds its own once per context, from the clock; every worker forked from the
+/// zygote inherits one context, so the engine's own would hand each of them the same sequence.
+pub(crate) type RandomState = Rc<Cell<Option<(u64, u64)>>>;
+
+/// Installs `Math.random` over `state`, with the runtime globals (in the zygote, before any
+/// call): a state still unseeded when it is first called is seeded then.
+pub(crate) fn install_math_random(ctx: &Ctx<'_>, state: &RandomState) -> rquickjs::Result<()> {
+    let state = state.clone();
+    let random = Function::new(ctx.clone(), move |ctx: Ctx<'_>| -> rquickjs::Result<f64> {
+        let (mut s1, s0) = match state.get() {
+            Some(s) => s,
+            None => fresh_state().map_err(|e| Exception::throw_internal(&ctx, &e))?,
+        };
+        s1 ^= s1 << 23;
+        s1 ^= s1 >> 17;
+        s1 ^= s0 ^ (s0 >> 26);
+        state.set(Some((s0, s1)));
+        // 53 random bits, as a double in [0, 1).
+        Ok((s0.wrapping_add(s1) >> 11) as f64 / (1u64 << 53) as f64)
+    })?
+    .with_name("random")?;
+    let math: Object = ctx.globals().get("Math")?;
+    math.set("random", random)
+}
+
+/// A call's own `Math.random` sequence, from now on.
+pub(crate) fn seed_math_random(state: &RandomState) -> Result<(), String> {
+    state.set(Some(fresh_state()?));
+    Ok(())
+}
+
+/// xorshift128+ (the generator V8 uses) state from the kernel; it must not be all zero.
+fn fresh_state() -> Result<(u64, u64), String> {
     let mut seed = [0u8; 16];
-    getrandom::fill(&mut seed)
-        .map_err(|e| Exception::throw_internal(ctx, &format!("getrandom: {e}")))?;
+    getrandom::fill(&mut seed).map_err(|e| format!("getrandom: {e}"))?;
     let word = |b: &[u8]| {
         let mut w = [0u8; 8];
         w.copy_from_slice(b);
         u64::from_le_bytes(w)
     };
-    // xorshift128+ (the generator V8 uses); its state must not be all zero.
-    let state = std::cell::Cell::new((word(&seed[..8]) | 1, word(&seed[8..])));
-    let random = Function::new(ctx.clone(), move || -> f64 {
-        let (mut s1, s0) = state.get();
-        s1 ^= s1 << 23;
-        s1 ^= s1 >> 17;
-        s1 ^= s0 ^ (s0 >> 26);
-        state.set((s0, s1));
-        // 53 random bits, as a double in [0, 1).
-        (s0.wrapping_add(s1) >> 11) as f64 / (1u64 << 53) as f64
-    })?
-    .with_name("random")?;
-    let math: Object = ctx.globals().get("Math")?;
-    math.set("random", random)
+    Ok((word(&seed[..8]) | 1, word(&seed[8..])))
 }
 
 #[cfg(test)]

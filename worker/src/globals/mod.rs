@@ -5,7 +5,7 @@
 mod fetch;
 pub(crate) mod fs;
 mod host;
-pub(crate) use host::install_math_random;
+pub(crate) use host::{install_math_random, seed_math_random, RandomState};
 mod html;
 mod intl;
 mod parser;
