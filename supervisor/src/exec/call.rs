@@ -325,6 +325,9 @@ pub struct ReadyWorker {
     /// It may not run on every CPU: kept away from a lone call's CPU after that call, or
     /// forked while the background was (`placement`), until its next call places it.
     pub(super) kept_away: bool,
+    /// The supervisor put it at the normal policy (a priming) and nothing has put it back
+    /// since: its call need not do it again (a syscall on the call's path).
+    pub(super) at_normal_policy: bool,
 }
 
 impl ReadyWorker {
@@ -418,6 +421,7 @@ impl ReadyWorker {
         // that, at one call after another, a third of the calls found no primed worker
         // ready (priming took 1-2 ms of wall time for 0.3 ms of CPU).
         stsd_profiles::os::priority::foreground(self.pid());
+        self.at_normal_policy = true;
         send(self.socket.as_raw_fd(), &frame, MsgFlags::MSG_NOSIGNAL)
             .map_err(|e| format!("cannot send the prime: {e}"))?;
         self.making_context = true;
@@ -628,6 +632,7 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
         making_context: false,
         primed: None,
         kept_away: super::placement::keeping_away(),
+        at_normal_policy: false,
     };
     let mut buf = [0u8; 256];
     let problem = match recv_until(&w.socket, t0 + READY_TIMEOUT, &mut buf) {

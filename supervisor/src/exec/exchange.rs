@@ -101,7 +101,9 @@ impl<'j> Exchange<'j> {
     /// a reused one makes its next context, as background work, see `os::priority`).
     pub(super) fn begin(w: &mut ReadyWorker, job: &'j Job) -> Exchange<'j> {
         use stsd_profiles::os::priority;
-        priority::foreground(w.pid());
+        if !std::mem::replace(&mut w.at_normal_policy, true) {
+            priority::foreground(w.pid());
+        }
         // The driver waits for each of the worker's frames: beside it, each wake-up between
         // the two is local, not an interrupt to another CPU (on this VM about 30 µs each way,
         // measured with a socket ping-pong: 67 µs a round trip across CPUs, 11 on one). See
@@ -348,6 +350,7 @@ impl<'j> Exchange<'j> {
             // It makes its next context now, as background work, and says Ready when it has:
             // where the background runs, off this lone call's CPU (see `begin`).
             stsd_profiles::os::priority::background(w.pid());
+            w.at_normal_policy = false;
             if self.pinned {
                 w.kept_away = super::placement::with_background(w.pid());
             }
