@@ -212,14 +212,17 @@ fn proc_status_in(mode: stsd_profiles::baseline::SpawnMode) {
     // Spin for a while so the test can look at the running worker.
     let j = spinning_job(1500, base.path());
     let (tx, rx) = std::sync::mpsc::channel::<u32>();
+    let confined_at = match mode {
+        stsd_profiles::baseline::SpawnMode::Exec => 1,
+        _ => 2,
+    };
     let watcher = std::thread::spawn(move || {
         let pid = rx.recv().unwrap_or(0);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while std::time::Instant::now() < deadline {
             if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-                if s.lines()
-                    .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Seccomp:", "2"])
-                {
+                // Confined: its own filter installed (a forked worker also holds the zygote's).
+                if stsd_tests::harness::seccomp_filters(pid as i32) >= confined_at {
                     let limits =
                         std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
                     let stat =

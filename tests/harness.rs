@@ -244,9 +244,13 @@ impl Daemon {
         }
     }
 
-    /// The daemon's workers (its children but the zygote): (pid, state, under seccomp).
+    /// The daemon's workers (its children but the zygote): (pid, state, confined). A worker
+    /// is confined once it has installed its own seccomp filter: it holds more filters than
+    /// the zygote it was forked from (which has one of its own, `os::zygote_filter`), or, exec'd,
+    /// any.
     pub fn children(&self) -> Vec<(i32, char, bool)> {
-        let mut out = Vec::new();
+        let mut workers = Vec::new();
+        let mut zygote_filters = 0;
         for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
             let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
                 continue;
@@ -258,23 +262,22 @@ impl Daemon {
             let Some((head, rest)) = stat.rsplit_once(')') else {
                 continue;
             };
-            if head.ends_with("(stsd-zygote") {
-                continue;
-            }
             let f: Vec<&str> = rest.split_whitespace().collect();
             if f.len() < 2 || f[1].parse::<i32>().ok() != Some(self.pid()) {
                 continue;
             }
             let state = f[0].chars().next().unwrap_or('?');
-            let seccomp = std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .map(|s| {
-                    s.lines()
-                        .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Seccomp:", "2"])
-                })
-                .unwrap_or(false);
-            out.push((pid, state, seccomp));
+            let filters = seccomp_filters(pid);
+            if head.ends_with("(stsd-zygote") {
+                zygote_filters = zygote_filters.max(filters);
+                continue;
+            }
+            workers.push((pid, state, filters));
         }
-        out
+        workers
+            .into_iter()
+            .map(|(pid, state, filters)| (pid, state, filters > zygote_filters))
+            .collect()
     }
 
     pub fn wait_until(
@@ -397,4 +400,16 @@ pub fn text(resp: &Value) -> String {
 
 pub fn is_error(resp: &Value) -> bool {
     resp["result"]["isError"] == true
+}
+
+/// How many seccomp filters process `pid` holds (0 when it cannot be read).
+pub fn seccomp_filters(pid: i32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }

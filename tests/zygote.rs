@@ -590,6 +590,45 @@ fn a_primed_worker_is_confined_before_its_call_and_holds_nothing_of_earlier_call
     });
 }
 
+/// A status field of process `pid`, its words joined by single spaces.
+fn status_field(pid: i32, key: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// The zygote runs under its own seccomp filter (one, installed before its first fork), and
+/// a confined worker stacks exactly one more on it (its posture's narrowing, see
+/// `os::zygote_filter`): a worker that installed its whole program instead, or a zygote with
+/// none, fails this. What the pair allows is the unit tests' (every syscall number, every
+/// posture) and the escape suite's.
+#[test]
+fn the_zygote_has_its_own_filter_and_a_worker_narrows_it() {
+    let d = Daemon::start(2, "[worker]\nprime = true\n");
+    let zygote = wait_for_zygote(&d, None);
+    let mut c = d.connect();
+    c.call(1, "echo-console", json!({ "text": "first" }));
+    let r = c.response();
+    assert!(!is_error(&r), "{r}");
+    assert_eq!(status_field(zygote, "Seccomp:"), "2", "zygote {zygote}");
+    assert_eq!(
+        status_field(zygote, "Seccomp_filters:"),
+        "1",
+        "zygote {zygote}"
+    );
+    for pid in settle_on_primed(&d, 2) {
+        assert_eq!(status_field(pid, "Seccomp:"), "2", "{pid}");
+        assert_eq!(status_field(pid, "Seccomp_filters:"), "2", "{pid}");
+    }
+    c.call(2, "echo-console", json!({ "text": "second" }));
+    let r = c.response();
+    assert!(!is_error(&r), "{r}");
+    assert_eq!(text(&r), "echo: second");
+}
+
 /// A primed call's time starts with its call, not with the priming: a worker primed long
 /// before a call that takes most of its timeout still finishes it.
 #[test]

@@ -106,6 +106,10 @@ impl Default for JobLimits {
 pub struct SeccompBpf {
     pub enosys: Vec<u64>,
     pub allow: Vec<u64>,
+    /// What a worker forked from a zygote whose own filter is installed stacks on it instead:
+    /// the zygote's filter narrowed to this posture (`os::zygote_filter`), pid placeholder
+    /// included. Empty: the worker installs `enosys` and `allow` merged, as an exec'd one does.
+    pub narrowing: Vec<u64>,
 }
 
 /// One call.

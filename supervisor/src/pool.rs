@@ -39,7 +39,7 @@ pub fn primable(job: &Job) -> bool {
         + job.tool_safety_json.len()
         + job.sandbox.base_path.len()
         + job.declared.iter().map(|d| d.len() + 9).sum::<usize>()
-        + 9 * (job.seccomp.enosys.len() + job.seccomp.allow.len());
+        + 9 * (job.seccomp.enosys.len() + job.seccomp.allow.len() + job.seccomp.narrowing.len());
     job.attack.is_none()
         && !job.compile_only
         && job.sandbox.fs == FsAccess::None

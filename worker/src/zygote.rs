@@ -45,6 +45,13 @@ fn fork_for_parent() -> libc::c_long {
     }
 }
 
+/// The argument after `flag` on this process's command line.
+fn arg_after(flag: &str) -> Option<String> {
+    let mut args = std::env::args();
+    args.find(|a| a == flag)?;
+    args.next()
+}
+
 /// `stsd zygote --uid N --gid N`. Returns the process exit code (in the zygote; a forked
 /// worker returns its own).
 pub fn run() -> i32 {
@@ -61,6 +68,9 @@ pub fn run() -> i32 {
     } else {
         None
     };
+    // The zygote's own seccomp filter, compiled by the supervisor (see os::zygote_filter):
+    // read now, before the context is made, installed last.
+    let filter = arg_after("--seccomp").map(|hex| os::zygote_filter::parse_zygote_program(&hex));
     // SAFETY: the supervisor placed the control socket on fd 3 and nothing else owns it.
     let ctrl = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
     if let Some(code) = code {
@@ -89,6 +99,12 @@ pub fn run() -> i32 {
     // What the workers inherit ready to use (see inherit.rs): the page-table entries of the
     // code this process has run, and where its heap starts, for each worker to own it.
     let heap = super::inherit::prepare();
+    // Last before the first fork: this process's own seccomp filter, which every worker
+    // inherits and narrows to its posture (os::zygote_filter). Without it (an error), each
+    // worker installs its posture's whole program, as an exec'd one does.
+    if let Some(Ok(program)) = &filter {
+        let _ = os::zygote_filter::install_in_zygote(program);
+    }
     let mut req = [0u8; 8];
     loop {
         match recv(ctrl.as_raw_fd(), &mut req, MsgFlags::empty()) {

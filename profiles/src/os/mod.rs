@@ -7,6 +7,7 @@ pub mod priority;
 pub mod privileges;
 pub mod process;
 pub mod seccomp;
+pub mod zygote_filter;
 
 use privileges::RLimits;
 use std::path::Path;
@@ -152,13 +153,10 @@ pub fn confine(
     if bpf.allow.is_empty() || bpf.enosys.is_empty() {
         return Err(fail("the job carries no seccomp program".into()));
     }
-    // Unpacked and patched before anything is applied: nothing after Landlock may allocate
-    // in ways the filters could refuse.
-    let enosys = seccomp::unpack(&bpf.enosys);
-    let allow =
-        seccomp::patch_pid(seccomp::unpack(&bpf.allow), std::process::id()).map_err(fail)?;
-    // One filter that decides as the ENOSYS program stacked before the allowlist would.
-    let program = seccomp::merge(&enosys, &allow).map_err(fail)?;
+    // Made before anything is applied: nothing after Landlock may allocate in ways the
+    // filters could refuse. One filter that decides as the ENOSYS program stacked before the
+    // allowlist would, or, stacked on a zygote's filter, the posture's narrowing of it.
+    let program = zygote_filter::worker_program(bpf, std::process::id()).map_err(fail)?;
     privileges::apply_rlimits(&rlimits_for(spec, limits, calls)).map_err(fail)?;
     landlock::restrict(spec.fs, base).map_err(fail)?;
     seccompiler::apply_filter(&program).map_err(|e| fail(format!("seccomp: {e}")))?;

@@ -39,7 +39,7 @@ pub fn rules_for(fs: FsAccess, own_pid: u32) -> Result<Vec<Value>, String> {
     Ok(rules)
 }
 
-fn compile(doc: Value) -> Result<BpfProgram, String> {
+pub(crate) fn compile(doc: Value) -> Result<BpfProgram, String> {
     let text = doc.to_string();
     let mut map = seccompiler::compile_from_json(text.as_bytes(), ARCH)
         .map_err(|e| format!("seccomp compile: {e}"))?;
@@ -99,15 +99,12 @@ fn templates() -> &'static Result<Templates, String> {
     })
 }
 
-fn pack(p: &BpfProgram) -> Vec<u64> {
-    p.iter()
-        .map(|i| {
-            (u64::from(i.code) << 48)
-                | (u64::from(i.jt) << 40)
-                | (u64::from(i.jf) << 32)
-                | u64::from(i.k)
-        })
-        .collect()
+pub(crate) fn pack_one(i: &seccompiler::sock_filter) -> u64 {
+    (u64::from(i.code) << 48) | (u64::from(i.jt) << 40) | (u64::from(i.jf) << 32) | u64::from(i.k)
+}
+
+pub(crate) fn pack(p: &BpfProgram) -> Vec<u64> {
+    p.iter().map(pack_one).collect()
 }
 
 pub fn unpack(v: &[u64]) -> BpfProgram {
@@ -133,6 +130,10 @@ pub fn bpf_for(fs: FsAccess) -> Result<stsd_protocol::frames::SeccompBpf, String
     Ok(stsd_protocol::frames::SeccompBpf {
         enosys: pack(&t.enosys),
         allow,
+        // A posture whose narrowing cannot be made goes whole to every worker.
+        narrowing: super::zygote_filter::narrowing_template(fs)
+            .map(pack)
+            .unwrap_or_default(),
     })
 }
 
@@ -153,7 +154,7 @@ pub fn patch_pid(mut p: BpfProgram, pid: u32) -> Result<BpfProgram, String> {
 
 const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
-const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+pub(crate) const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
 const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 
 fn insn(code: u32, k: u32) -> seccompiler::sock_filter {
@@ -246,12 +247,12 @@ pub fn allowed_names(fs: FsAccess) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A classic-BPF interpreter for what seccompiler emits and [`merge`] adds; anything else
     /// fails the test.
-    fn run(p: &[seccompiler::sock_filter], data: &[u8; 64]) -> u32 {
+    pub(crate) fn run(p: &[seccompiler::sock_filter], data: &[u8; 64]) -> u32 {
         let (mut a, mut x, mut mem, mut pc) = (0u32, 0u32, [None::<u32>; 16], 0usize);
         let word = |k: u32| {
             let k = k as usize;
@@ -289,7 +290,7 @@ mod tests {
     }
 
     /// The kernel's order of seccomp actions, strictest first.
-    fn strictness(action: u32) -> u32 {
+    pub(crate) fn strictness(action: u32) -> u32 {
         match action & 0xffff_0000 {
             0x8000_0000 => 0, // kill process
             0x0000_0000 => 1, // kill thread

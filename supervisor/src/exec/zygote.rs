@@ -272,6 +272,16 @@ impl Manager {
         if self.huge_code {
             cmd.arg("--huge-code");
         }
+        // The zygote's own seccomp filter, which its workers narrow to their postures
+        // (`os::zygote_filter`). Without it they install their whole programs.
+        match stsd_profiles::os::zygote_filter::zygote_program_hex() {
+            Ok(hex) => {
+                cmd.arg("--seccomp").arg(hex);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no zygote seccomp filter; each worker installs its whole program")
+            }
+        }
         // The shared libraries' own symbols are bound at start (stsd itself is linked with
         // BIND_NOW): once, here, instead of lazily in every forked worker.
         cmd.env("LD_BIND_NOW", "1");
