@@ -105,12 +105,19 @@ def children(daemon_pid):
     return out
 
 
+def seccomp_filters(pid):
+    """How many seccomp filters process `pid` holds (0 when it has gone)."""
+    try:
+        m = re.search(r"^Seccomp_filters:\s+(\d+)", open(f"/proc/{pid}/status").read(), re.M)
+        return int(m.group(1)) if m else 0
+    except OSError:
+        return 0
+
+
 def memory(pid):
     """(RSS, PSS) in KiB, or None when the process has gone."""
     try:
         status = open(f"/proc/{pid}/status").read()
-        if re.search(r"^Seccomp:\s+2", status, re.M):
-            return None  # busy (confined to a call), not idle
         rss = int(re.search(r"^VmRSS:\s+(\d+)", status, re.M).group(1))
         pss = int(re.search(r"^Pss:\s+(\d+)", open(f"/proc/{pid}/smaps_rollup").read(), re.M).group(1))
         return rss, pss
@@ -119,9 +126,15 @@ def memory(pid):
 
 
 def idle_memory(daemon_pid):
-    """RSS and PSS (KiB) of the daemon's idle pre-warmed workers, and of its zygote."""
+    """RSS and PSS (KiB) of the daemon's idle pre-warmed workers, and of its zygote. A worker
+    that holds more seccomp filters than the zygote (which has its own) is confined to a call
+    (busy or primed), not idle."""
+    kids = children(daemon_pid)
+    zygote_filters = max((seccomp_filters(p) for p, c in kids if c == "stsd-zygote"), default=0)
     workers, zygote = [], None
-    for pid, comm in children(daemon_pid):
+    for pid, comm in kids:
+        if comm != "stsd-zygote" and seccomp_filters(pid) > zygote_filters:
+            continue
         m = memory(pid)
         if m is None:
             continue
