@@ -289,6 +289,26 @@ pub(crate) mod tests {
         }
     }
 
+    /// The data the kernel gives a filter for syscall `nr` on architecture `arch`.
+    pub(crate) fn syscall_data(nr: u32, arch: u32, args: &[u64; 6]) -> [u8; 64] {
+        let mut data = [0u8; 64];
+        data[0..4].copy_from_slice(&nr.to_ne_bytes());
+        data[4..8].copy_from_slice(&arch.to_ne_bytes());
+        for (i, v) in args.iter().enumerate() {
+            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_ne_bytes());
+        }
+        data
+    }
+
+    /// What the kernel does with two stacked filters' actions: the stricter.
+    pub(crate) fn stricter(a: u32, b: u32) -> u32 {
+        if strictness(a) <= strictness(b) {
+            a
+        } else {
+            b
+        }
+    }
+
     /// The kernel's order of seccomp actions, strictest first.
     pub(crate) fn strictness(action: u32) -> u32 {
         match action & 0xffff_0000 {
@@ -331,14 +351,8 @@ pub(crate) mod tests {
             for arch in [0xc000_003e_u32, 0x4000_0003] {
                 for nr in 0..470u32 {
                     for a in &args {
-                        let mut data = [0u8; 64];
-                        data[0..4].copy_from_slice(&nr.to_ne_bytes());
-                        data[4..8].copy_from_slice(&arch.to_ne_bytes());
-                        for (i, v) in a.iter().enumerate() {
-                            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_ne_bytes());
-                        }
-                        let (e, l) = (run(&enosys, &data), run(&allow, &data));
-                        let stacked = if strictness(e) <= strictness(l) { e } else { l };
+                        let data = syscall_data(nr, arch, a);
+                        let stacked = stricter(run(&enosys, &data), run(&allow, &data));
                         let got = run(&merged, &data);
                         assert_eq!(got, stacked, "{fs:?} arch {arch:#x} nr {nr} args {a:?}");
                         *kinds.entry(got).or_insert(0) += 1;

@@ -344,7 +344,7 @@ pub fn worker_program(bpf: &SeccompBpf, pid: u32) -> Result<BpfProgram, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::os::seccomp::tests::{run, strictness};
+    use crate::os::seccomp::tests::{run, stricter, syscall_data};
 
     /// Under every posture, the zygote's filter with the posture's narrowing stacked on it
     /// decides each syscall number, with arguments that do and do not match each argument
@@ -380,14 +380,8 @@ mod tests {
             for arch in [0xc000_003e_u32, 0x4000_0003] {
                 for nr in (0..470u32).chain([0x4000_0000, 0x4000_0001, u32::MAX]) {
                     for a in &args {
-                        let mut data = [0u8; 64];
-                        data[0..4].copy_from_slice(&nr.to_ne_bytes());
-                        data[4..8].copy_from_slice(&arch.to_ne_bytes());
-                        for (i, v) in a.iter().enumerate() {
-                            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_ne_bytes());
-                        }
-                        let (z, n) = (run(&zygote, &data), run(&narrow, &data));
-                        let stacked = if strictness(z) <= strictness(n) { z } else { n };
+                        let data = syscall_data(nr, arch, a);
+                        let stacked = stricter(run(&zygote, &data), run(&narrow, &data));
                         let expected = run(&whole, &data);
                         assert_eq!(
                             stacked, expected,
@@ -417,9 +411,7 @@ mod tests {
                 "capset",
                 "dup2",
             ] {
-                let mut data = [0u8; 64];
-                data[0..4].copy_from_slice(&table[name].to_ne_bytes());
-                data[4..8].copy_from_slice(&arch.to_ne_bytes());
+                let data = syscall_data(table[name], *arch, &[0; 6]);
                 assert_eq!(run(&zygote, &data), SECCOMP_RET_ALLOW, "{name}");
                 assert_eq!(
                     run(&narrow, &data),
