@@ -16,6 +16,26 @@ const ARCH: TargetArch = TargetArch::x86_64;
 #[cfg(target_arch = "aarch64")]
 const ARCH: TargetArch = TargetArch::aarch64;
 
+/// Every posture, by its file-system grant.
+pub const POSTURES: [FsAccess; 4] = [
+    FsAccess::None,
+    FsAccess::ReadOnly,
+    FsAccess::WriteOnly,
+    FsAccess::ReadWrite,
+];
+
+/// The rules of one data file of `profiles/seccomp/` (its `filter` list).
+pub(crate) fn group_rules(group: &str) -> Result<Vec<Value>, String> {
+    let v: Value = serde_json::from_str(group).map_err(|e| format!("seccomp data: {e}"))?;
+    match v {
+        Value::Object(mut o) => match o.remove("filter") {
+            Some(Value::Array(list)) => Ok(list),
+            _ => Err("seccomp data: no filter list".into()),
+        },
+        _ => Err("seccomp data: not an object".into()),
+    }
+}
+
 /// The syscall rules of a posture, in seccompiler's JSON form (before compilation).
 pub fn rules_for(fs: FsAccess, own_pid: u32) -> Result<Vec<Value>, String> {
     let mut groups = vec![BASE];
@@ -27,11 +47,7 @@ pub fn rules_for(fs: FsAccess, own_pid: u32) -> Result<Vec<Value>, String> {
     }
     let mut rules = Vec::new();
     for g in groups {
-        let v: Value = serde_json::from_str(g).map_err(|e| format!("seccomp data: {e}"))?;
-        let list = v["filter"]
-            .as_array()
-            .ok_or("seccomp data: no filter list")?;
-        rules.extend(list.iter().cloned());
+        rules.extend(group_rules(g)?);
     }
     // abort() raises SIGABRT with tgkill; allow it for this process only, so a Rust panic
     // ends as a crash (SIGABRT) and not a sandbox violation, and no other process is reachable.
@@ -62,12 +78,11 @@ pub fn program_for(fs: FsAccess, own_pid: u32) -> Result<BpfProgram, String> {
 /// kernel applies the strictest action of all filters, so under a posture whose allowlist
 /// omits them they still kill.
 pub fn enosys_program() -> Result<BpfProgram, String> {
-    let v: Value = serde_json::from_str(ENOSYS).map_err(|e| format!("seccomp data: {e}"))?;
     compile(json!({
         "worker": {
             "mismatch_action": "allow",
             "match_action": {"errno": libc::ENOSYS},
-            "filter": v["filter"],
+            "filter": group_rules(ENOSYS)?,
         }
     }))
 }
@@ -84,12 +99,7 @@ fn templates() -> &'static Result<Templates, String> {
     static T: std::sync::OnceLock<Result<Templates, String>> = std::sync::OnceLock::new();
     T.get_or_init(|| {
         let mut by_posture = Vec::new();
-        for fs in [
-            FsAccess::None,
-            FsAccess::ReadOnly,
-            FsAccess::WriteOnly,
-            FsAccess::ReadWrite,
-        ] {
+        for fs in POSTURES {
             by_posture.push((fs, program_for(fs, PID_PLACEHOLDER)?));
         }
         Ok(Templates {
@@ -155,7 +165,8 @@ pub fn patch_pid(mut p: BpfProgram, pid: u32) -> Result<BpfProgram, String> {
 const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
 pub(crate) const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+pub(crate) const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+pub(crate) const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
 
 fn insn(code: u32, k: u32) -> seccompiler::sock_filter {
     seccompiler::sock_filter {
@@ -332,12 +343,7 @@ pub(crate) mod tests {
         let pid = 4242u32;
         let enosys = enosys_program().expect("enosys");
         let mut kinds = std::collections::BTreeMap::new();
-        for fs in [
-            FsAccess::None,
-            FsAccess::ReadOnly,
-            FsAccess::WriteOnly,
-            FsAccess::ReadWrite,
-        ] {
+        for fs in POSTURES {
             let allow = program_for(fs, pid).expect("allow");
             let merged = merge(&enosys, &allow).expect("merge");
             assert_eq!(merged.len(), enosys.len() + allow.len() + 10);
@@ -362,19 +368,14 @@ pub(crate) mod tests {
         }
         // The check saw all three outcomes: allowed, ENOSYS, killed.
         let enosys_ret = SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
-        for k in [SECCOMP_RET_ALLOW, enosys_ret, 0x8000_0000] {
+        for k in [SECCOMP_RET_ALLOW, enosys_ret, SECCOMP_RET_KILL_PROCESS] {
             assert!(kinds.contains_key(&k), "{k:#x} never decided: {kinds:?}");
         }
     }
 
     #[test]
     fn every_posture_compiles() {
-        for fs in [
-            FsAccess::None,
-            FsAccess::ReadOnly,
-            FsAccess::WriteOnly,
-            FsAccess::ReadWrite,
-        ] {
+        for fs in POSTURES {
             let p = program_for(fs, 4242);
             assert!(p.as_ref().is_ok_and(|p| p.len() > 20), "{fs:?}: {p:?}");
         }
@@ -440,12 +441,7 @@ pub(crate) mod tests {
             "setgid",
             "execve",
         ];
-        for fs in [
-            FsAccess::None,
-            FsAccess::ReadOnly,
-            FsAccess::WriteOnly,
-            FsAccess::ReadWrite,
-        ] {
+        for fs in POSTURES {
             let names = allowed_names(fs);
             for f in forbidden {
                 assert!(!names.iter().any(|n| n == f), "{f} allowed under {fs:?}");
@@ -501,12 +497,7 @@ pub(crate) mod tests {
 
     #[test]
     fn compiled_once_then_patched_per_worker_equals_compiling_for_that_pid() {
-        for fs in [
-            FsAccess::None,
-            FsAccess::ReadOnly,
-            FsAccess::WriteOnly,
-            FsAccess::ReadWrite,
-        ] {
+        for fs in POSTURES {
             let packed = bpf_for(fs).unwrap_or_default();
             let patched = patch_pid(unpack(&packed.allow), 4242);
             assert_eq!(patched.ok(), program_for(fs, 4242).ok(), "{fs:?}");

@@ -12,7 +12,9 @@
 //! as the worker's whole program would (the tests run both on every syscall number under every
 //! posture); the zygote itself gains a filter it never had.
 
-use super::seccomp::{self, SECCOMP_RET_ALLOW};
+use super::seccomp::{
+    self, POSTURES, SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO, SECCOMP_RET_KILL_PROCESS,
+};
 use seccompiler::{sock_filter, BpfProgram};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -21,15 +23,6 @@ use std::sync::OnceLock;
 use stsd_protocol::frames::{FsAccess, SeccompBpf};
 
 pub const ZYGOTE: &str = include_str!("../../seccomp/zygote.json");
-
-const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
-const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
-const POSTURES: [FsAccess; 4] = [
-    FsAccess::None,
-    FsAccess::ReadOnly,
-    FsAccess::WriteOnly,
-    FsAccess::ReadWrite,
-];
 
 /// A syscall's rules: `None` when it is allowed whatever its arguments, else the argument
 /// rules of which one must match.
@@ -77,14 +70,7 @@ fn zygote_rules() -> Result<BTreeMap<String, Rules>, String> {
         seccomp::FILE_WRITE,
         ZYGOTE,
     ] {
-        let v: Value = serde_json::from_str(group).map_err(|e| format!("seccomp data: {e}"))?;
-        all.extend(
-            v["filter"]
-                .as_array()
-                .ok_or("seccomp data: no filter list")?
-                .iter()
-                .cloned(),
-        );
+        all.extend(seccomp::group_rules(group)?);
     }
     by_name(&all)
 }
@@ -104,11 +90,7 @@ pub fn zygote_program() -> Result<BpfProgram, String> {
 
 /// The syscalls the ENOSYS program answers ENOSYS (`seccomp/enosys.json`).
 fn enosys_names() -> Result<Vec<String>, String> {
-    let v: Value =
-        serde_json::from_str(seccomp::ENOSYS).map_err(|e| format!("seccomp data: {e}"))?;
-    Ok(v["filter"]
-        .as_array()
-        .ok_or("seccomp data: no filter list")?
+    Ok(seccomp::group_rules(seccomp::ENOSYS)?
         .iter()
         .filter_map(|r| r["syscall"].as_str().map(str::to_string))
         .collect())
