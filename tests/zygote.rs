@@ -839,10 +839,88 @@ fn a_call_whose_worker_was_killed_before_it_got_the_job_goes_to_another() {
                 failed.push(r);
             }
         }
+        // The outcome only: whether a killed worker is still in the pool when the call takes
+        // one (and so whether the call is retried) is the scheduler's choice. The test below
+        // makes the retry certain.
         assert!(failed.is_empty(), "reuse {reuse}: calls failed: {failed:?}");
+    }
+}
+
+/// Waits (up to 20 s) for `cond`, polling every 5 ms; panics with `what` when it never holds.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The retry of the test above, made certain rather than left to the scheduler. The zygote
+/// and every worker are stopped (SIGSTOP: alive, so the pool hands one out, and nothing new is
+/// made); a call is sent, and takes one of them: it is seen as that worker is put back to the
+/// normal policy (SCHED_OTHER, 0) as its call begins. Only then is every worker killed, with the job unread
+/// or not yet sent. The call goes to a worker made once the zygote runs again, and answers.
+#[test]
+fn a_worker_killed_after_the_call_took_it_but_before_it_read_the_job_is_replaced() {
+    if stsd_tests::skip_unless_root("only a root daemon puts a worker back to normal priority") {
+        return;
+    }
+    for reuse in ["1", "1000"] {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let d = Daemon::launch_env(
+            dir,
+            2,
+            "[worker]\nprime = false\n",
+            Some(stsd_tests::harness::CATALOG),
+            &["--worker-reuse", reuse],
+            None,
+            &[("STSD_LOG", "stsd=info")],
+        );
+        let mut c = d.connect();
+        c.call(1, "echo-console", json!({ "text": "before" }));
+        assert!(!is_error(&c.response()));
+        // Settled: the pool is full (and, with reuse, the first call's worker parked), every
+        // worker waiting as background work.
+        let live = || -> Vec<i32> {
+            d.children()
+                .into_iter()
+                .filter(|w| w.1 != 'Z')
+                .map(|w| w.0)
+                .collect()
+        };
+        let want = if reuse == "1" { 2 } else { 3 };
+        wait_until(&format!("reuse {reuse}: {want} idle workers"), || {
+            let w = live();
+            w.len() >= want && w.iter().all(|p| policy_of(*p) == Some(SCHED_IDLE))
+        });
+        let zygote = wait_for_zygote(&d, None);
+        // SAFETY: kill(2) on the daemon's zygote and its workers, pids read from /proc.
+        unsafe { libc::kill(zygote, libc::SIGSTOP) };
+        // Stopped first, the zygote forks nothing more: this list is every worker there is.
+        let workers = live();
+        for &w in &workers {
+            // SAFETY: as above.
+            unsafe { libc::kill(w, libc::SIGSTOP) };
+        }
+        c.call(2, "echo-console", json!({ "text": "after" }));
+        wait_until(&format!("reuse {reuse}: the call took a worker"), || {
+            workers.iter().any(|p| policy_of(*p) == Some(0))
+        });
+        for &w in &workers {
+            // SAFETY: as above.
+            unsafe { libc::kill(w, libc::SIGKILL) };
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(zygote, libc::SIGCONT) };
+        let r = c.response();
+        assert!(
+            !is_error(&r) && text(&r).contains("after"),
+            "reuse {reuse}: {r}"
+        );
         assert!(
             d.log().contains("the call goes to a new worker"),
-            "reuse {reuse}: no call was retried"
+            "reuse {reuse}: the call was not retried:\n{}",
+            d.log()
         );
     }
 }
