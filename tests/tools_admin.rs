@@ -229,3 +229,144 @@ fn a_hand_published_or_edited_spec_is_withheld_until_it_passes() {
     assert!(withheld().starts_with("NOT_VERIFIED"), "{}", withheld());
     assert!(greet(&d).starts_with("error:"));
 }
+
+/// Names a client may send that must never become a path: climbing out, separators, NUL, a
+/// leading dot, too long, and Unicode look-alikes of a dot or a slash.
+fn hostile_names() -> Vec<String> {
+    let mut v: Vec<String> = [
+        "../../outside/PWNED",
+        "../../../../../../../../tmp/stsd-test-PWNED",
+        "..",
+        ".",
+        ".hidden",
+        "a/b",
+        "/abs/PWNED",
+        "a\\b",
+        "a\0b",
+        "a\u{2024}\u{2024}b",
+        "\u{2024}\u{2024}\u{2215}outside",
+        "a\u{2215}b",
+        "a\u{FF0F}b",
+        "",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.push("a".repeat(129));
+    v
+}
+
+/// Every file below `root`, as paths relative to it.
+fn files_below(root: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.is_symlink() {
+                todo.push(p);
+            } else {
+                out.push(p.strip_prefix(root).unwrap_or(&p).display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Issue 31 item 1: a tool name sent on the admin channel is checked against the one
+/// grammar before anything is named after it (before: `stsd/tools/add` of a spec named
+/// `../../../../tmp/x/PWNED` wrote `/tmp/x/PWNED.json` as the daemon's uid, and `rollback`
+/// of such a name renamed files of any directory). And a symlink planted in the managed
+/// catalog's `specs/` or `history/` is never followed.
+#[test]
+fn a_tool_name_never_leaves_the_managed_catalog() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let root = dir.path().to_path_buf();
+    let outside = root.join("outside");
+    std::fs::create_dir(&outside).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(outside.join("victim.json"), "untouched").unwrap_or_else(|e| panic!("{e}"));
+    let d = Daemon::start_in(dir, 1, "", CATALOG);
+    let mut c = d.connect();
+    let mut id = 10;
+    for name in hostile_names() {
+        let mut doc = spec("v1", "v1 hello ann");
+        doc["name"] = json!(name);
+        let mut calls = vec![("stsd/tools/add", json!({ "spec": doc }))];
+        for m in [
+            "stsd/tools/rollback",
+            "stsd/tools/remove",
+            "stsd/tools/enable",
+            "stsd/tools/disable",
+        ] {
+            calls.push((m, json!({ "name": name })));
+        }
+        for (method, params) in calls {
+            id += 1;
+            c.send(id, method, params);
+            let r = c.response();
+            assert_eq!(r["error"]["code"], -32602, "{method} {name:?}: {r}");
+            let msg = r["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                msg.contains("MCP's tool-name rule"),
+                "{method} {name:?}: {msg}"
+            );
+        }
+    }
+    assert_eq!(files_below(&outside), vec!["victim.json".to_string()]);
+    assert!(!std::path::Path::new("/tmp/stsd-test-PWNED.json").exists());
+    assert!(!std::path::Path::new("/abs").exists());
+
+    // A symlink planted as a tool's history directory: an update that keeps the current
+    // version there fails rather than write through it.
+    let managed = root.join("managed");
+    let out = tools_cli(&d, &["add"], Some(&spec("v1", "v1 hello ann")));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::os::unix::fs::symlink(&outside, managed.join("history/greeter"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = tools_cli(
+        &d,
+        &["update", "greeter"],
+        Some(&spec("v2", "v2 hello ann")),
+    );
+    assert!(!out.status.success(), "an update wrote through a symlink");
+    assert_eq!(files_below(&outside), vec!["victim.json".to_string()]);
+    assert_eq!(greet(&d), "v1 hello bo");
+    std::fs::remove_file(managed.join("history/greeter")).unwrap_or_else(|e| panic!("{e}"));
+
+    // A symlink planted in history/ as the newest earlier version: rollback moves the link
+    // itself into specs/ (which then holds a link, not a copy of the target), never the file
+    // it points to; and the current version planted as a symlink is moved aside the same way
+    // by an update.
+    std::fs::create_dir(managed.join("history/greeter")).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(
+        outside.join("victim.json"),
+        managed.join("history/greeter/99999999999999999999.json"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let _ = tools_cli(&d, &["rollback", "greeter"], None);
+    assert!(managed.join("specs/greeter.json").is_symlink());
+    let out = tools_cli(
+        &d,
+        &["update", "greeter"],
+        Some(&spec("v3", "v3 hello ann")),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!managed.join("specs/greeter.json").is_symlink());
+    assert_eq!(greet(&d), "v3 hello bo");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("victim.json"))
+            .ok()
+            .as_deref(),
+        Some("untouched")
+    );
+    assert_eq!(files_below(&outside), vec!["victim.json".to_string()]);
+}

@@ -7,11 +7,13 @@ pub mod envvar;
 pub mod frames;
 pub mod ids;
 pub mod json;
+pub mod names;
 pub mod schema;
 pub mod spec;
 pub mod validate;
 
 pub use diag::{Code, Diagnostic, Severity};
+pub use names::{check_tool_name, NameError, ToolName};
 pub use spec::{
     NetworkMode, ParamSpec, ParamType, SandboxOverrides, StaticVariable, ToolSpec, Tri,
 };

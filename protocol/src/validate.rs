@@ -65,6 +65,9 @@ fn check_invariants(spec: &ToolSpec, out: &mut Vec<Diagnostic>) {
                 "`name` must be a non-empty string (§4.2)".into(),
             ));
         }
+    } else if let Err(e) = crate::names::check_tool_name(&spec.name) {
+        // Not a name MCP can carry, nor a safe file name: refused, not warned.
+        out.push(inv("/name".into(), format!("{e} (§4.2)")));
     } else if !is_slug(&spec.name) {
         out.push(warn(
             "/name".into(),
@@ -350,6 +353,18 @@ mod tests {
     fn non_slug_name_is_a_warning_not_an_error() {
         let d = codes_at(json!({"name": "getUpbitTicker", "code": "x", "codeType": "Javascript"}));
         assert_eq!(d, vec![(Code::SpecInvariant, "/name".into(), false)]);
+    }
+
+    #[test]
+    fn a_name_outside_the_tool_name_grammar_is_an_error() {
+        for name in ["../../tmp/x/PWNED", "a b", ".hidden", "a\u{2215}b"] {
+            let d = codes_at(json!({"name": name, "code": "x", "codeType": "Javascript"}));
+            assert_eq!(
+                d,
+                vec![(Code::SpecInvariant, "/name".into(), true)],
+                "{name:?}"
+            );
+        }
     }
 
     #[test]

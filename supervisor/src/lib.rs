@@ -5,6 +5,7 @@ pub mod admin;
 pub mod admission;
 pub mod approval;
 pub mod audit;
+pub mod beneath;
 pub mod bundled;
 pub mod check;
 pub mod config_file;

@@ -5,15 +5,27 @@
 //! - `history/NAME/TIMESTAMP.json`: earlier versions, newest last (rollback takes the newest);
 //! - `toolsets.json`: a CJSON toolsets document with the operator's enable/disable switches.
 //!
-//! Every write is atomic (a temporary file renamed into place), so a crash leaves either the
+//! Every file operation goes through a directory handle that cannot be left (`beneath.rs`:
+//! no `..`, no symlink, whoever planted it), with file names built only from names that
+//! follow the tool-name grammar. Every write is atomic (a temporary file renamed into place), so a crash leaves either the
 //! old or the new version, and the state survives a restart because the daemon reads the
 //! directory like any other catalog.
 
+use crate::beneath::Beneath;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use stsd_protocol::ToolName;
 
+const TOOLSETS: &str = "toolsets.json";
+
+/// Every file operation goes through a directory handle that cannot be left
+/// ([`Beneath`]), and every file name is built from a checked [`ToolName`].
 pub struct Managed {
+    /// The directory's path, for messages and for the daemon's catalog sources.
     dir: PathBuf,
+    root: Beneath,
+    specs: Beneath,
+    history: Beneath,
 }
 
 /// Default location: `/var/lib/stsd/catalog` for root, else `$XDG_DATA_HOME/stsd/catalog` or
@@ -39,91 +51,94 @@ pub fn default_dir() -> PathBuf {
     ))
 }
 
-fn write(path: &Path, v: &Value) -> Result<(), String> {
+fn write(dir: &Beneath, name: &str, v: &Value) -> Result<(), String> {
     let mut text = serde_json::to_vec_pretty(v).map_err(|e| e.to_string())?;
     text.push(b'\n');
-    crate::store::write_atomic(path, &text).map_err(|e| format!("{}: {e}", path.display()))
+    dir.write_atomic(name, &text)
+        .map_err(|e| format!("{}: {e}", dir.path().join(name).display()))
+}
+
+/// The file a tool's current version is kept in. A [`ToolName`] is one plain path component
+/// (see `stsd_protocol::names`), so this cannot name another directory.
+fn spec_file(name: &ToolName) -> String {
+    format!("{name}.json")
 }
 
 impl Managed {
     /// Opens (creating) the directory and an empty toolsets document.
     pub fn open(dir: &Path) -> Result<Managed, String> {
+        let at = |e: std::io::Error| format!("{}: {e}", dir.display());
+        let root = Beneath::open(dir).map_err(at)?;
+        let specs = root.dir("specs", true).map_err(at)?;
+        let history = root.dir("history", true).map_err(at)?;
         let m = Managed {
             dir: dir.to_path_buf(),
+            root,
+            specs,
+            history,
         };
-        for d in [m.specs_dir(), m.dir.join("history")] {
-            std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
-        }
-        if !m.toolsets_path().exists() {
+        if !m.root.exists(TOOLSETS) {
             m.write_toolsets(&[])?;
         }
         Ok(m)
     }
 
+    /// The directory of served versions (a catalog source the daemon reads).
     pub fn specs_dir(&self) -> PathBuf {
         self.dir.join("specs")
     }
 
     pub fn toolsets_path(&self) -> PathBuf {
-        self.dir.join("toolsets.json")
-    }
-
-    fn spec_path(&self, name: &str) -> PathBuf {
-        self.specs_dir().join(format!("{name}.json"))
-    }
-
-    fn history_dir(&self, name: &str) -> PathBuf {
-        self.dir.join("history").join(name)
+        self.dir.join(TOOLSETS)
     }
 
     /// Whether the managed catalog holds `name`.
-    pub fn has(&self, name: &str) -> bool {
-        self.spec_path(name).exists()
+    pub fn has(&self, name: &ToolName) -> bool {
+        self.specs.exists(&spec_file(name))
     }
 
     /// Saves the current version (if any) to the history, then writes `doc` as current.
-    pub fn install(&self, name: &str, doc: &Value) -> Result<(), String> {
+    pub fn install(&self, name: &ToolName, doc: &Value) -> Result<(), String> {
         self.keep_current(name)?;
-        write(&self.spec_path(name), doc)
+        write(&self.specs, &spec_file(name), doc)
     }
 
-    fn keep_current(&self, name: &str) -> Result<(), String> {
-        let cur = self.spec_path(name);
-        if !cur.exists() {
+    fn keep_current(&self, name: &ToolName) -> Result<(), String> {
+        let cur = spec_file(name);
+        if !self.specs.exists(&cur) {
             return Ok(());
         }
-        let h = self.history_dir(name);
-        std::fs::create_dir_all(&h).map_err(|e| e.to_string())?;
+        let h = self
+            .history
+            .dir(name.as_str(), true)
+            .map_err(|e| e.to_string())?;
         let stamp = format!("{:020}.json", crate::store::now_ms().max(0));
         // Two writes in one millisecond must not overwrite each other's history.
-        let mut target = h.join(&stamp);
+        let mut target = stamp.clone();
         let mut n = 0;
-        while target.exists() {
+        while h.exists(&target) {
             n += 1;
-            target = h.join(format!("{stamp}.{n}"));
+            target = format!("{stamp}.{n}");
         }
-        std::fs::rename(&cur, &target).map_err(|e| e.to_string())
-    }
-
-    fn newest_in_history(&self, name: &str) -> Option<PathBuf> {
-        let mut all: Vec<PathBuf> = std::fs::read_dir(self.history_dir(name))
-            .ok()?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        all.sort();
-        all.pop()
+        self.specs
+            .rename(&cur, &h, &target)
+            .map_err(|e| e.to_string())
     }
 
     /// Puts the newest earlier version back in place; the current one is dropped.
-    pub fn rollback(&self, name: &str) -> Result<(), String> {
-        let prev = self
-            .newest_in_history(name)
-            .ok_or_else(|| format!("{name} has no earlier version to roll back to"))?;
-        std::fs::rename(&prev, self.spec_path(name)).map_err(|e| e.to_string())
+    pub fn rollback(&self, name: &ToolName) -> Result<(), String> {
+        let none = || format!("{name} has no earlier version to roll back to");
+        let h = self.history.dir(name.as_str(), false).map_err(|_| none())?;
+        let mut all = h.entries().map_err(|_| none())?;
+        all.retain(|n| !n.starts_with('.'));
+        all.sort();
+        let prev = all.pop().ok_or_else(none)?;
+        h.rename(&prev, &self.specs, &spec_file(name))
+            .map_err(|e| e.to_string())
     }
 
     /// Retires a tool: its current version goes to the history (so `rollback` restores it).
-    pub fn remove(&self, name: &str) -> Result<(), String> {
+    pub fn remove(&self, name: &ToolName) -> Result<(), String> {
         if !self.has(name) {
             return Err(format!("{name} is not in the managed catalog"));
         }
@@ -132,7 +147,8 @@ impl Managed {
     }
 
     fn disabled(&self) -> Vec<String> {
-        std::fs::read(self.toolsets_path())
+        self.root
+            .read(TOOLSETS)
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
             .and_then(|v| {
@@ -152,7 +168,8 @@ impl Managed {
             .map(|n| json!({"name": n, "enabled": false}))
             .collect();
         write(
-            &self.toolsets_path(),
+            &self.root,
+            TOOLSETS,
             &json!({
                 "mediaType": crate::approval::toolsets::MEDIA_TYPE,
                 "schema": crate::approval::toolsets::SCHEMA_ID,
@@ -162,9 +179,9 @@ impl Managed {
     }
 
     /// The operator's switch for a tool (any tool of the catalog, managed or not).
-    pub fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), String> {
+    pub fn set_enabled(&self, name: &ToolName, enabled: bool) -> Result<(), String> {
         let mut d = self.disabled();
-        d.retain(|n| n != name);
+        d.retain(|n| n != name.as_str());
         if !enabled {
             d.push(name.to_string());
         }

@@ -151,6 +151,30 @@ def test_admin_rights_belong_to_principals(remote: Remote):
     assert get(remote.base + "/admin", remote.ctx, h, body)[0] == 401
 
 
+def test_an_admin_principal_cannot_name_a_file_outside_the_catalog(remote: Remote, tmp_path: Path):
+    """Issue 31 item 1, over HTTP: a remote admin token once turned `stsd/tools/add` of a spec
+    named `../../x/PWNED` into a file written as the daemon's uid. Every name outside the
+    tool-name grammar is refused before the gate, and nothing lands outside the catalog."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    h = {"Content-Type": "application/json", "Authorization": f"Bearer {remote.ops}"}
+    names = ["../outside/PWNED", "../../outside/PWNED", "..", ".hidden", "a/b", "a\\b", "a\u0000b",
+             "a\u2024\u2024b", "\u2024\u2024\u2215outside", "a\uff0fb", "a" * 129]
+    for i, name in enumerate(names):
+        spec = {"name": name, "description": "greets whoever it is given", "codeType": "Javascript",
+                "params": [], "code": "return 'hi';"}
+        calls = [("stsd/tools/add", {"spec": spec})] + [
+            (m, {"name": name}) for m in ("stsd/tools/rollback", "stsd/tools/remove", "stsd/tools/disable")]
+        for method, params in calls:
+            body = json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode()
+            status, text = get(remote.base + "/admin", remote.ctx, h, body)
+            reply = json.loads(text)
+            assert status == 200 and reply["error"]["code"] == -32602, (method, name, reply)
+            assert "tool-name rule" in reply["error"]["message"], (method, name, reply)
+    assert list(outside.iterdir()) == []
+    assert not [p for p in tmp_path.rglob("PWNED*")]
+
+
 def test_a_legacy_session_stays_with_its_principal(remote: Remote):
     h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

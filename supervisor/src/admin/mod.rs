@@ -22,6 +22,7 @@ use crate::service::{Service, Subject};
 use crate::transport::{AdminHandler, AdminReply};
 use serde_json::{json, Value};
 use std::sync::Arc;
+use stsd_protocol::ToolName;
 
 /// JSON-RPC error codes of the admin channel.
 pub const NOT_ALLOWED: i32 = -32001;
@@ -270,12 +271,18 @@ fn admin_list(who: &Subject) -> &'static str {
     }
 }
 
-fn name_param(params: &Value) -> Result<String, (i32, String)> {
-    params
+/// The `name` parameter, checked against the tool-name grammar: every name a client sends is,
+/// before anything is looked up or a file is named after it.
+fn name_param(params: &Value) -> Result<ToolName, (i32, String)> {
+    let name = params
         .get("name")
         .and_then(Value::as_str)
-        .map(String::from)
-        .ok_or((-32602, "params: {\"name\": <tool>}".to_string()))
+        .ok_or((-32602, "params: {\"name\": <tool>}".to_string()))?;
+    checked_name(name)
+}
+
+fn checked_name(name: &str) -> Result<ToolName, (i32, String)> {
+    ToolName::parse(name).map_err(|e| (-32602, e.to_string()))
 }
 
 impl Admin {
@@ -418,19 +425,19 @@ impl Admin {
                     .get("spec")
                     .filter(|v| v.is_object())
                     .ok_or((-32602, "params: {\"spec\": <a spec document>}".to_string()))?;
-                let name = spec
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
-                if method == "stsd/tools/add" && (self.known(&name) || managed.has(&name)) {
+                let name =
+                    checked_name(spec.get("name").and_then(Value::as_str).unwrap_or_default())?;
+                if method == "stsd/tools/add" && (self.known(name.as_str()) || managed.has(&name)) {
                     return Err((
                         GATE_FAILED,
                         format!("a tool named {name} exists already (use update)"),
                     ));
                 }
                 if method == "stsd/tools/update" {
-                    let target = name_param(params).unwrap_or_else(|_| name.clone());
+                    let target = match params.get("name") {
+                        Some(_) => name_param(params)?,
+                        None => name.clone(),
+                    };
                     if !managed.has(&target) || target != name {
                         return Err((
                             NO_SUCH,
@@ -443,24 +450,24 @@ impl Admin {
                 }
                 let doc = self.gate(spec).await?;
                 managed.install(&name, &doc).map_err(|e| (GATE_FAILED, e))?;
-                self.republish_accepting(changed, &name)?;
-                Ok(json!({"name": name, "published": true}))
+                self.republish_accepting(changed, name.as_str())?;
+                Ok(json!({"name": name.as_str(), "published": true}))
             }
             "stsd/tools/rollback" => {
                 let name = name_param(params)?;
                 managed.rollback(&name).map_err(|e| (NO_SUCH, e))?;
-                self.republish_accepting(changed, &name)?;
-                Ok(json!({"name": name, "rolledBack": true}))
+                self.republish_accepting(changed, name.as_str())?;
+                Ok(json!({"name": name.as_str(), "rolledBack": true}))
             }
             "stsd/tools/remove" => {
                 let name = name_param(params)?;
                 managed.remove(&name).map_err(|e| (NO_SUCH, e))?;
                 self.republish(changed)?;
-                Ok(json!({"name": name, "removed": true}))
+                Ok(json!({"name": name.as_str(), "removed": true}))
             }
             _ => {
                 let name = name_param(params)?;
-                if !self.known(&name) {
+                if !self.known(name.as_str()) {
                     return Err((NO_SUCH, format!("no tool named {name}")));
                 }
                 let enable = method == "stsd/tools/enable";
@@ -468,7 +475,7 @@ impl Admin {
                     .set_enabled(&name, enable)
                     .map_err(|e| (GATE_FAILED, e))?;
                 self.republish(changed)?;
-                Ok(json!({"name": name, "enabled": enable}))
+                Ok(json!({"name": name.as_str(), "enabled": enable}))
             }
         }
     }

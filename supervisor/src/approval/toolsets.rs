@@ -146,6 +146,10 @@ fn apply_document(
             .enumerate()
         {
             let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
+            if let Err(e) = stsd_protocol::check_tool_name(name) {
+                errors.push(format!("{at}: /toolsets/{i}/tools/{j}/name: {e}"));
+                continue;
+            }
             if !known(name) {
                 errors.push(format!(
                     "{at}: /toolsets/{i}/tools/{j}/name: no tool named {name:?} in the catalog"
@@ -268,6 +272,24 @@ mod tests {
                 .any(|m| m.contains("/toolsets/0/tools/0/name") && m.contains("noSuchTool")),
             "{e:?}"
         );
+        // A name outside the tool-name grammar is refused as such, even when `known` would
+        // say yes (the grammar is checked first).
+        let known_all = |_: &str| true;
+        for name in ["../x", "a/b", ".hidden", "a\u{2215}b"] {
+            let doc = json!({"schema": SCHEMA_ID, "toolsets": [{"id": "x", "kind": "builtin",
+                "tools": [{"name": name}]}]});
+            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+            let p = dir.path().join("t.json");
+            std::fs::write(&p, doc.to_string()).unwrap_or_else(|e| panic!("{e}"));
+            let e = load(std::slice::from_ref(&p), &known_all)
+                .err()
+                .unwrap_or_default();
+            assert!(
+                e.iter().any(|m| m.contains("/toolsets/0/tools/0/name")
+                    && m.contains("MCP's tool-name rule")),
+                "{name:?}: {e:?}"
+            );
+        }
         let uri = json!({"schema": SCHEMA_ID, "toolsets": [{"id": "x", "kind": "uri"}]});
         let e = load_one(&uri).err().unwrap_or_default();
         assert!(e.iter().any(|m| m.contains("/toolsets/0/kind")), "{e:?}");

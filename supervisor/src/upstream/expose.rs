@@ -170,6 +170,18 @@ pub fn compute(
                 .get(name)
                 .cloned()
                 .unwrap_or_else(|| default_alias(&u.id, name));
+            // The name clients would see follows the one tool-name grammar, or the tool is
+            // not served (an upstream's own name may hold anything).
+            if let Err(e) = stsd_protocol::check_tool_name(&alias) {
+                out.withheld.push(Withheld {
+                    upstream: u.id.clone(),
+                    tool: name.to_string(),
+                    alias: alias.clone(),
+                    why: format!("{e}; give it an alias in the upstream's `aliases`"),
+                    poisoning: Vec::new(),
+                });
+                continue;
+            }
             let upstream_description = t.get("description").and_then(Value::as_str);
             let input_schema = t.get("inputSchema").cloned();
             let annotations = t.get("annotations").cloned().filter(|a| !a.is_null());
