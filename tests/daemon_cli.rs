@@ -314,3 +314,129 @@ fn console_lines_come_in_meta_when_asked_for() {
     let r = c.response();
     assert!(r["result"]["_meta"].get("stsd/console").is_none(), "{r}");
 }
+
+/// A daemon run by uid 65534, as a per-user daemon is run by its user; `extra` joins its
+/// `[daemon]` section. Killed when dropped.
+struct UserDaemon {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl UserDaemon {
+    fn start(extra: &str) -> UserDaemon {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let p = dir.path();
+        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777));
+        let config = p.join("stsd.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[daemon]\naudit_log = \"{}\"\ncatalog_dir = \"{}\"\n{extra}",
+                p.join("audit.jsonl").display(),
+                p.join("managed").display()
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let _ = std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644));
+        let log = std::fs::File::create(p.join("stderr.log")).unwrap_or_else(|e| panic!("{e}"));
+        let _ =
+            std::fs::set_permissions(p.join("stderr.log"), std::fs::Permissions::from_mode(0o666));
+        let child = Command::new(stsd_bin())
+            .arg("--config")
+            .arg(&config)
+            .arg("--socket")
+            .arg(p.join("stsd.sock"))
+            .args(["--pool", "1", "--catalog", CATALOG])
+            .env("STSD_STATE_DIR", p.join("state"))
+            .stderr(log)
+            .uid(65534)
+            .gid(65534)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let d = UserDaemon { child, dir };
+        let t0 = std::time::Instant::now();
+        while !d.log().contains("connection limits") {
+            assert!(
+                t0.elapsed().as_secs() < 20,
+                "the daemon did not start: {}",
+                d.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        d
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
+    /// `stsd ARGS --socket ...` run as the daemon's own uid.
+    fn as_its_uid(&self, args: &[&str]) -> Output {
+        use std::os::unix::process::CommandExt;
+        Command::new(stsd_bin())
+            .args(args)
+            .arg("--socket")
+            .arg(self.dir.path().join("stsd.sock"))
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+impl Drop for UserDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 31 item 3: by default the admin set is root (and the stsd-admin group), never the
+/// daemon's own uid. A per-user daemon shares its uid with the agent host that calls its
+/// tools; before, that uid was an admin, so the agent could publish, disable and re-approve
+/// tools. It may still read what the daemon serves (status, tools list/show, metrics).
+/// Listing the uid on purpose works, and the banner warns.
+#[test]
+fn the_daemons_own_uid_is_not_an_admin_unless_listed() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run a daemon as another uid");
+        return;
+    }
+    let d = UserDaemon::start("");
+    assert!(!d.log().contains("WARN: uid 65534"), "{}", d.log());
+    for args in [
+        &["tools", "disable", "echo-console"][..],
+        &["tools", "rm", "echo-console"],
+        &["tools", "rollback", "echo-console"],
+        &["approvals"],
+        &["ledger", "list"],
+    ] {
+        let out = d.as_its_uid(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("may not"),
+            "{args:?} was allowed to the daemon's own uid: {err}"
+        );
+    }
+    for args in [&["status"][..], &["tools", "list"]] {
+        let out = d.as_its_uid(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    drop(d);
+
+    let d = UserDaemon::start("admin_uids = [65534]\n");
+    assert!(
+        d.log()
+            .contains("WARN: uid 65534 runs this daemon and is an admin"),
+        "{}",
+        d.log()
+    );
+    let out = d.as_its_uid(&["tools", "disable", "echo-console"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("may not"));
+}

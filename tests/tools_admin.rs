@@ -370,3 +370,128 @@ fn a_tool_name_never_leaves_the_managed_catalog() {
     );
     assert_eq!(files_below(&outside), vec!["victim.json".to_string()]);
 }
+
+/// A copy of a tool that writes and deletes files, published through the admin channel.
+fn writer_copy() -> Value {
+    json!({"name": "writer-copy", "description": "writes files, like the writer it copies",
+           "codeType": "Javascript", "params": [], "code": "return 'would write';",
+           "sandboxOverrides": {"fileRead": true, "fileWrite": true, "destructive": true},
+           "testCases": [{"name": "runs", "arguments": {}, "expected": "would write"}]})
+}
+
+/// Issue 31 item 3: whoever holds the admin channel cannot publish a tool that writes,
+/// deletes or reaches the network without a gate (before, a copy of a gated tool without its
+/// `humanInTheLoop` ran with nobody asked). An operator's rule that names the capability lifts
+/// it.
+#[test]
+fn a_tool_published_through_the_admin_channel_that_writes_starts_gated() {
+    let call_it = |d: &Daemon| {
+        let mut c = d.connect();
+        c.call(1, "writer-copy", json!({}));
+        c.response()
+    };
+    let d = Daemon::start(1, "");
+    let out = tools_cli(&d, &["add"], Some(&writer_copy()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let show = tools_cli(&d, &["show", "writer-copy"], None);
+    let v: Value = serde_json::from_slice(&show.stdout).unwrap_or_default();
+    assert_eq!(v["approval"]["required"], true, "{v}");
+    assert_eq!(v["approval"]["source"], "admin-published", "{v}");
+    let r = call_it(&d);
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(
+        text(&r).starts_with("APPROVAL_"),
+        "the call ran without approval: {r}"
+    );
+    drop(d);
+
+    // The operator lifts it by capability: the same tool then runs.
+    let d = Daemon::start(
+        1,
+        "[approval]\n[[approval.rule]]\nfile_write = true\ndestructive = true\nrequire = false\n",
+    );
+    let out = tools_cli(&d, &["add"], Some(&writer_copy()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = call_it(&d);
+    assert_eq!(text(&r), "would write", "{r}");
+}
+
+/// Issue 31 item 3: `stsd mcp`, the bridge an agent host starts, never carries `stsd/...`
+/// admin methods, whoever runs it (here root, an admin on the socket itself). Before, the
+/// bridge passed every line through, and an agent could `stsd/tools/add` through it.
+#[test]
+fn the_stdio_bridge_carries_mcp_only() {
+    use std::process::Stdio;
+    let d = Daemon::start(1, "");
+    let mut bridge = Command::new(stsd_bin())
+        .args(["mcp", "--socket"])
+        .arg(&d.socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut stdin = bridge.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    let stdout = bridge.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let mut lines = std::io::BufReader::new(stdout);
+    let mut ask = |id: u64, method: &str, params: Value| -> Value {
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut got = String::new();
+        loop {
+            got.clear();
+            if lines.read_line(&mut got).unwrap_or(0) == 0 {
+                panic!("the bridge closed");
+            }
+            let v: Value = serde_json::from_str(&got).unwrap_or_default();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    for (id, method, params) in [
+        (1, "stsd/status", json!({})),
+        (
+            2,
+            "stsd/tools/add",
+            json!({ "spec": spec("v1", "v1 hello ann") }),
+        ),
+        (3, "stsd/tools/disable", json!({ "name": "echo-console" })),
+        (4, "stsd/ledger/approve", json!({ "id": "x/y" })),
+    ] {
+        let r = ask(id, method, params);
+        assert_eq!(r["error"]["code"], -32601, "{method}: {r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("carries MCP only"),
+            "{method}: {r}"
+        );
+    }
+    // MCP itself still works through it.
+    let r = ask(
+        5,
+        "tools/list",
+        json!({"_meta": stsd_tests::harness::meta()}),
+    );
+    assert!(r["result"]["tools"].is_array(), "{r}");
+    assert!(!listed(&d).contains(&"greeter".to_string()));
+    let _ = bridge.kill();
+    let _ = bridge.wait();
+    // The same admin request straight on the socket, as root: served (it is the bridge that
+    // refuses, not the uid).
+    let mut c = d.connect();
+    c.send(9, "stsd/status", json!({}));
+    assert!(c.response()["result"]["pool"].is_object());
+}

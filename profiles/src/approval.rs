@@ -84,6 +84,10 @@ pub struct ApprovalRule {
     /// The tool's sandbox Risk Level is at least this.
     pub min_risk: Option<RiskLevel>,
     pub destructive: Option<bool>,
+    /// The tool's effective posture writes files (`true`) or does not (`false`).
+    pub file_write: Option<bool>,
+    /// The tool's effective network mode: "blocked", "allowlist", "strict" or "open".
+    pub network_mode: Option<String>,
     /// true: approval is required; false: not required (lifting a spec's REQUIRED only with
     /// `allow_override_required`); unset: as the spec and toolsets say.
     pub require: Option<bool>,
@@ -106,6 +110,16 @@ impl ApprovalConfig {
             );
         }
         for (i, r) in self.rules.iter().enumerate() {
+            if let Some(m) = &r.network_mode {
+                if !["blocked", "allowlist", "strict", "open"]
+                    .iter()
+                    .any(|k| k.eq_ignore_ascii_case(m))
+                {
+                    return Err(format!(
+                        "approval.rule[{i}]: network_mode must be \"blocked\", \"allowlist\", \"strict\" or \"open\", got {m:?}"
+                    ));
+                }
+            }
             if r.strategy == Some(StrategyKind::Command) {
                 if r.command.is_empty() {
                     return Err(format!(

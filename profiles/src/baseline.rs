@@ -175,8 +175,9 @@ pub struct DaemonConfig {
     pub audit_max_arg_bytes: usize,
     /// A call's arguments as audited, in all; beyond it they are one length and digest.
     pub audit_max_params_bytes: usize,
-    /// uids allowed on the admin channel (`stsd/...` methods). Empty: the daemon's own uid
-    /// and root.
+    /// uids allowed on the admin channel (`stsd/...` methods). Empty: root, and members of
+    /// the `stsd-admin` group if it exists. The daemon's own uid is an admin only when listed
+    /// here: for a per-user daemon that is the agent's uid too (the banner warns).
     pub admin_uids: Vec<u32>,
     /// The managed catalog `stsd tools add|update|...` write to (served besides `--catalog`).
     /// Unset: /var/lib/stsd/catalog as root, else $XDG_DATA_HOME/stsd/catalog.

@@ -117,16 +117,7 @@ pub fn build(cat: &Catalog, config: &Config, env: &dyn EnvSource) -> Report {
         if let Some(spec) = &e.validated.spec {
             match resolve(spec, config) {
                 Ok(r) => {
-                    let facts = ToolFacts {
-                        name: &spec.name,
-                        category: spec.category.as_deref(),
-                        risk: r.risk,
-                        destructive: r.tool_safety.capabilities.destructive,
-                        spec_required: spec
-                            .human_in_the_loop
-                            .as_ref()
-                            .is_some_and(|h| h.mode.eq_ignore_ascii_case("REQUIRED")),
-                    };
+                    let facts = ToolFacts::of_spec(spec, &r, false);
                     let a = requirement(&facts, None, &config.approval);
                     report.approval = Some(ApprovalView {
                         required: a.required,

@@ -317,16 +317,7 @@ fn approve(
     prepared: &job::Prepared,
     answer: Option<bool>,
 ) -> Option<(stsd_protocol::Code, String)> {
-    let facts = ToolFacts {
-        name: &spec.name,
-        category: spec.category.as_deref(),
-        risk: resolved.risk,
-        destructive: resolved.tool_safety.capabilities.destructive,
-        spec_required: spec
-            .human_in_the_loop
-            .as_ref()
-            .is_some_and(|h| h.mode.eq_ignore_ascii_case("REQUIRED")),
-    };
+    let facts = ToolFacts::of_spec(spec, resolved, false);
     let mut req = requirement(&facts, None, &config.approval);
     if !req.required {
         return None;

@@ -95,7 +95,7 @@ fn build_service_with(
     let mut toolsets = o.toolsets.clone();
     let mut sources = o.sources.clone();
     if let Some(m) = managed {
-        sources.push(Source::Path(m.specs_dir()));
+        sources.push(Source::Managed(m.specs_dir()));
         toolsets.push(m.toolsets_path());
     }
     Service::new(
@@ -149,6 +149,10 @@ fn banner(service: &Service, what: &str) -> String {
     }
     for (name, why) in &p.withheld {
         s.push_str(&format!("withheld {name}: {why}\n"));
+    }
+    if let Some(w) = crate::admin::own_uid_warning(&service.config().daemon.admin_uids) {
+        s.push_str(&w);
+        s.push('\n');
     }
     for (path, why) in &p.unreadable {
         s.push_str(&format!("unreadable {}: {why}\n", path.display()));
@@ -567,6 +571,14 @@ async fn bridge(stream: tokio::net::UnixStream, keepalive: Duration) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let (mut sr, mut sw) = stream.into_split();
     let (stdin, mut stdout) = rmcp::transport::stdio_pipes();
+    // First, before any line of the client's: the session carries MCP only.
+    let only = format!(
+        "{}\n",
+        serde_json::json!({"jsonrpc": "2.0", "method": crate::transport::MCP_ONLY_METHOD})
+    );
+    if sw.write_all(only.as_bytes()).await.is_err() {
+        return;
+    }
     let up = tokio::spawn(async move {
         let mut lines = tokio::io::BufReader::new(stdin);
         let mut line = Vec::new();

@@ -15,7 +15,7 @@ use crate::lifecycle::{state_of, State};
 use crate::pool::{primable, Pool};
 use crate::store::{now_ms, Catalog};
 use serde_json::{json, Map, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use stsd_profiles::upstream::Exposure;
@@ -29,6 +29,10 @@ use stsd_protocol::{Code, NetworkMode, ToolSpec};
 pub enum Source {
     Bundled,
     Path(PathBuf),
+    /// The managed catalog's specs (what the admin channel published): read like a path,
+    /// and its tools start gated when they write, delete or reach the network
+    /// (`approval::policy::gated_by_default`).
+    Managed(PathBuf),
 }
 
 /// One tool as published over MCP.
@@ -108,18 +112,36 @@ pub fn publish_with_toolsets(
     if let Some(id) = &config.daemon.preset {
         toolsets.only = Some((id.clone(), preset_tools(sources, config, id)?));
     }
-    Ok(publish_catalog(&cat, config, &toolsets, false))
+    Ok(publish_catalog(
+        &cat,
+        config,
+        &toolsets,
+        false,
+        managed_dir(sources),
+    ))
 }
 
 /// The published catalog without toolsets documents.
 pub fn publish(sources: &[Source], config: &Config) -> Published {
-    publish_catalog(&load_catalog(sources), config, &Toolsets::default(), false)
+    publish_catalog(
+        &load_catalog(sources),
+        config,
+        &Toolsets::default(),
+        false,
+        managed_dir(sources),
+    )
 }
 
 /// Every valid spec as it would be published, whatever its lifecycle state (drafts and
 /// specs missing variables included): for exports of a whole catalog.
 pub fn publish_any_state(sources: &[Source], config: &Config) -> Published {
-    publish_catalog(&load_catalog(sources), config, &Toolsets::default(), true)
+    publish_catalog(
+        &load_catalog(sources),
+        config,
+        &Toolsets::default(),
+        true,
+        managed_dir(sources),
+    )
 }
 
 /// The tools of preset `id`, from `[daemon] presets_file` or a `default-tool-presets.json`
@@ -139,7 +161,7 @@ fn preset_tools(
                 };
                 Some(dir.join("default-tool-presets.json")).filter(|f| f.exists())
             }
-            Source::Bundled => None,
+            Source::Bundled | Source::Managed(_) => None,
         })
     });
     let Some(file) = file else {
@@ -172,11 +194,19 @@ fn preset_tools(
     }
 }
 
+/// The managed catalog's specs directory, when it is a source.
+fn managed_dir(sources: &[Source]) -> Option<&Path> {
+    sources.iter().find_map(|s| match s {
+        Source::Managed(p) => Some(p.as_path()),
+        _ => None,
+    })
+}
+
 fn load_catalog(sources: &[Source]) -> Catalog {
     let paths: Vec<PathBuf> = sources
         .iter()
         .filter_map(|s| match s {
-            Source::Path(p) => Some(p.clone()),
+            Source::Path(p) | Source::Managed(p) => Some(p.clone()),
             Source::Bundled => None,
         })
         .collect();
@@ -195,6 +225,7 @@ fn publish_catalog(
     config: &Config,
     toolsets: &Toolsets,
     any_state: bool,
+    managed: Option<&Path>,
 ) -> Published {
     let mut out = Published {
         unreadable: cat
@@ -296,16 +327,8 @@ fn publish_catalog(
         }
         let caps = &resolved.tool_safety.capabilities;
         let network = caps.network.mode != NetworkMode::Blocked;
-        let facts = ToolFacts {
-            name: &spec.name,
-            category: spec.category.as_deref(),
-            risk: resolved.risk,
-            destructive: caps.destructive,
-            spec_required: spec
-                .human_in_the_loop
-                .as_ref()
-                .is_some_and(|h| h.mode.eq_ignore_ascii_case("REQUIRED")),
-        };
+        let admin_published = managed.is_some_and(|m| cat.files[e.file].path.starts_with(m));
+        let facts = ToolFacts::of_spec(spec, &resolved, admin_published);
         let approval = requirement(
             &facts,
             switch.and_then(|s| s.requires_approval),

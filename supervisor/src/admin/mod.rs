@@ -1,7 +1,8 @@
 //! The admin channel: JSON-RPC methods named `stsd/...` on the daemon's own socket, beside MCP.
 //! Every method checks who is asking, as the transport established it: a uid (SO_PEERCRED)
 //! on the socket, a principal (token or client certificate) on `POST /admin` over HTTP.
-//! Reading needs `[daemon] admin_uids` (default: the daemon's own uid and root) or
+//! Reading needs `[daemon] admin_uids` (default: root and the `stsd-admin` group; the
+//! daemon's own uid only when listed, see [`AdminSet`]) or
 //! `[approval] operator_uids`; answering an approval needs `operator_uids`. HTTP principals
 //! get the same rights from `[http] admin_principals` and `approver_principals`. The CLI verbs that talk to a
 //! running daemon (`stsd approvals`, `stsd approve`, `stsd deny`) are thin clients of it
@@ -18,6 +19,64 @@
 
 pub mod client;
 
+/// The group whose members are admins when `[daemon] admin_uids` is not set (the .deb makes
+/// it).
+pub const ADMIN_GROUP: &str = "stsd-admin";
+
+/// Who may use the admin channel on the socket. Root only by default, plus members of
+/// [`ADMIN_GROUP`] when it exists; never the daemon's own uid unless listed. A per-user
+/// daemon runs as the same uid as the agent host that calls its tools: were that uid an
+/// admin, the agent could publish a copy of a gated tool without its gate.
+#[derive(Debug, Clone)]
+pub enum AdminSet {
+    /// `[daemon] admin_uids` as written: exactly these uids.
+    Listed(Vec<u32>),
+    /// Not set: root and the admin group's members (looked up at each check, so a change of
+    /// the group applies without a restart).
+    Default,
+}
+
+impl AdminSet {
+    pub fn from_config(admin_uids: &[u32]) -> AdminSet {
+        match admin_uids.is_empty() {
+            true => AdminSet::Default,
+            false => AdminSet::Listed(admin_uids.to_vec()),
+        }
+    }
+
+    pub fn contains(&self, uid: u32) -> bool {
+        match self {
+            AdminSet::Listed(l) => l.contains(&uid),
+            AdminSet::Default => uid == 0 || in_admin_group(uid),
+        }
+    }
+}
+
+/// Whether `uid` is a member of [`ADMIN_GROUP`] (as its primary group or listed in it).
+fn in_admin_group(uid: u32) -> bool {
+    use nix::unistd::{Group, Uid, User};
+    let Ok(Some(group)) = Group::from_name(ADMIN_GROUP) else {
+        return false;
+    };
+    let Ok(Some(user)) = User::from_uid(Uid::from_raw(uid)) else {
+        return false;
+    };
+    user.gid == group.gid || group.mem.contains(&user.name)
+}
+
+/// A warning for the banner when the uid this daemon runs as is an admin: whatever runs as
+/// that uid (the agent host, for a per-user daemon) can then change the tools it calls.
+pub fn own_uid_warning(admin_uids: &[u32]) -> Option<String> {
+    let own = nix::unistd::Uid::effective().as_raw();
+    (own != 0 && AdminSet::from_config(admin_uids).contains(own)).then(|| {
+        format!(
+            "WARN: uid {own} runs this daemon and is an admin ([daemon] admin_uids or the \
+             {ADMIN_GROUP} group): any process of that uid, an agent host too, may add, \
+             change and re-approve tools. See \"Deployment and trust\" in the README"
+        )
+    })
+}
+
 use crate::service::{Service, Subject};
 use crate::transport::{AdminHandler, AdminReply};
 use serde_json::{json, Value};
@@ -30,7 +89,7 @@ pub const NO_SUCH: i32 = -32002;
 
 pub struct Admin {
     service: Arc<Service>,
-    admin_uids: Vec<u32>,
+    admin_uids: AdminSet,
     started: std::time::Instant,
     /// The managed catalog and the list-changed signal, when the daemon has them.
     managed: Option<(
@@ -54,14 +113,10 @@ impl Admin {
             tokio::sync::broadcast::Sender<()>,
         )>,
     ) -> Arc<Admin> {
-        let own = nix::unistd::Uid::effective().as_raw();
-        let mut admin_uids = service.config().daemon.admin_uids.clone();
-        if admin_uids.is_empty() {
-            admin_uids = vec![own, 0];
-        }
+        let configured = service.config().daemon.admin_uids.clone();
         Arc::new(Admin {
             service,
-            admin_uids,
+            admin_uids: AdminSet::from_config(&configured),
             started: std::time::Instant::now(),
             managed,
         })
@@ -69,7 +124,7 @@ impl Admin {
 
     fn is_admin(&self, who: &Subject) -> bool {
         match who {
-            Subject::Uid(uid) => self.admin_uids.contains(uid),
+            Subject::Uid(uid) => self.admin_uids.contains(*uid),
             Subject::Principal { admin, .. } => *admin,
         }
     }
@@ -142,17 +197,31 @@ impl Admin {
                 ))
             }
         };
+        // What the daemon serves and how it is doing: admins, and the daemon's own uid (which
+        // can read the catalog files and the MCP tool list anyway). Changing anything is not.
+        let observer_only = |what: &str| {
+            let own = matches!(who, Subject::Uid(uid)
+                if *uid == nix::unistd::Uid::effective().as_raw());
+            if own || self.is_admin(who) {
+                Ok(())
+            } else {
+                Err((
+                    NOT_ALLOWED,
+                    format!("{who} may not {what} (it is not in {})", admin_list(who)),
+                ))
+            }
+        };
         match method {
             "stsd/status" => {
-                admin_only("read the status")?;
+                observer_only("read the status")?;
                 Ok(self.status())
             }
             "stsd/metrics" => {
-                admin_only("read metrics")?;
+                observer_only("read metrics")?;
                 Ok(self.service.metrics.json(&self.service.gauges()))
             }
             "stsd/tools/list" => {
-                admin_only("list tools")?;
+                observer_only("list tools")?;
                 let p = self.service.published();
                 let mut tools: Vec<Value> = p.tools.iter().map(Self::tool_entry).collect();
                 tools.extend(gateway::tool_entries(&self.service));
@@ -162,7 +231,7 @@ impl Admin {
                 Ok(json!({"tools": tools}))
             }
             "stsd/tools/show" => {
-                admin_only("show tools")?;
+                observer_only("show tools")?;
                 let name = params
                     .get("name")
                     .and_then(Value::as_str)

@@ -18,6 +18,48 @@ pub struct ToolFacts<'a> {
     pub destructive: bool,
     /// `humanInTheLoop.mode` is REQUIRED.
     pub spec_required: bool,
+    /// The effective posture writes files.
+    pub file_write: bool,
+    /// The effective network mode.
+    pub network: stsd_protocol::NetworkMode,
+    /// Published through the admin channel (the managed catalog), not from a catalog the
+    /// operator laid out: see [`gated_by_default`].
+    pub admin_published: bool,
+}
+
+impl<'a> ToolFacts<'a> {
+    /// The facts of one of stsd's own tools, from its spec and its resolved posture: one
+    /// place, so that `stsd check`, `stsd run` and the daemon decide alike.
+    pub fn of_spec(
+        spec: &'a stsd_protocol::ToolSpec,
+        resolved: &stsd_profiles::Resolved,
+        admin_published: bool,
+    ) -> ToolFacts<'a> {
+        let caps = &resolved.tool_safety.capabilities;
+        ToolFacts {
+            name: &spec.name,
+            category: spec.category.as_deref(),
+            risk: resolved.risk,
+            destructive: caps.destructive,
+            spec_required: spec
+                .human_in_the_loop
+                .as_ref()
+                .is_some_and(|h| h.mode.eq_ignore_ascii_case("REQUIRED")),
+            file_write: caps.file_write,
+            network: caps.network.mode,
+            admin_published,
+        }
+    }
+}
+
+/// A tool published through the admin channel whose posture writes files, deletes, or
+/// reaches the network starts gated, whatever its spec says: whoever holds the admin channel
+/// (or takes it over) must not be able to publish a copy of a gated tool without its gate, or
+/// under a name no rule matches. Only an operator's explicit switch (a rule, or a toolsets
+/// document, saying `false`) lifts it.
+pub fn gated_by_default(t: &ToolFacts) -> bool {
+    t.admin_published
+        && (t.file_write || t.destructive || t.network != stsd_protocol::NetworkMode::Blocked)
 }
 
 /// Where the requirement came from, for `stsd check`, the banner, `_meta` and the audit.
@@ -31,6 +73,9 @@ pub enum Source {
     Toolset,
     /// An `[[approval.rule]]`'s `require`.
     Rule,
+    /// Published through the admin channel with a posture that writes, deletes or reaches
+    /// the network ([`gated_by_default`]).
+    Published,
 }
 
 impl Source {
@@ -40,6 +85,7 @@ impl Source {
             Source::Spec => "spec",
             Source::Toolset => "toolset",
             Source::Rule => "rule",
+            Source::Published => "admin-published",
         }
     }
 }
@@ -81,6 +127,11 @@ fn matches(rule: &ApprovalRule, t: &ToolFacts) -> bool {
             .is_none_or(|c| t.category.is_some_and(|tc| tc.eq_ignore_ascii_case(c)))
         && rule.min_risk.is_none_or(|m| t.risk >= m)
         && rule.destructive.is_none_or(|d| d == t.destructive)
+        && rule.file_write.is_none_or(|w| w == t.file_write)
+        && rule
+            .network_mode
+            .as_deref()
+            .is_none_or(|m| m.eq_ignore_ascii_case(t.network.as_str()))
 }
 
 /// The effective requirement. `toolset` is the toolsets documents' `requiresApproval` for
@@ -101,6 +152,8 @@ pub fn requirement(t: &ToolFacts, toolset: Option<bool>, cfg: &ApprovalConfig) -
     let (required, source, overrode_spec, refused_override) =
         match (t.spec_required, tighten, loosen) {
             (false, Some(by), _) => (true, by, false, false),
+            (false, None, Some(by)) if gated_by_default(t) => (false, by, false, false),
+            (false, None, None) if gated_by_default(t) => (true, Source::Published, false, false),
             (false, None, _) => (false, Source::Unset, false, false),
             (true, Some(_), _) => (true, Source::Spec, false, false),
             (true, None, Some(by)) if cfg.allow_override_required => (false, by, true, false),
@@ -135,6 +188,9 @@ mod tests {
             risk: RiskLevel::L5,
             destructive: true,
             spec_required,
+            file_write: true,
+            network: stsd_protocol::NetworkMode::Blocked,
+            admin_published: false,
         }
     }
 
@@ -163,6 +219,135 @@ mod tests {
         bool,
         (bool, Source, bool, bool),
     );
+
+    /// Issue 31 item 3: a tool published through the admin channel whose posture writes,
+    /// deletes or reaches the network starts gated; only an operator's explicit `false` (a
+    /// rule or a toolsets document) lifts it, and rules match by capability.
+    #[test]
+    fn an_admin_published_tool_that_writes_deletes_or_reaches_out_starts_gated() {
+        use stsd_protocol::NetworkMode;
+        let base = ToolFacts {
+            name: "copyOfDelete",
+            category: None,
+            risk: RiskLevel::L3,
+            destructive: false,
+            spec_required: false,
+            file_write: false,
+            network: NetworkMode::Blocked,
+            admin_published: true,
+        };
+        let none = ApprovalConfig::default();
+        // Read-only and offline: nothing to gate.
+        let r = requirement(&base, None, &none);
+        assert_eq!((r.required, r.source), (false, Source::Unset));
+        for t in [
+            ToolFacts {
+                file_write: true,
+                ..base.clone()
+            },
+            ToolFacts {
+                destructive: true,
+                ..base.clone()
+            },
+            ToolFacts {
+                network: NetworkMode::Allowlist,
+                ..base.clone()
+            },
+        ] {
+            let r = requirement(&t, None, &none);
+            assert_eq!((r.required, r.source), (true, Source::Published), "{t:?}");
+            // The same tool from a catalog the operator laid out: as its spec says.
+            let laid_out = ToolFacts {
+                admin_published: false,
+                ..t.clone()
+            };
+            assert!(!requirement(&laid_out, None, &none).required);
+            // A toolsets document's explicit false lifts it.
+            let r = requirement(&t, Some(false), &none);
+            assert_eq!((r.required, r.source), (false, Source::Toolset));
+        }
+        // Rules match by capability: file_write, network_mode, destructive.
+        let lift = |rule: ApprovalRule| ApprovalConfig {
+            rules: vec![ApprovalRule {
+                require: Some(false),
+                ..rule
+            }],
+            ..ApprovalConfig::default()
+        };
+        let writes = ToolFacts {
+            file_write: true,
+            ..base.clone()
+        };
+        let r = requirement(
+            &writes,
+            None,
+            &lift(ApprovalRule {
+                file_write: Some(true),
+                ..ApprovalRule::default()
+            }),
+        );
+        assert_eq!((r.required, r.source), (false, Source::Rule));
+        let r = requirement(
+            &writes,
+            None,
+            &lift(ApprovalRule {
+                file_write: Some(false),
+                ..ApprovalRule::default()
+            }),
+        );
+        assert_eq!((r.required, r.source), (true, Source::Published));
+        let net = ToolFacts {
+            network: NetworkMode::Open,
+            ..base.clone()
+        };
+        let r = requirement(
+            &net,
+            None,
+            &lift(ApprovalRule {
+                network_mode: Some("OPEN".into()),
+                ..ApprovalRule::default()
+            }),
+        );
+        assert_eq!((r.required, r.source), (false, Source::Rule));
+        let r = requirement(
+            &net,
+            None,
+            &lift(ApprovalRule {
+                network_mode: Some("allowlist".into()),
+                ..ApprovalRule::default()
+            }),
+        );
+        assert!(r.required);
+        // A rule can gate by capability any tool, admin-published or not.
+        let gate_writes = ApprovalConfig {
+            rules: vec![ApprovalRule {
+                file_write: Some(true),
+                require: Some(true),
+                ..ApprovalRule::default()
+            }],
+            ..ApprovalConfig::default()
+        };
+        let laid_out = ToolFacts {
+            admin_published: false,
+            ..writes.clone()
+        };
+        let r = requirement(&laid_out, None, &gate_writes);
+        assert_eq!((r.required, r.source), (true, Source::Rule));
+        // The spec's own REQUIRED is not lifted by the admin default's lift rules alone.
+        let required = ToolFacts {
+            spec_required: true,
+            ..writes.clone()
+        };
+        let r = requirement(
+            &required,
+            None,
+            &lift(ApprovalRule {
+                file_write: Some(true),
+                ..ApprovalRule::default()
+            }),
+        );
+        assert_eq!((r.required, r.source), (true, Source::Spec));
+    }
 
     #[test]
     fn every_row_of_the_precedence_table() {

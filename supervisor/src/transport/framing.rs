@@ -17,6 +17,12 @@ pub const MAX_DEPTH: usize = 64;
 /// not taken for an idle one. It counts as activity and is not passed on.
 pub const KEEPALIVE_METHOD: &str = "stsd/keepalive";
 
+/// The notification `stsd mcp` sends first: from then on the session carries MCP only, and
+/// every `stsd/...` request on it is refused. The bridge is what an agent host starts, so an
+/// agent never reaches the admin channel through it, whatever uid runs it. One way: nothing
+/// turns it off.
+pub const MCP_ONLY_METHOD: &str = "stsd/mcp-only";
+
 /// Requests whose method starts with this go to the admin channel, not to MCP.
 pub const ADMIN_PREFIX: &str = "stsd/";
 
@@ -26,6 +32,8 @@ pub enum Inbound {
     Message(Box<RxJsonRpcMessage<RoleServer>>),
     /// A keepalive from the bridge.
     KeepAlive,
+    /// The bridge's declaration that the session is MCP only ([`MCP_ONLY_METHOD`]).
+    McpOnly,
     /// A request for the admin channel (`stsd/...`), for the admin handler.
     Admin {
         id: Value,
@@ -132,6 +140,9 @@ pub fn classify(line: &[u8]) -> Inbound {
     if method == Some(KEEPALIVE_METHOD) && id.is_none() {
         return Inbound::KeepAlive;
     }
+    if method == Some(MCP_ONLY_METHOD) && id.is_none() {
+        return Inbound::McpOnly;
+    }
     if let (Some(id), Some(m)) = (id, method) {
         if m.starts_with(ADMIN_PREFIX) {
             return Inbound::Admin {
@@ -231,6 +242,8 @@ mod tests {
         assert!(matches!(classify(admin.as_bytes()), Inbound::Admin { .. }));
         let ka = r#"{"jsonrpc":"2.0","method":"stsd/keepalive"}"#;
         assert!(matches!(classify(ka.as_bytes()), Inbound::KeepAlive));
+        let only = r#"{"jsonrpc":"2.0","method":"stsd/mcp-only"}"#;
+        assert!(matches!(classify(only.as_bytes()), Inbound::McpOnly));
         assert!(matches!(classify(b"  \r"), Inbound::Nothing));
     }
 }

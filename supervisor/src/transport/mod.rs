@@ -10,7 +10,9 @@ mod outbox;
 mod registry;
 mod session;
 
-pub use framing::{classify, error_reply, Inbound, ADMIN_PREFIX, KEEPALIVE_METHOD};
+pub use framing::{
+    classify, error_reply, Inbound, ADMIN_PREFIX, KEEPALIVE_METHOD, MCP_ONLY_METHOD,
+};
 
 use std::future::Future;
 use std::pin::Pin;

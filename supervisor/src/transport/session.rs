@@ -34,6 +34,8 @@ pub struct SessionTransport<R> {
     admin: Option<(Arc<dyn AdminHandler>, u32)>,
     /// Admin requests in flight (bounded: a session cannot start unlimited tasks).
     admin_slots: Arc<tokio::sync::Semaphore>,
+    /// The bridge declared this session MCP only: no admin request is served on it.
+    mcp_only: bool,
 }
 
 /// Admin requests of one session running at once.
@@ -135,6 +137,7 @@ impl<R: AsyncRead + Unpin + Send> SessionTransport<R> {
             stalled_since: None,
             admin: None,
             admin_slots: Arc::new(tokio::sync::Semaphore::new(ADMIN_IN_FLIGHT)),
+            mcp_only: false,
         }
     }
 
@@ -147,6 +150,17 @@ impl<R: AsyncRead + Unpin + Send> SessionTransport<R> {
     /// Runs one admin request on its own task; its answer goes out through the outbox.
     /// Never awaits: `receive` may be dropped at any await, and the line is already read.
     fn admin(&mut self, id: Value, method: String, params: Value) {
+        if self.mcp_only {
+            self.reply(&framing::error_reply(
+                Some(&id),
+                ErrorCode::METHOD_NOT_FOUND,
+                &format!(
+                    "{method}: this session came through `stsd mcp`, which carries MCP only; \
+                     an operator uses `stsd tools`, `stsd status` and the other admin commands"
+                ),
+            ));
+            return;
+        }
         let Some((admin, uid)) = self.admin.clone() else {
             self.reply(&framing::error_reply(
                 Some(&id),
@@ -319,6 +333,10 @@ impl<R: AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for SessionTra
                             return Some(*m);
                         }
                         Inbound::KeepAlive => self.touch(),
+                        Inbound::McpOnly => {
+                            self.mcp_only = true;
+                            self.touch();
+                        }
                         Inbound::Admin { id, method, params } => {
                             self.spoke = true;
                             self.touch();

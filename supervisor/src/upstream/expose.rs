@@ -271,6 +271,10 @@ pub fn compute(
                 risk: unmitigated.level,
                 destructive: hint("destructiveHint") == Some(true),
                 spec_required: false,
+                // What an upstream tool writes or reaches is not known; its risk stands in.
+                file_write: false,
+                network: stsd_protocol::NetworkMode::Blocked,
+                admin_published: false,
             };
             let switch = u.approval.get(name).copied().or(u.approval_default);
             let approval = requirement(&facts, switch, &config.approval);
