@@ -361,6 +361,22 @@ impl ServerHandler for Handler {
         }
     }
 
+    /// A legacy HTTP session belongs to the principal that opened it: bound here, at
+    /// `initialize`, not at its first `tools/call` (a principal holding another's
+    /// `Mcp-Session-Id` could take the session over before its owner called a tool, and
+    /// lock the owner out).
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        if let Some(name) = request_principal(&ctx) {
+            let _ = self.conn.session_principal.set(name);
+        }
+        ctx.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()

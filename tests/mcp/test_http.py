@@ -197,6 +197,30 @@ def test_a_legacy_session_stays_with_its_principal(remote: Remote):
     assert not [r for r in audit(remote.daemon.audit) if r["params"] == {"text": "hijack"}]
 
 
+def test_a_legacy_session_is_bound_to_its_principal_at_initialize(remote: Remote):
+    """Issue 31 item 8: another principal holding the session id, calling before the owner
+    has called anything, is refused; the owner is not locked out. Before, the session was
+    bound at its first tools/call, so the first caller took it."""
+    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    with httpx2.Client(verify=remote.ctx) as http:
+        r = http.post(remote.url, json=init, headers={**h, "Authorization": f"Bearer {remote.alice}"})
+        sid = r.headers["mcp-session-id"]
+        sh = {**h, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+        http.post(remote.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                  headers={**sh, "Authorization": f"Bearer {remote.alice}"})
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "echo-console", "arguments": {"text": "takeover"}}}
+        r = http.post(remote.url, json=call, headers={**sh, "Authorization": f"Bearer {remote.ops}"})
+        assert "another principal" in r.text, r.text
+        call["id"] = 3
+        call["params"]["arguments"]["text"] = "still mine"
+        r = http.post(remote.url, json=call, headers={**sh, "Authorization": f"Bearer {remote.alice}"})
+        assert "echo: still mine" in r.text, r.text
+    assert not [r for r in audit(remote.daemon.audit) if r["params"] == {"text": "takeover"}]
+
+
 def test_the_daemon_refuses_to_start_without_auth_or_with_plain_http_off_loopback(tmp_path: Path):
     def start(cfg: str, listen: str) -> str:
         conf = tmp_path / "c.toml"
