@@ -301,9 +301,16 @@ fn no_network_means_none() {
     let port = listener.local_addr().unwrap().port();
     let code = format!(
         "{PY_PRELUDE}\nprint(connect({port}) != 'ok', sock(socket.AF_INET, socket.SOCK_DGRAM), \
-         sock(socket.AF_INET6, socket.SOCK_DGRAM), sock(socket.AF_INET, socket.SOCK_RAW))"
+         sock(socket.AF_INET6, socket.SOCK_DGRAM), sock(socket.AF_INET, socket.SOCK_RAW), \
+         sock(socket.AF_NETLINK, socket.SOCK_RAW), sock(socket.AF_NETLINK, socket.SOCK_DGRAM), \
+         sock(socket.AF_PACKET, socket.SOCK_DGRAM))"
     );
-    assert_eq!(python(&s, &code, None), "True EPERM EPERM EPERM");
+    // Netlink (issue 31 item 9: an upstream could list the host's sockets and interfaces
+    // through it) and packet sockets are refused like non-TCP inet sockets.
+    assert_eq!(
+        python(&s, &code, None),
+        "True EPERM EPERM EPERM EPERM EPERM EPERM"
+    );
     // Unix sockets (socketpair) are not network: still there.
     assert_eq!(
         python(

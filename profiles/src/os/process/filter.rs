@@ -2,7 +2,7 @@
 //! runtimes (node, python) whose syscall needs are open-ended, so this is a deny-list:
 //! everything is allowed except the escape-class calls (kernel attack surface, other
 //! processes' memory, namespaces, mounts, keys, modules), which answer EPERM, and
-//! non-TCP inet sockets (Landlock only governs TCP). Built with seccompiler, as the worker's.
+//! non-TCP inet sockets (Landlock only governs TCP), netlink and packet sockets. Built with seccompiler, as the worker's.
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition,
@@ -92,6 +92,11 @@ fn any_flag(index: u8, flags: &[u64]) -> Result<Vec<SeccompRule>, String> {
         .collect()
 }
 
+/// Address families an upstream never gets a socket of: netlink (the host's interfaces,
+/// routes and sockets, sock_diag included; glibc's getaddrinfo does without it) and packet
+/// sockets (raw frames).
+const DENIED_FAMILIES: &[u64] = &[libc::AF_NETLINK as u64, libc::AF_PACKET as u64];
+
 /// socket(2) for AF_INET/AF_INET6 is refused unless it is a TCP stream: a type other than
 /// SOCK_STREAM (UDP, raw, SCTP seqpacket...), or a protocol other than 0 and IPPROTO_TCP
 /// (SCTP, MPTCP streams), which Landlock's TCP rules would not see.
@@ -113,6 +118,9 @@ fn inet_non_tcp() -> Result<Vec<SeccompRule>, String> {
             cond(2, Len::Dword, Op::Ne, 0)?,
             cond(2, Len::Dword, Op::Ne, libc::IPPROTO_TCP as u64)?,
         ])?);
+    }
+    for family in DENIED_FAMILIES {
+        rules.push(rule(vec![cond(0, Len::Dword, Op::Eq, *family)?])?);
     }
     Ok(rules)
 }
