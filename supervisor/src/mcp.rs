@@ -601,4 +601,5 @@ pub async fn serve<R, W>(
     }
     closed.cancel();
     writer.finish(out, FLUSH_GRACE).await;
+    crate::transport::release_memory();
 }

@@ -326,10 +326,25 @@ impl<R: AsyncRead + Unpin + Send + 'static> Transport<RoleServer> for SessionTra
                     match framing::classify(text) {
                         Inbound::Message(m) => {
                             self.spoke = true;
-                            if let JsonRpcMessage::Request(r) = m.as_ref() {
-                                self.pending.insert(r.id.clone());
-                            }
                             self.touch();
+                            if let JsonRpcMessage::Request(r) = m.as_ref() {
+                                // An id already in flight is refused here, before rmcp sees
+                                // it: JSON-RPC ids are unique among open requests, and a
+                                // reused one escaped the bound on open requests (it counted
+                                // once, while rmcp started a handler for each copy and
+                                // dropped all but one answer, so the outbox never filled:
+                                // 1.9 GB of handlers waiting to answer, issue 31 item 4).
+                                if !self.pending.insert(r.id.clone()) {
+                                    let id = serde_json::to_value(&r.id).ok();
+                                    self.reply(&framing::error_reply(
+                                        id.as_ref(),
+                                        ErrorCode::INVALID_REQUEST,
+                                        "a request with this id is still in flight: ids must \
+                                         be unique among open requests",
+                                    ));
+                                    continue;
+                                }
+                            }
                             return Some(*m);
                         }
                         Inbound::KeepAlive => self.touch(),
