@@ -70,14 +70,23 @@ impl Scratch {
 }
 
 /// The gateway's command for `cfg`, as a std Command (same program, argv, environment and
-/// working directory), so the test can wait on it synchronously.
+/// working directory), so the test can wait on it synchronously. With `proxy` (a port), the
+/// child inherits its end of a proxy channel as the gateway's does; the test's end is
+/// returned, where the forwarder in the upstream's namespace hands its connections.
 fn gateway_command(
     s: &Scratch,
     cfg: &UpstreamConfig,
     env: BTreeMap<String, String>,
     proxy: Option<u16>,
-) -> Command {
-    let tokio_cmd = spawn::command_as(cfg, env, &s.ws, proxy, &stsd_bin(), 65534, 65534).unwrap();
+) -> (Command, Option<std::os::fd::OwnedFd>) {
+    use std::os::fd::AsRawFd;
+    let pair = proxy.map(|port| spawn::ProxyEnd::pair(port).unwrap());
+    let (mine, theirs) = match pair {
+        Some((m, t)) => (Some(m), Some(t)),
+        None => (None, None),
+    };
+    let child_fd = theirs.as_ref().map(|t| t.channel.as_raw_fd());
+    let tokio_cmd = spawn::command_as(cfg, env, &s.ws, theirs, &stsd_bin(), 65534, 65534).unwrap();
     let c = tokio_cmd.as_std();
     let mut cmd = Command::new(c.get_program());
     cmd.args(c.get_args()).env_clear();
@@ -90,13 +99,36 @@ fn gateway_command(
         cmd.current_dir(d);
     }
     cmd.stdin(Stdio::null());
-    cmd
+    if let Some(fd) = child_fd {
+        // The tokio command (which holds the child's end open) lives as long as this one.
+        let held = std::sync::Mutex::new(Some(tokio_cmd));
+        // SAFETY: only fcntl between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let _held = &held;
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    (cmd, mine)
 }
 
 fn run(s: &Scratch, program: &str, args: &[&str], proxy: Option<u16>) -> Output {
-    gateway_command(s, &s.config(program, args), BTreeMap::new(), proxy)
-        .output()
-        .unwrap()
+    run_with_channel(s, program, args, proxy).0
+}
+
+/// [`run`], also returning the test's end of the proxy channel (still open).
+fn run_with_channel(
+    s: &Scratch,
+    program: &str,
+    args: &[&str],
+    proxy: Option<u16>,
+) -> (Output, Option<std::os::fd::OwnedFd>) {
+    let (mut cmd, mine) = gateway_command(s, &s.config(program, args), BTreeMap::new(), proxy);
+    (cmd.output().unwrap(), mine)
 }
 
 fn stdout(o: &Output) -> String {
@@ -220,7 +252,7 @@ fn only_stdio_is_inherited_and_the_environment_is_the_given_one() {
              print(sorted(os.environ.keys()))\nprint(os.environ['API_KEY'], os.getcwd())",
         ],
     );
-    let mut cmd = gateway_command(&s, &cfg, env, None);
+    let mut cmd = gateway_command(&s, &cfg, env, None).0;
     // An fd the daemon leaked without close-on-exec must not reach the upstream.
     // SAFETY: dup2 between fork and exec, async-signal-safe.
     unsafe {
@@ -322,29 +354,121 @@ fn no_network_means_none() {
     );
 }
 
+/// Serves the connections a forwarder hands over `channel`: each gets `pong` for its line.
+/// Returns how many it served once the channel closes.
+fn serve_channel(channel: std::os::fd::OwnedFd) -> std::thread::JoinHandle<usize> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::io::{BufRead, Write};
+    use std::os::fd::{AsRawFd, FromRawFd};
+    std::thread::spawn(move || {
+        let mut served = 0;
+        loop {
+            let mut byte = [0u8; 1];
+            let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+            let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+            let Ok(msg) = recvmsg::<()>(
+                channel.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::empty(),
+            ) else {
+                return served;
+            };
+            let fds: Vec<i32> = msg
+                .cmsgs()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| match c {
+                    ControlMessageOwned::ScmRights(f) => Some(f),
+                    _ => None,
+                })
+                .flatten()
+                .collect();
+            if msg.bytes == 0 && fds.is_empty() {
+                return served;
+            }
+            for fd in fds {
+                // SAFETY: received with SCM_RIGHTS: ours to own.
+                let sock = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+                let mut line = String::new();
+                let _ = std::io::BufReader::new(&sock).read_line(&mut line);
+                let _ = (&sock).write_all(format!("pong {}", line.trim()).as_bytes());
+                served += 1;
+            }
+        }
+    })
+}
+
+/// Issue 31 item 2: a networked upstream's only way out is its proxy. In its own network
+/// namespace, 127.0.0.1:PORT is a forwarder that hands each connection to the supervisor
+/// over a channel; 127.0.0.2:PORT, the host's loopback services (a listener of the test's on
+/// the host), another upstream's proxy port on the host and any other address are not there
+/// at all. Before, Landlock's rule named the port only: 127.0.0.2:PORT and the host's
+/// listeners on PORT were reachable.
 #[test]
 fn a_proxy_port_is_the_only_way_out() {
     let s = Scratch::new();
-    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    // Host listeners: a service on loopback, and "another upstream's proxy".
+    let host = TcpListener::bind("127.0.0.1:0").unwrap();
     let other = TcpListener::bind("127.0.0.1:0").unwrap();
-    let (pp, op) = (
-        proxy.local_addr().unwrap().port(),
+    let (hp, op) = (
+        host.local_addr().unwrap().port(),
         other.local_addr().unwrap().port(),
     );
+    // The upstream's proxy port is the host service's port number: inside the namespace it
+    // names the forwarder, never the host's listener.
+    let pp = hp;
     let code = format!(
-        "{PY_PRELUDE}\nimport os\nprint(connect({pp}), connect({op}), \
-         sock(socket.AF_INET, socket.SOCK_DGRAM), os.environ['HTTPS_PROXY'])\n\
-         b = socket.socket()\ntry:\n    b.bind(('127.0.0.1', 0)); print('bound')\n\
-         except OSError as e:\n    print(errno.errorcode[e.errno])"
+        r#"{PY_PRELUDE}
+import os
+def ask(addr):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect(addr); s.sendall(b"ping\n"); return s.recv(64).decode() or "closed"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e))
+    finally:
+        s.close()
+ifaces = sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:])
+res = [ask(("127.0.0.1", {pp})), ask(("127.0.0.2", {pp})), ask(("127.0.0.1", {op})),
+       connect({op}), ",".join(ifaces)]
+if ifaces == ["lo"]:
+    # No route out of this namespace: the kernel refuses at once, nothing is sent.
+    res.append(ask(("192.0.2.2", {pp})))
+print(*res, sock(socket.AF_INET, socket.SOCK_DGRAM), os.environ['HTTPS_PROXY'])
+b = socket.socket()
+try:
+    b.bind(('127.0.0.1', 0)); print('bound')
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"#
     );
-    let out = python(&s, &code, Some(pp));
+    let (pp_out, channel) = {
+        let (mut cmd, mine) = gateway_command(
+            &s,
+            &s.config(PYTHON, &["-c", &code]),
+            BTreeMap::new(),
+            Some(pp),
+        );
+        let served = serve_channel(mine.unwrap());
+        let out = cmd.output().unwrap();
+        (out, served)
+    };
+    let out = stdout(&pp_out);
     assert_eq!(
         out,
-        format!("ok EACCES EPERM http://127.0.0.1:{pp}\nEACCES")
+        format!(
+            "pong ping ECONNREFUSED EACCES EACCES lo ENETUNREACH EPERM http://127.0.0.1:{pp}\nEACCES"
+        )
     );
-    // The connection really reached the proxy.
-    proxy.set_nonblocking(true).unwrap();
-    assert!(proxy.accept().is_ok());
+    // Exactly the one connection reached the proxy's side; none reached the host's
+    // listeners.
+    assert_eq!(channel.join().unwrap(), 1);
+    for l in [&host, &other] {
+        l.set_nonblocking(true).unwrap();
+        assert!(l.accept().is_err(), "a host listener was reached");
+    }
 }
 
 #[test]
@@ -363,17 +487,13 @@ fn node_and_python_run_confined() {
     );
     assert_eq!(stdout(&o), "node 2 true n");
     // With the proxy variables set (a networked upstream) node still starts.
-    let p = TcpListener::bind("127.0.0.1:0").unwrap();
-    let o = run(
+    let (o, _channel) = run_with_channel(
         &s,
         "node",
         &["-e", "console.log(process.env.HTTP_PROXY)"],
-        Some(p.local_addr().unwrap().port()),
+        Some(3128),
     );
-    assert_eq!(
-        stdout(&o),
-        format!("http://127.0.0.1:{}", p.local_addr().unwrap().port())
-    );
+    assert_eq!(stdout(&o), "http://127.0.0.1:3128");
     let out = python(
         &s,
         "import json, ssl, sqlite3, tempfile, os\nwith tempfile.NamedTemporaryFile(dir=os.environ['TMPDIR']) as f: pass\nprint(json.dumps({'py': 3}))",
@@ -385,7 +505,7 @@ fn node_and_python_run_confined() {
 #[test]
 fn stdio_pipes_carry_the_conversation() {
     let s = Scratch::new();
-    let mut cmd = gateway_command(&s, &s.config("cat", &[]), BTreeMap::new(), None);
+    let mut cmd = gateway_command(&s, &s.config("cat", &[]), BTreeMap::new(), None).0;
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     {

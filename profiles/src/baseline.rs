@@ -394,10 +394,18 @@ impl Default for RuntimeInfo {
     }
 }
 
-/// `/var/lib/stsd/workspace` when running as root (workers run as an unprivileged user that
+/// `$STATE_DIRECTORY/workspace` under systemd; `/var/lib/stsd/workspace` when running as root (workers run as an unprivileged user that
 /// cannot enter root's home), else `$XDG_DATA_HOME/stsd/workspace`, else
 /// `$HOME/.local/share/stsd/workspace`.
 pub fn default_workspace() -> PathBuf {
+    // The state directory systemd gives the service (the packaged unit's is /var/lib/stsd).
+    if let Some(d) = std::env::var("STATE_DIRECTORY")
+        .ok()
+        .and_then(|v| v.split(':').next().map(PathBuf::from))
+        .filter(|d| d.is_absolute())
+    {
+        return d.join("workspace");
+    }
     if nix::unistd::Uid::effective().is_root() {
         return PathBuf::from(ROOT_WORKSPACE);
     }

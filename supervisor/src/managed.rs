@@ -28,9 +28,12 @@ pub struct Managed {
     history: Beneath,
 }
 
-/// Default location: `/var/lib/stsd/catalog` for root, else `$XDG_DATA_HOME/stsd/catalog` or
+/// Default location: `$STATE_DIRECTORY/catalog` (systemd's), else `/var/lib/stsd/catalog` for root, else `$XDG_DATA_HOME/stsd/catalog` or
 /// `~/.local/share/stsd/catalog`.
 pub fn default_dir() -> PathBuf {
+    if let Some(d) = crate::paths::systemd_dir("STATE_DIRECTORY") {
+        return d.join("catalog");
+    }
     if nix::unistd::Uid::effective().is_root() {
         return PathBuf::from("/var/lib/stsd/catalog");
     }

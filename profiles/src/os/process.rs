@@ -5,7 +5,9 @@
 //! 1. the program is resolved on the PATH of the environment it was given, and its read
 //!    paths derived ([`derive_read_paths`]);
 //! 2. every fd but stdio closed;
-//! 3. with no network: a network namespace of its own;
+//! 3. a network namespace of its own; with network, its loopback holds the proxy's listener,
+//!    behind which a forwarder hands each connection to the supervisor's egress proxy
+//!    ([`forward`]): the only way out;
 //! 4. when root: the worker user, no capability; always no_new_privs, not dumpable, the
 //!    parent-death signal;
 //! 5. rlimits ([`ProcessLimits`]);
@@ -20,6 +22,7 @@
 
 mod fence;
 pub mod filter;
+mod forward;
 mod paths;
 
 pub use paths::derive_read_paths;
@@ -51,10 +54,16 @@ pub struct ProcessProfile {
     /// Paths it may read besides the derived ones (the config's `read_paths`).
     #[serde(default)]
     pub read_paths: Vec<PathBuf>,
-    /// With a port: TCP connect to 127.0.0.1:port (the egress proxy) and nothing else. Without:
-    /// no network at all.
+    /// With a port: the upstream's own network namespace holds one listener,
+    /// 127.0.0.1:port, behind which the forwarder hands each connection to the supervisor's
+    /// egress proxy over `proxy_channel_fd` (see `forward`); Landlock allows TCP connect to
+    /// that port and nothing else. Without: no network at all.
     #[serde(default)]
     pub proxy_port: Option<u16>,
+    /// The descriptor (inherited) of the channel to the supervisor's egress proxy; required
+    /// with `proxy_port`.
+    #[serde(default)]
+    pub proxy_channel_fd: Option<i32>,
     #[serde(default)]
     pub limits: ProcessLimits,
 }
@@ -164,9 +173,30 @@ fn confine_and_exec(
         .map(|a| cstring(a.as_bytes()))
         .collect::<Result<_, _>>()?;
     let [enosys, deny] = filter::programs()?;
+    let proxy = match (profile.proxy_port, profile.proxy_channel_fd) {
+        (Some(port), Some(fd)) if fd > 2 => Some((port, fd)),
+        (Some(_), _) => {
+            return Err(
+                "a networked upstream needs its proxy channel (proxy_channel_fd > 2)".into(),
+            )
+        }
+        (None, _) => None,
+    };
 
-    close_all_but_stdio()?;
-    let own_netns = profile.proxy_port.is_none() && fence::isolate_network();
+    close_all_but_stdio(proxy.map(|p| p.1))?;
+    let own_netns = fence::isolate_network();
+    if let Some((port, channel)) = proxy {
+        // Fail closed: without a namespace of its own, a port on the host's loopback would
+        // be a way past the proxy.
+        if !own_netns {
+            return Err(
+                "no network namespace of its own: a networked upstream's only way \
+                        out must be its proxy"
+                    .into(),
+            );
+        }
+        forward::start(port, channel, profile.uid, profile.gid)?;
+    }
     super::privileges::switch_user(profile.uid, profile.gid)?;
     super::privileges::clear_capabilities()?;
     super::privileges::lock_process(parent)?;
@@ -177,13 +207,23 @@ fn confine_and_exec(
     nix::unistd::execve(&path, &argv, &env).map_err(|e| format!("execve {program}: {e}"))
 }
 
-/// Nothing of stsd's may reach the upstream but the three pipes it speaks MCP over.
-fn close_all_but_stdio() -> Result<(), String> {
-    // SAFETY: close_range with plain integer arguments; no Rust object owns these fds.
-    if unsafe { libc::close_range(3, u32::MAX, 0) } != 0 {
-        return Err(format!("close_range: {}", std::io::Error::last_os_error()));
+/// Nothing of stsd's may reach the upstream but the three pipes it speaks MCP over (and,
+/// until the forwarder takes it, the proxy channel `keep`).
+fn close_all_but_stdio(keep: Option<i32>) -> Result<(), String> {
+    let close = |from: u32, to: u32| {
+        // SAFETY: close_range with plain integer arguments; no Rust object owns these fds.
+        if from <= to && unsafe { libc::close_range(from, to, 0) } != 0 {
+            return Err(format!("close_range: {}", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    };
+    match keep.and_then(|k| u32::try_from(k).ok()).filter(|k| *k > 2) {
+        Some(k) => {
+            close(3, k - 1)?;
+            close(k + 1, u32::MAX)
+        }
+        None => close(3, u32::MAX),
     }
-    Ok(())
 }
 
 fn apply_limits(l: &ProcessLimits) -> Result<(), String> {

@@ -31,7 +31,7 @@ pub struct Upstream {
     pub secrets: SecretSet,
     pub workspace: Option<PathBuf>,
     pub proxy_port: Option<u16>,
-    _proxy: Option<EgressProxy>,
+    _proxy: Option<Arc<EgressProxy>>,
 }
 
 pub struct Gateway {
@@ -362,7 +362,7 @@ fn set_up(config: &Arc<Config>, u: UpstreamConfig, stsd_exe: &Path, sink: &Event
             }
         });
         match EgressProxy::start(cfg.id.clone(), allow, &config.egress, on_hop) {
-            Ok(p) => Some(p),
+            Ok(p) => Some(Arc::new(p)),
             Err(e) => return failed(format!("egress proxy: {e}"), secrets),
         }
     };
@@ -386,8 +386,21 @@ fn set_up(config: &Arc<Config>, u: UpstreamConfig, stsd_exe: &Path, sink: &Event
             return failed(format!("workspace {}: {e}", workspace.display()), secrets);
         }
         let (c, exe, ws) = (live.clone(), stsd_exe.to_path_buf(), workspace.clone());
+        let proxy = proxy.clone();
         let launcher: client::Launcher = Arc::new(move || {
-            super::spawn::command_as(&c, c.env.clone(), &ws, proxy_port, &exe, uid, gid)
+            // Each start gets a channel of its own to the proxy: the forwarder in the
+            // upstream's network namespace hands its connections over it.
+            let end = match &proxy {
+                Some(p) => {
+                    let (mine, theirs) = super::spawn::ProxyEnd::pair(p.port())
+                        .map_err(|e| format!("egress proxy channel: {e}"))?;
+                    p.attach(mine)
+                        .map_err(|e| format!("egress proxy channel: {e}"))?;
+                    Some(theirs)
+                }
+                None => None,
+            };
+            super::spawn::command_as(&c, c.env.clone(), &ws, end, &exe, uid, gid)
         });
         (Connection::start(live, launcher, options), Some(workspace))
     } else {

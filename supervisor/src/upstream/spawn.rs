@@ -5,6 +5,7 @@
 //! daemon's own never reaches an upstream.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Stdio;
@@ -15,24 +16,68 @@ use stsd_profiles::upstream::UpstreamConfig;
 /// PATH when the config gives none.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// A networked upstream's way to its egress proxy: the port its `HTTP_PROXY` names inside
+/// its own network namespace, and the child's end of the channel the forwarder there hands
+/// connections to the proxy over (see `stsd_profiles::os::process`, `forward`).
+#[derive(Debug)]
+pub struct ProxyEnd {
+    pub port: u16,
+    pub channel: OwnedFd,
+}
+
+impl ProxyEnd {
+    /// A channel pair: the proxy's end (for `EgressProxy::attach`) and this, the child's.
+    pub fn pair(port: u16) -> std::io::Result<(OwnedFd, ProxyEnd)> {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        let (mine, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(std::io::Error::from)?;
+        Ok((
+            mine,
+            ProxyEnd {
+                port,
+                channel: theirs,
+            },
+        ))
+    }
+}
+
 /// [`command_as`] with the default worker user (65534:65534, used when stsd runs as root).
 pub fn command(
     cfg: &UpstreamConfig,
     env: BTreeMap<String, String>,
     workspace: &Path,
-    proxy_port: Option<u16>,
+    proxy: Option<ProxyEnd>,
     stsd_exe: &Path,
 ) -> Result<tokio::process::Command, String> {
     let w = WorkerConfig::default();
-    command_as(cfg, env, workspace, proxy_port, stsd_exe, w.uid, w.gid)
+    command_as(cfg, env, workspace, proxy, stsd_exe, w.uid, w.gid)
+}
+
+/// Lets the child inherit `fd` (close-on-exec everywhere else: a concurrent spawn of another
+/// upstream never gets it). Runs between fork and exec.
+fn inherit(fd: &OwnedFd) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
+    let raw = fd.as_raw_fd();
+    move || {
+        // SAFETY: fcntl on a descriptor this (forked) process holds; async-signal-safe.
+        if unsafe { libc::fcntl(raw, libc::F_SETFD, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
 }
 
 /// The command that starts the stdio upstream `cfg` confined, as `uid:gid` when stsd runs as
 /// root (`[worker] uid/gid`). `env` is the config's environment, already resolved (secrets
 /// included: they travel in the environment, never in argv). The upstream's environment is
 /// exactly: PATH, HOME=`workspace`, TMPDIR=`workspace/tmp`, LANG=C.UTF-8, then `env` (which
-/// may override those), then, with `proxy_port`, the proxy variables pointing at
-/// 127.0.0.1:`proxy_port` (set last: the config cannot route around the proxy).
+/// may override those), then, with `proxy`, the proxy variables pointing at
+/// 127.0.0.1:`port` in the upstream's own network namespace (set last: the config cannot
+/// route around the proxy), whose forwarder hands connections over `proxy`'s channel.
 ///
 /// stdin, stdout and stderr are piped; the child is killed when the handle is dropped, and it
 /// leads a process group of its own, so [`kill_group`] also reaches what it spawned.
@@ -45,11 +90,12 @@ pub fn command_as(
     cfg: &UpstreamConfig,
     env: BTreeMap<String, String>,
     workspace: &Path,
-    proxy_port: Option<u16>,
+    proxy: Option<ProxyEnd>,
     stsd_exe: &Path,
     uid: u32,
     gid: u32,
 ) -> Result<tokio::process::Command, String> {
+    let proxy_port = proxy.as_ref().map(|p| p.port);
     let program = cfg
         .command
         .as_deref()
@@ -61,6 +107,7 @@ pub fn command_as(
         workspace: workspace.to_path_buf(),
         read_paths: cfg.read_paths.clone(),
         proxy_port,
+        proxy_channel_fd: proxy.as_ref().map(|p| p.channel.as_raw_fd()),
         limits: ProcessLimits::default(),
     };
     let mut cmd = tokio::process::Command::new(stsd_exe);
@@ -78,6 +125,17 @@ pub fn command_as(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
+    if let Some(p) = proxy {
+        let mut hook = inherit(&p.channel);
+        // SAFETY: the hook only calls fcntl (async-signal-safe) between fork and exec. The
+        // channel is moved in with it, so it stays open until the command is dropped.
+        unsafe {
+            cmd.pre_exec(move || {
+                let _held = &p.channel;
+                hook()
+            });
+        }
+    }
     Ok(cmd)
 }
 
@@ -242,7 +300,7 @@ mod tests {
             &stdio("node", &["server.js", "--x"]),
             env,
             Path::new("/w"),
-            Some(3128),
+            Some(ProxyEnd::pair(3128).unwrap().1),
             Path::new("/usr/bin/stsd"),
             1000,
             1001,
@@ -257,6 +315,7 @@ mod tests {
         assert_eq!(args[1], "--profile");
         let p = ProcessProfile::from_json(&args[2]).unwrap();
         assert_eq!((p.uid, p.gid, p.proxy_port), (1000, 1001, Some(3128)));
+        assert!(p.proxy_channel_fd.is_some_and(|fd| fd > 2));
         assert_eq!(p.workspace, Path::new("/w"));
         assert_eq!(p.read_paths, vec![std::path::PathBuf::from("/srv/data")]);
         assert_eq!(&args[3..], ["--", "node", "server.js", "--x"]);

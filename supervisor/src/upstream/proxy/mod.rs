@@ -110,10 +110,30 @@ struct Shared {
 
 /// A running proxy. Dropping it (or [`EgressProxy::stop`]) closes the listener and every
 /// connection.
-#[derive(Debug)]
 pub struct EgressProxy {
     port: u16,
     stop: CancellationToken,
+    runtime: tokio::runtime::Handle,
+    admit: Arc<Admit>,
+}
+
+impl std::fmt::Debug for EgressProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressProxy")
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What serving one connection needs, whichever way it came: accepted on the listener, or
+/// handed over a channel by a stdio upstream's forwarder.
+struct Admit {
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    /// Connections served at once.
+    slots: Arc<Semaphore>,
+    /// Connections over the bound being answered 503.
+    busy: Arc<Semaphore>,
 }
 
 impl EgressProxy {
@@ -169,8 +189,31 @@ impl EgressProxy {
             on_hop,
         });
         let stop = CancellationToken::new();
-        runtime.spawn(accept_loop(listener, shared, stop.clone()));
-        Ok(EgressProxy { port, stop })
+        let admit = Arc::new(Admit {
+            slots: Arc::new(Semaphore::new(shared.limits.max_connections)),
+            busy: Arc::new(Semaphore::new(BUSY_ANSWERS)),
+            shared,
+            stop: stop.clone(),
+        });
+        runtime.spawn(accept_loop(listener, admit.clone()));
+        Ok(EgressProxy {
+            port,
+            stop,
+            runtime,
+            admit,
+        })
+    }
+
+    /// Serves the connections a stdio upstream's forwarder hands over `channel` (the
+    /// supervisor's end of the pair made by `upstream::spawn::ProxyEnd::pair`), until the
+    /// forwarder closes it or the proxy stops.
+    pub fn attach(&self, channel: std::os::fd::OwnedFd) -> io::Result<()> {
+        let _entered = self.runtime.enter();
+        // SAFETY: the OwnedFd moves into the AsyncFd, which keeps it open (and the same
+        // description) for as long as it is registered.
+        let fd = unsafe { tokio::io::unix::AsyncFd::register(channel) }?;
+        self.runtime.spawn(channel_loop(fd, self.admit.clone()));
+        Ok(())
     }
 
     pub fn port(&self) -> u16 {
@@ -193,26 +236,98 @@ impl Drop for EgressProxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: CancellationToken) {
-    let slots = Arc::new(Semaphore::new(shared.limits.max_connections));
-    let busy = Arc::new(Semaphore::new(BUSY_ANSWERS));
+async fn accept_loop(listener: TcpListener, admit: Arc<Admit>) {
     loop {
         let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = admit.stop.cancelled() => return,
             a = listener.accept() => a,
         };
-        let sock = match accepted {
-            Ok((sock, _)) => sock,
+        match accepted {
+            Ok((sock, _)) => admit.serve(sock),
             Err(e) => {
                 // Out of descriptors and the like: back off instead of spinning.
-                tracing::warn!(upstream = %shared.upstream, error = %e, "egress proxy accept failed");
+                tracing::warn!(upstream = %admit.shared.upstream, error = %e, "egress proxy accept failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
             }
+        }
+    }
+}
+
+/// One connection's socket from a forwarder's message, if it carried one. Ok(None): the
+/// forwarder is gone (end of the channel).
+fn receive_socket(
+    channel: &std::os::fd::OwnedFd,
+) -> io::Result<Option<Option<std::os::fd::OwnedFd>>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut byte = [0u8; 1];
+    let mut iov = [io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let msg = recvmsg::<()>(
+        channel.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(io::Error::from)?;
+    let mut got = None;
+    for c in msg.cmsgs().map_err(io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            for fd in fds {
+                // SAFETY: the kernel just installed this descriptor for us; owned once.
+                let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+                if got.is_none() {
+                    got = Some(owned);
+                }
+            }
+        }
+    }
+    if msg.bytes == 0 && got.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(got))
+}
+
+/// Connections handed over by one stdio upstream's forwarder.
+async fn channel_loop(channel: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>, admit: Arc<Admit>) {
+    loop {
+        let mut ready = tokio::select! {
+            _ = admit.stop.cancelled() => return,
+            r = channel.readable() => match r {
+                Ok(r) => r,
+                Err(_) => return,
+            },
         };
-        let shared = shared.clone();
-        let stop = stop.clone();
-        match slots.clone().try_acquire_owned() {
+        match ready.try_io(|c| receive_socket(c.get_ref())) {
+            Err(_would_block) => continue,
+            Ok(Err(e)) => {
+                tracing::warn!(upstream = %admit.shared.upstream, error = %e, "egress proxy channel failed");
+                return;
+            }
+            Ok(Ok(None)) => return,
+            Ok(Ok(Some(None))) => {}
+            Ok(Ok(Some(Some(fd)))) => {
+                let std = std::net::TcpStream::from(fd);
+                match std
+                    .set_nonblocking(true)
+                    .and_then(|()| tokio::net::TcpStream::from_std(std))
+                {
+                    Ok(sock) => admit.serve(sock),
+                    // Not a TCP socket (the forwarder only sends what it accepted): dropped.
+                    Err(e) => {
+                        tracing::warn!(upstream = %admit.shared.upstream, error = %e, "egress proxy: a handed socket is unusable")
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Admit {
+    /// Serves `sock` on a task of its own, or (over the bound) answers it 503.
+    fn serve(self: &Arc<Self>, sock: tokio::net::TcpStream) {
+        let (shared, stop) = (self.shared.clone(), self.stop.clone());
+        match self.slots.clone().try_acquire_owned() {
             Ok(slot) => {
                 tokio::spawn(async move {
                     let _slot = slot;
@@ -222,8 +337,8 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Cancellat
             // Over the bound: answered 503 by a few short-lived tasks of their own; past
             // those, the connection is just closed.
             Err(_) => {
-                let Ok(slot) = busy.clone().try_acquire_owned() else {
-                    continue;
+                let Ok(slot) = self.busy.clone().try_acquire_owned() else {
+                    return;
                 };
                 tokio::spawn(async move {
                     let _slot = slot;
