@@ -440,3 +440,55 @@ fn without_config_the_users_config_file_is_looked_up() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("xdg/stsd/stsd.toml"), "{err}");
 }
+
+/// Issue 38 item 2: with no path configured, the daemon's defaults follow the directories
+/// systemd gives a service (`LOGS_DIRECTORY`, `STATE_DIRECTORY`, `RUNTIME_DIRECTORY`), which
+/// is how `scripts/test` keeps every test off the machine's /var/log/stsd, /var/lib/stsd and
+/// /run/stsd. Before, a failed start as root wrote its record to /var/log/stsd/audit.jsonl.
+#[test]
+fn default_paths_follow_the_directories_systemd_gives() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let (logs, state, run) = (
+        dir.path().join("log"),
+        dir.path().join("state"),
+        dir.path().join("run"),
+    );
+    std::fs::create_dir_all(&run).unwrap_or_else(|e| panic!("{e}"));
+    let config = dir.path().join("stsd.toml");
+    std::fs::write(&config, "").unwrap_or_else(|e| panic!("{e}"));
+    // A preset no presets file defines: the daemon binds, opens its state and audit log,
+    // then refuses to start and records why.
+    let out = Command::new(stsd_bin())
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "--pool",
+            "1",
+            "--catalog",
+            CATALOG,
+            "--preset",
+            "no-such-preset",
+        ])
+        .env("LOGS_DIRECTORY", &logs)
+        .env("STATE_DIRECTORY", &state)
+        .env("RUNTIME_DIRECTORY", &run)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let audit = std::fs::read_to_string(logs.join("audit.jsonl")).unwrap_or_default();
+    assert!(audit.contains("start-failed"), "{err}\naudit: {audit:?}");
+    assert!(state.join("catalog/specs").is_dir(), "{err}");
+    // The socket's default: the client looks where the daemon would listen.
+    let status = Command::new(stsd_bin())
+        .arg("status")
+        .env_remove("STSD_SOCKET")
+        .env("RUNTIME_DIRECTORY", &run)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let said = String::from_utf8_lossy(&status.stderr);
+    assert!(
+        said.contains(&run.join("stsd.sock").display().to_string()),
+        "{said}"
+    );
+}
