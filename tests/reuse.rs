@@ -308,13 +308,33 @@ fn calls_with_a_worker_at_hand_run_on_the_runtime_thread() {
     // That call may have started a blocking thread: it is idle again after 10 s.
     c.call(999, "one", json!({}));
     assert_eq!(text(&c.response()), "1");
-    settles_at(3, Duration::from_secs(30));
-    for i in 0..20 {
-        c.call(i, "one", json!({}));
-        let r = c.response();
-        assert_eq!(text(&r), "1", "call {i}: {r}");
+    // Up to three rounds of 20 calls: a round is clean when no thread named `stsd` was
+    // started during it. On a loaded machine a call may find its worker not at hand (still
+    // making its next context at background priority, starved) and rightly take a blocking
+    // thread; one clean round in three shows calls at hand run inline, and a daemon that
+    // drove every call on a blocking thread fails all three.
+    let mut clean = false;
+    for round in 0..3u64 {
+        settles_at(3, Duration::from_secs(30));
+        for i in 0..20 {
+            c.call(round * 100 + i, "one", json!({}));
+            let r = c.response();
+            assert_eq!(text(&r), "1", "call {i}: {r}");
+        }
+        let t0 = Instant::now();
+        while named_stsd() != 3 && t0.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if named_stsd() == 3 {
+            clean = true;
+            break;
+        }
     }
-    settles_at(3, Duration::from_secs(5));
+    assert!(
+        clean,
+        "every round of calls at hand started a thread: {:?}",
+        thread_names(d.pid())
+    );
     c.call(100, "net", json!({}));
     let r = c.response();
     assert_eq!(text(&r), "2", "{r}");
