@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -123,14 +123,7 @@ fn a_client_gone_mid_call_while_console_lines_stream_is_cancelled_and_audited() 
 #[test]
 fn a_killed_bridge_leaves_the_daemon_serving() {
     let mut d = chatty_daemon(1, "");
-    let mut bridge = Command::new(stsd_bin())
-        .args(["mcp", "--socket"])
-        .arg(&d.socket)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut bridge = stsd_tests::spawn_bridge(&d.socket, &[]);
     let mut stdin = bridge.stdin.take().unwrap_or_else(|| panic!("no stdin"));
     let stdout = bridge.stdout.take().unwrap_or_else(|| panic!("no stdout"));
     stdin
@@ -434,14 +427,7 @@ fn idle_sessions_are_closed_unless_kept_alive() {
 #[test]
 fn the_bridge_keeps_a_quiet_client_connected() {
     let d = chatty_daemon(1, "idle_timeout_seconds = 1\n");
-    let mut bridge = Command::new(stsd_bin())
-        .args(["mcp", "--keepalive-ms", "200", "--socket"])
-        .arg(&d.socket)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut bridge = stsd_tests::spawn_bridge(&d.socket, &["--keepalive-ms", "200"]);
     let mut stdin = bridge.stdin.take().unwrap_or_else(|| panic!("no stdin"));
     let mut out = BufReader::new(bridge.stdout.take().unwrap_or_else(|| panic!("no stdout")));
     let mut exchange = |id: u64| {

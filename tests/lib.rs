@@ -194,3 +194,18 @@ pub fn spinning_job(ms: u64, base: &Path) -> stsd_protocol::frames::Job {
     j.limits.max_steps = u64::MAX;
     j
 }
+
+/// `stsd mcp --socket SOCKET` (the stdio bridge), with its stdin and stdout piped.
+pub fn spawn_bridge(socket: &std::path::Path, extra: &[&str]) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    Command::new(stsd_bin())
+        .arg("mcp")
+        .args(extra)
+        .arg("--socket")
+        .arg(socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"))
+}

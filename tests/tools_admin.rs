@@ -429,16 +429,8 @@ fn a_tool_published_through_the_admin_channel_that_writes_starts_gated() {
 /// bridge passed every line through, and an agent could `stsd/tools/add` through it.
 #[test]
 fn the_stdio_bridge_carries_mcp_only() {
-    use std::process::Stdio;
     let d = Daemon::start(1, "");
-    let mut bridge = Command::new(stsd_bin())
-        .args(["mcp", "--socket"])
-        .arg(&d.socket)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut bridge = stsd_tests::spawn_bridge(&d.socket, &[]);
     let mut stdin = bridge.stdin.take().unwrap_or_else(|| panic!("no stdin"));
     let stdout = bridge.stdout.take().unwrap_or_else(|| panic!("no stdout"));
     let mut lines = std::io::BufReader::new(stdout);

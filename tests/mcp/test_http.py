@@ -175,17 +175,25 @@ def test_an_admin_principal_cannot_name_a_file_outside_the_catalog(remote: Remot
     assert not [p for p in tmp_path.rglob("PWNED*")]
 
 
-def test_a_legacy_session_stays_with_its_principal(remote: Remote):
-    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+LEGACY_ACCEPT = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def open_legacy_session(http, remote: Remote, token: str) -> dict:
+    """A 2025-11-25 session opened (initialize, initialized) with `token`; the headers that
+    name it (session id and protocol version), without authorization."""
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    r = http.post(remote.url, json=init, headers={**LEGACY_ACCEPT, "Authorization": f"Bearer {token}"})
+    assert r.status_code == 200
+    sh = {**LEGACY_ACCEPT, "mcp-session-id": r.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+    http.post(remote.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+              headers={**sh, "Authorization": f"Bearer {token}"})
+    return sh
+
+
+def test_a_legacy_session_stays_with_its_principal(remote: Remote):
     with httpx2.Client(verify=remote.ctx) as http:
-        r = http.post(remote.url, json=init, headers={**h, "Authorization": f"Bearer {remote.alice}"})
-        assert r.status_code == 200
-        sid = r.headers["mcp-session-id"]
-        sh = {**h, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
-        http.post(remote.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-                  headers={**sh, "Authorization": f"Bearer {remote.alice}"})
+        sh = open_legacy_session(http, remote, remote.alice)
         call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                 "params": {"name": "echo-console", "arguments": {"text": "mine"}}}
         r = http.post(remote.url, json=call, headers={**sh, "Authorization": f"Bearer {remote.alice}"})
@@ -201,15 +209,8 @@ def test_a_legacy_session_is_bound_to_its_principal_at_initialize(remote: Remote
     """Issue 31 item 8: another principal holding the session id, calling before the owner
     has called anything, is refused; the owner is not locked out. Before, the session was
     bound at its first tools/call, so the first caller took it."""
-    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
     with httpx2.Client(verify=remote.ctx) as http:
-        r = http.post(remote.url, json=init, headers={**h, "Authorization": f"Bearer {remote.alice}"})
-        sid = r.headers["mcp-session-id"]
-        sh = {**h, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
-        http.post(remote.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-                  headers={**sh, "Authorization": f"Bearer {remote.alice}"})
+        sh = open_legacy_session(http, remote, remote.alice)
         call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                 "params": {"name": "echo-console", "arguments": {"text": "takeover"}}}
         r = http.post(remote.url, json=call, headers={**sh, "Authorization": f"Bearer {remote.ops}"})
