@@ -198,8 +198,9 @@ pub fn compute(
             if let Some(f) = tool.floor {
                 events.push(RiskEvent::floor(&u.id, Some(name), f));
             }
-            let mut hits =
-                scan::scan_tool(name, upstream_description, input_schema.as_ref(), &others);
+            // Every string of the tool as the upstream lists it (titles, output schema,
+            // property names, enum values...), not only its descriptions.
+            let mut hits = scan::scan_served(name, t, &others);
             if let Some(d) = u.descriptions.get(name) {
                 hits.extend(scan::scan_tool(&alias, Some(d), None, &others));
             }
@@ -214,11 +215,12 @@ pub fn compute(
                 });
             }
             let ledger_id = format!("{}/{}", u.id, name);
-            let fp = ledger::fingerprint(
+            let fp = ledger::fingerprint_served(
                 name,
                 upstream_description,
                 input_schema.as_ref(),
                 annotations.as_ref(),
+                t.get("outputSchema"),
             );
             let seen = look_up(ledger, &ledger_id, &fp, observe);
             if seen.status == ledger::Status::Mismatch {

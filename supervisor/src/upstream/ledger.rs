@@ -32,6 +32,32 @@ pub fn fingerprint(
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// [`fingerprint`] of a tool as served, its `outputSchema` included when it has one (issue 31
+/// item 5: a rug pull of the output schema went unseen). A tool without one keeps the
+/// fingerprint it had before, so upgrading does not flag every approved tool.
+pub fn fingerprint_served(
+    name: &str,
+    description: Option<&str>,
+    input_schema: Option<&Value>,
+    annotations: Option<&Value>,
+    output_schema: Option<&Value>,
+) -> String {
+    let Some(output) = output_schema.filter(|v| !v.is_null()) else {
+        return fingerprint(name, description, input_schema, annotations);
+    };
+    let doc = serde_json::json!({
+        "name": name,
+        "description": description,
+        "inputSchema": input_schema,
+        "annotations": annotations,
+        "outputSchema": output,
+    });
+    let mut text = String::new();
+    canonical(&doc, &mut text);
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn canonical(v: &Value, out: &mut String) {
     match v {
         Value::Object(m) => {
@@ -448,6 +474,23 @@ mod tests {
         let schema = json!({"type": "object"});
         let ro = json!({"readOnlyHint": true});
         let rw = json!({"readOnlyHint": false, "destructiveHint": true});
+        // The output schema counts when there is one; without one, the fingerprint is the
+        // one an older stsd recorded.
+        let out_a =
+            serde_json::json!({"type": "object", "properties": {"ok": {"type": "boolean"}}});
+        let out_b = serde_json::json!({"type": "object", "properties": {"ok": {"type": "string"}}});
+        assert_eq!(
+            fingerprint_served("w", Some("d"), Some(&schema), None, None),
+            fingerprint("w", Some("d"), Some(&schema), None)
+        );
+        assert_ne!(
+            fingerprint_served("w", Some("d"), Some(&schema), None, Some(&out_a)),
+            fingerprint_served("w", Some("d"), Some(&schema), None, Some(&out_b))
+        );
+        assert_ne!(
+            fingerprint_served("w", Some("d"), Some(&schema), None, Some(&out_a)),
+            fingerprint("w", Some("d"), Some(&schema), None)
+        );
         let before = fingerprint("write", Some("Writes."), Some(&schema), Some(&ro));
         let after = fingerprint("write", Some("Writes."), Some(&schema), Some(&rw));
         assert_eq!(l.observe("up/write", &before).unwrap().status, Status::New);
