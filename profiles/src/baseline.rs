@@ -175,6 +175,12 @@ pub struct DaemonConfig {
     pub audit_max_arg_bytes: usize,
     /// A call's arguments as audited, in all; beyond it they are one length and digest.
     pub audit_max_params_bytes: usize,
+    /// The audit log's size budget: past it the file is rotated (`audit.jsonl.1`, ...).
+    /// 0: no budget (rotated by logrotate and SIGHUP only).
+    pub audit_max_bytes: u64,
+    /// Rotated audit files kept; the one past them is deleted (its deletion recorded in the
+    /// new file's first record).
+    pub audit_keep: usize,
     /// uids allowed on the admin channel (`stsd/...` methods). Empty: root, and members of
     /// the `stsd-admin` group if it exists. The daemon's own uid is an admin only when listed
     /// here: for a per-user daemon that is the agent's uid too (the banner warns).
@@ -217,6 +223,8 @@ impl Default for DaemonConfig {
             toolsets: Vec::new(),
             audit_max_arg_bytes: 4096,
             audit_max_params_bytes: 65536,
+            audit_max_bytes: 256 << 20,
+            audit_keep: 4,
             admin_uids: Vec::new(),
             catalog_dir: None,
             preset: None,

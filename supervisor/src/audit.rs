@@ -115,8 +115,73 @@ pub struct AuditError {
 }
 
 pub struct AuditLog {
-    /// The path and the file open on it; swapped together on a reopen.
-    inner: Mutex<(PathBuf, File)>,
+    inner: Mutex<LogFile>,
+}
+
+/// The path, the file open on it and what rotation needs; swapped together on a reopen.
+struct LogFile {
+    path: PathBuf,
+    file: File,
+    /// Bytes in the file now.
+    size: u64,
+    /// Past this size the file is rotated before the next line (0: never).
+    max_bytes: u64,
+    /// Rotated files kept (`audit.jsonl.1` newest .. `.N`); the one past them is deleted.
+    keep: usize,
+    rotations: u64,
+}
+
+/// The audit log's size and rotations, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AuditStats {
+    pub bytes: u64,
+    pub rotations: u64,
+}
+
+/// `path` with `.n` appended (`audit.jsonl.1`).
+fn rotated(path: &Path, n: usize) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(format!(".{n}"));
+    PathBuf::from(s)
+}
+
+impl LogFile {
+    /// Moves the file to `.1` (the older ones one step on, the one past `keep` deleted),
+    /// starts a new one, and says so in its first record: the budget never drops a record
+    /// silently, and a reader can follow the chain.
+    fn rotate(&mut self) -> std::io::Result<()> {
+        let dropped = (self.keep > 0)
+            .then(|| rotated(&self.path, self.keep))
+            .filter(|p| p.exists());
+        for n in (1..self.keep).rev() {
+            let from = rotated(&self.path, n);
+            if from.exists() {
+                std::fs::rename(&from, rotated(&self.path, n + 1))?;
+            }
+        }
+        let first = if self.keep > 0 {
+            std::fs::rename(&self.path, rotated(&self.path, 1))?;
+            Some(rotated(&self.path, 1))
+        } else {
+            std::fs::remove_file(&self.path)?;
+            None
+        };
+        let mut file = open_file(&self.path)?;
+        let line = serde_json::json!({
+            "ts": crate::store::now_ms(),
+            "event": "audit-rotated",
+            "bytes": self.size,
+            "rotatedTo": first,
+            "deleted": dropped,
+        });
+        let mut bytes = serde_json::to_vec(&line).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+        file.write_all(&bytes)?;
+        self.file = file;
+        self.size = bytes.len() as u64;
+        self.rotations += 1;
+        Ok(())
+    }
 }
 
 fn open_file(path: &Path) -> std::io::Result<File> {
@@ -135,24 +200,56 @@ fn open_file(path: &Path) -> std::io::Result<File> {
 
 impl AuditLog {
     pub fn open(path: &Path) -> std::io::Result<AuditLog> {
+        let file = open_file(path)?;
+        let size = file.metadata()?.len();
         Ok(AuditLog {
-            inner: Mutex::new((path.to_path_buf(), open_file(path)?)),
+            inner: Mutex::new(LogFile {
+                path: path.to_path_buf(),
+                file,
+                size,
+                max_bytes: 0,
+                keep: 0,
+                rotations: 0,
+            }),
         })
     }
 
+    /// A size budget: past `max_bytes` (0: none) the file is rotated, `keep` older files
+    /// kept (`[daemon] audit_max_bytes`, `audit_keep`).
+    pub fn with_budget(self, max_bytes: u64, keep: usize) -> AuditLog {
+        {
+            let mut g = self.lock();
+            g.max_bytes = max_bytes;
+            g.keep = keep;
+        }
+        self
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LogFile> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn path(&self) -> PathBuf {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .clone()
+        self.lock().path.clone()
+    }
+
+    pub fn stats(&self) -> AuditStats {
+        let g = self.lock();
+        AuditStats {
+            bytes: g.size,
+            rotations: g.rotations,
+        }
     }
 
     /// Opens `path` afresh and writes there from now on (SIGHUP, after logrotate renamed the
     /// old file away, or a config naming another path). On failure the old file stays in use.
     pub fn reopen(&self, path: &Path) -> std::io::Result<()> {
         let file = open_file(path)?;
-        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = (path.to_path_buf(), file);
+        let size = file.metadata()?.len();
+        let mut g = self.lock();
+        g.path = path.to_path_buf();
+        g.file = file;
+        g.size = size;
         Ok(())
     }
 
@@ -172,9 +269,17 @@ impl AuditLog {
         let mut line =
             escape_line_breaks(serde_json::to_vec(value).map_err(std::io::Error::other)?);
         line.push(b'\n');
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.1.write_all(&line)?;
-        g.1.flush()
+        let mut g = self.lock();
+        if g.max_bytes > 0 && g.size > 0 && g.size + line.len() as u64 > g.max_bytes {
+            // A failed rotation (a full disk, say) leaves the record in the current file:
+            // over budget rather than lost.
+            if let Err(e) = g.rotate() {
+                tracing::error!(error = %e, path = %g.path.display(), "cannot rotate the audit log");
+            }
+        }
+        g.file.write_all(&line)?;
+        g.size += line.len() as u64;
+        g.file.flush()
     }
 }
 
@@ -448,6 +553,60 @@ mod tests {
             metrics: None,
             upstream: None,
         }
+    }
+
+    /// Issue 31 item 6: the log has a size budget. Past it the file rotates, `keep` older
+    /// files stay, every record lands whole in one of them, and each new file's first record
+    /// says what was rotated and what was deleted.
+    #[test]
+    fn a_log_over_its_budget_rotates_and_keeps_its_files() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let p = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&p)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_budget(2_000, 2);
+        let mut written = 0;
+        while log.stats().rotations < 3 {
+            let v = serde_json::json!({"event": "refused", "n": written, "pad": "x".repeat(150)});
+            log.append_value(&v).unwrap_or_else(|e| panic!("{e}"));
+            written += 1;
+        }
+        let read = |p: &Path| -> Vec<Value> {
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+                .collect()
+        };
+        for f in [p.clone(), rotated(&p, 1), rotated(&p, 2)] {
+            let size = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+            assert!(size > 0 && size <= 2_000, "{}: {size}", f.display());
+            let recs = read(&f);
+            assert_eq!(recs[0]["event"], "audit-rotated", "{}", f.display());
+        }
+        assert!(!rotated(&p, 3).exists());
+        // The third rotation deleted the oldest file, and said so.
+        let now = read(&p);
+        assert_eq!(
+            now[0]["deleted"],
+            Value::from(rotated(&p, 2).display().to_string())
+        );
+        assert_eq!(
+            now[0]["rotatedTo"],
+            Value::from(rotated(&p, 1).display().to_string())
+        );
+        // Records are in order across the kept files, none torn.
+        let kept: Vec<i64> = [rotated(&p, 2), rotated(&p, 1), p.clone()]
+            .iter()
+            .flat_map(|f| read(f))
+            .filter_map(|r| r["n"].as_i64())
+            .collect();
+        assert!(kept.windows(2).all(|w| w[1] == w[0] + 1), "{kept:?}");
+        assert_eq!(kept.last().copied(), Some(written - 1));
+        assert_eq!(
+            log.stats().bytes,
+            std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0)
+        );
     }
 
     #[test]

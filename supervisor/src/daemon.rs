@@ -89,7 +89,9 @@ fn build_service_with(
         .audit_log
         .clone()
         .unwrap_or_else(crate::paths::default_audit_log);
+    let d = &o.config.daemon;
     let audit = AuditLog::open(&audit_path)
+        .map(|a| a.with_budget(d.audit_max_bytes, d.audit_keep))
         .map_err(|e| format!("cannot open the audit log {}: {e}", audit_path.display()))?;
     let opts = ExecOptions::new(o.worker_exe.clone(), &o.config)?;
     let mut toolsets = o.toolsets.clone();

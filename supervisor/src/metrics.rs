@@ -40,6 +40,8 @@ pub struct Gauges {
     pub waiting: usize,
     pub approvals_pending: usize,
     pub tools_served: usize,
+    /// The audit log's size and rotations since start.
+    pub audit: crate::audit::AuditStats,
 }
 
 /// A Prometheus label value: backslash, quote and newline escaped.
@@ -162,6 +164,24 @@ impl Metrics {
             let _ = writeln!(out, "# TYPE {name} gauge");
             let _ = writeln!(out, "{name} {v}");
         }
+        for (name, kind, help, v) in [
+            (
+                "stsd_audit_log_bytes",
+                "gauge",
+                "Bytes in the audit log file now.",
+                g.audit.bytes,
+            ),
+            (
+                "stsd_audit_log_rotations_total",
+                "counter",
+                "Audit log rotations since start ([daemon] audit_max_bytes).",
+                g.audit.rotations,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            let _ = writeln!(out, "{name} {v}");
+        }
         out
     }
 }
@@ -183,6 +203,7 @@ mod tests {
             waiting: 0,
             approvals_pending: 0,
             tools_served: 1,
+            audit: crate::audit::AuditStats::default(),
         };
         let text = m.prometheus(&g);
         assert!(

@@ -1182,6 +1182,7 @@ impl Service {
             waiting: self.waiting(),
             approvals_pending: self.gate.pending().len(),
             tools_served: self.published().tools.len(),
+            audit: self.audit.as_ref().map(AuditLog::stats).unwrap_or_default(),
         }
     }
 
