@@ -79,7 +79,9 @@ def get(url: str, ctx: ssl.SSLContext | None = None, headers: dict | None = None
         return e.code, e.read().decode()
 
 
-def wait_ready(base: str, ctx: ssl.SSLContext | None = None, proc=None, timeout: float = 20) -> None:
+def wait_ready(base: str, ctx: ssl.SSLContext | None = None, proc=None, timeout: float = 90) -> None:
+    # Ready means the pool has a warm worker; the pool fills as background work (SCHED_IDLE),
+    # which took over 20 s on a machine with stress-ng on every CPU. Returns at once when ready.
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc is not None and proc.poll() is not None:
