@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -178,6 +179,7 @@ def test_poisoned_descriptions_are_reported_and_blocked_on_request(tmp_path):
     """Each of seed 001's nine patterns is reported by `stsd upstream check`, and, with
     [gateway] block_on_poisoning, the poisoned tools are withheld while the clean one serves."""
     config = hostile("evil", "poison")
+    previews_before = set(Path(tempfile.gettempdir()).glob("stsd-preview-*"))
     cfg = tmp_path / "check.toml"
     # The test catalog is hand-written (no Local Pass), as the daemon fixture serves it.
     cfg.write_text("[daemon]\nrequire_local_pass = false\n" + config)
@@ -201,8 +203,11 @@ def test_poisoned_descriptions_are_reported_and_blocked_on_request(tmp_path):
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "STSD_STATE_DIR": str(tmp_path / "check-state")})
     assert "POISONING HIDDEN_INSTRUCTION" in text.stdout, text.stdout
-    # The preview wrote no ledger.
+    # The preview wrote nothing: no ledger, no workspace (issue 38 item 2: it made
+    # <state>/upstreams/ID before).
     assert not (tmp_path / "check-state" / "ledger.json").exists()
+    assert not (tmp_path / "check-state" / "upstreams").exists()
+    assert set(Path(tempfile.gettempdir()).glob("stsd-preview-*")) <= previews_before
 
     d = Daemon(tmp_path, extra_config="[gateway]\nblock_on_poisoning = true\n" + config).start()
     try:

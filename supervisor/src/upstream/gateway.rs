@@ -32,6 +32,8 @@ pub struct Upstream {
     pub workspace: Option<PathBuf>,
     pub proxy_port: Option<u16>,
     _proxy: Option<Arc<EgressProxy>>,
+    /// A preview's temporary workspace, removed when the preview ends.
+    _scratch: Option<tempfile::TempDir>,
 }
 
 pub struct Gateway {
@@ -77,7 +79,7 @@ impl Gateway {
     ) -> Result<Arc<Gateway>, String> {
         let mut upstreams = Vec::new();
         for u in declared {
-            upstreams.push(Arc::new(set_up(&config, u, stsd_exe, &sink)));
+            upstreams.push(Arc::new(set_up(&config, u, stsd_exe, &sink, observe)));
         }
         let gw = Arc::new(Gateway {
             config: RwLock::new(config),
@@ -320,7 +322,15 @@ fn tools_json(c: &Connection) -> Option<Vec<Value>> {
 
 /// Resolves an upstream's references, makes its workspace and proxy, and starts its
 /// connection.
-fn set_up(config: &Arc<Config>, u: UpstreamConfig, stsd_exe: &Path, sink: &EventSink) -> Upstream {
+/// `observe` false: a preview (`stsd upstream check`), which writes nothing of the daemon's:
+/// a stdio upstream without a configured workspace gets a temporary one, removed after.
+fn set_up(
+    config: &Arc<Config>,
+    u: UpstreamConfig,
+    stsd_exe: &Path,
+    sink: &EventSink,
+    observe: bool,
+) -> Upstream {
     let gw = &config.gateway;
     let cfg = Arc::new(u);
     let failed = |error: String, secrets: SecretSet| {
@@ -333,6 +343,7 @@ fn set_up(config: &Arc<Config>, u: UpstreamConfig, stsd_exe: &Path, sink: &Event
             workspace: None,
             proxy_port: None,
             _proxy: None,
+            _scratch: None,
         }
     };
     let resolved = match sources::resolve_upstream(&cfg, gw.secrets_dir.as_deref()) {
@@ -376,11 +387,21 @@ fn set_up(config: &Arc<Config>, u: UpstreamConfig, stsd_exe: &Path, sink: &Event
     live.env = resolved.env.clone();
     live.headers = resolved.headers.clone();
     let live = Arc::new(live);
+    let mut scratch = None;
     let (conn, workspace) = if cfg.is_stdio() {
-        let workspace = cfg
-            .workspace
-            .clone()
-            .unwrap_or_else(|| state_dir(config).join("upstreams").join(&cfg.id));
+        let workspace = match (&cfg.workspace, observe) {
+            (Some(w), _) => w.clone(),
+            (None, true) => state_dir(config).join("upstreams").join(&cfg.id),
+            (None, false) => {
+                let t = match tempfile::Builder::new().prefix("stsd-preview-").tempdir() {
+                    Ok(t) => t,
+                    Err(e) => return failed(format!("a preview workspace: {e}"), secrets),
+                };
+                let ws = t.path().join("ws");
+                scratch = Some(t);
+                ws
+            }
+        };
         let (uid, gid) = (config.worker.uid, config.worker.gid);
         if let Err(e) = super::spawn::prepare_workspace(&workspace, uid, gid) {
             return failed(format!("workspace {}: {e}", workspace.display()), secrets);
@@ -416,5 +437,6 @@ fn set_up(config: &Arc<Config>, u: UpstreamConfig, stsd_exe: &Path, sink: &Event
         workspace,
         proxy_port,
         _proxy: proxy,
+        _scratch: scratch,
     }
 }
