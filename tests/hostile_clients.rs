@@ -530,3 +530,52 @@ fn a_one_mib_argument_works_and_a_huge_thrown_message_is_a_classified_error() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(v["result"]["length"], 1024 * 1024, "{v}");
 }
+
+/// Issue 31 item 6: a client sending refused calls as fast as it can (arguments of the wrong
+/// type) is not written one record per call past the budget: at most
+/// `audit_refusals_per_second` of its refusals a second, the rest counted into one summary a
+/// second. Every refusal is accounted for.
+#[test]
+fn refused_calls_past_the_budget_are_summarised_in_the_audit() {
+    let d = chatty_daemon(1, "audit_refusals_per_second = 5\n");
+    let mut c = d.connect();
+    let n = 300u64;
+    for i in 0..n {
+        c.call(i, "slow", json!({"ms": "not a number"}));
+    }
+    for _ in 0..n {
+        let r = c.response();
+        assert!(text(&r).starts_with("INVALID_INPUT"), "a refused call: {r}");
+    }
+    // Summaries are written once their second is over: waited for, with a deadline.
+    let t0 = Instant::now();
+    loop {
+        let recs = d.audit_records();
+        let written: Vec<&Value> = recs.iter().filter(|r| r["name"] == "slow").collect();
+        let summarised: u64 = recs
+            .iter()
+            .filter(|r| r["event"] == "refusals-summarised")
+            .filter_map(|r| r["count"].as_u64())
+            .sum();
+        if written.len() as u64 + summarised == n {
+            let mut per_second = std::collections::HashMap::new();
+            for r in &written {
+                *per_second
+                    .entry(r["ts"].as_i64().unwrap_or(0) / 1000)
+                    .or_insert(0) += 1;
+            }
+            assert!(
+                per_second.values().all(|n| *n <= 5),
+                "more than 5 refusals written in a second: {per_second:?}"
+            );
+            assert!(summarised > 0, "nothing summarised");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{} written + {summarised} summarised of {n}",
+            written.len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -181,6 +181,10 @@ pub struct DaemonConfig {
     /// Rotated audit files kept; the one past them is deleted (its deletion recorded in the
     /// new file's first record).
     pub audit_keep: usize,
+    /// Refused calls (an error before any worker ran them) written one by one, per
+    /// principal and second; past it they are counted into one `refusals-summarised` record
+    /// a second. 0: every refusal written.
+    pub audit_refusals_per_second: u32,
     /// uids allowed on the admin channel (`stsd/...` methods). Empty: root, and members of
     /// the `stsd-admin` group if it exists. The daemon's own uid is an admin only when listed
     /// here: for a per-user daemon that is the agent's uid too (the banner warns).
@@ -225,6 +229,7 @@ impl Default for DaemonConfig {
             audit_max_params_bytes: 65536,
             audit_max_bytes: 256 << 20,
             audit_keep: 4,
+            audit_refusals_per_second: 20,
             admin_uids: Vec::new(),
             catalog_dir: None,
             preset: None,

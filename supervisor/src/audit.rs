@@ -116,6 +116,92 @@ pub struct AuditError {
 
 pub struct AuditLog {
     inner: Mutex<LogFile>,
+    /// Refusals past a per-principal budget, summarised (see [`Refusals`]).
+    refusals: Refusals,
+}
+
+/// Refusals (calls answered with an error before any worker, upstream or approver had
+/// them) written one by one up to `per_second` a principal each second; past that they are
+/// counted, and one `refusals-summarised` record per principal and second says how many,
+/// the first and last call ids and the codes. So a client sending refused calls as fast as
+/// it can (51 MB/s of records before) costs at most `per_second` records and one summary a
+/// second, and no refusal goes unrecorded.
+#[derive(Default)]
+struct Refusals {
+    per_second: u32,
+    windows: Mutex<std::collections::HashMap<String, Window>>,
+}
+
+#[derive(Default)]
+struct Window {
+    second: i64,
+    written: u32,
+    suppressed: u64,
+    first_id: u64,
+    last_id: u64,
+    codes: std::collections::BTreeMap<String, u64>,
+}
+
+impl Window {
+    fn summary(&self, principal: &str) -> Option<Value> {
+        (self.suppressed > 0).then(|| {
+            serde_json::json!({
+                "ts": (self.second + 1) * 1000,
+                "event": "refusals-summarised",
+                "principal": principal,
+                "second": self.second,
+                "count": self.suppressed,
+                "firstCallId": self.first_id,
+                "lastCallId": self.last_id,
+                "codes": self.codes,
+            })
+        })
+    }
+}
+
+impl Refusals {
+    /// Whether the refusal is written as itself, and the summaries of windows it closes.
+    fn admit(&self, who: &str, call_id: u64, code: &str, second: i64) -> (bool, Vec<Value>) {
+        if self.per_second == 0 {
+            return (true, Vec::new());
+        }
+        let mut all = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let w = all.entry(who.to_string()).or_default();
+        let mut closed = Vec::new();
+        if w.second != second {
+            closed.extend(w.summary(who));
+            *w = Window {
+                second,
+                ..Window::default()
+            };
+        }
+        if w.written < self.per_second {
+            w.written += 1;
+            return (true, closed);
+        }
+        if w.suppressed == 0 {
+            w.first_id = call_id;
+        }
+        w.suppressed += 1;
+        w.last_id = call_id;
+        *w.codes.entry(code.to_string()).or_default() += 1;
+        (false, closed)
+    }
+
+    /// The summaries of every window older than `second` (all of them with `i64::MAX`).
+    fn flush(&self, second: i64) -> Vec<Value> {
+        let mut all = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        all.retain(|who, w| {
+            if w.second < second {
+                out.extend(w.summary(who));
+                false
+            } else {
+                true
+            }
+        });
+        out
+    }
 }
 
 /// The path, the file open on it and what rotation needs; swapped together on a reopen.
@@ -211,7 +297,29 @@ impl AuditLog {
                 keep: 0,
                 rotations: 0,
             }),
+            refusals: Refusals::default(),
         })
+    }
+
+    /// Refusals past `per_second` a principal are summarised (0: every one is written).
+    pub fn with_refusal_budget(mut self, per_second: u32) -> AuditLog {
+        self.refusals.per_second = per_second;
+        self
+    }
+
+    /// Writes the summaries of the seconds that have ended (the daemon calls it every
+    /// second, and at shutdown with `all`).
+    pub fn flush_summaries(&self, all: bool) {
+        let second = if all {
+            i64::MAX
+        } else {
+            crate::store::now_ms() / 1000
+        };
+        for v in self.refusals.flush(second) {
+            if let Err(e) = self.append_line(&v) {
+                tracing::error!(error = %e, "audit log write failed");
+            }
+        }
     }
 
     /// A size budget: past `max_bytes` (0: none) the file is rotated, `keep` older files
@@ -256,7 +364,28 @@ impl AuditLog {
     /// Appends one record. Errors are returned so the caller can decide; the daemon logs them
     /// and still answers (a full disk must not take tool calls down with it).
     pub fn append(&self, rec: &AuditRecord) -> std::io::Result<()> {
-        self.append_line(rec)
+        // A refusal: an error before any worker, upstream or approver had the call.
+        let refused = rec.outcome == "ERROR"
+            && rec.worker_pid.is_none()
+            && rec.upstream.is_none()
+            && rec.approval.is_none();
+        if !refused {
+            return self.append_line(rec);
+        }
+        let who = match (&rec.principal, rec.peer_uid) {
+            (Some(p), _) => p.clone(),
+            (None, Some(uid)) => format!("uid:{uid}"),
+            (None, None) => "-".to_string(),
+        };
+        let code = rec.error.as_ref().map_or("", |e| e.code.as_str());
+        let (write, closed) = self.refusals.admit(&who, rec.call_id, code, rec.ts / 1000);
+        for v in closed {
+            self.append_line(&v)?;
+        }
+        if write {
+            self.append_line(rec)?;
+        }
+        Ok(())
     }
 
     /// A gateway event (risk computations, poisoning hits, ledger mismatches, upstream
@@ -607,6 +736,78 @@ mod tests {
             log.stats().bytes,
             std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0)
         );
+    }
+
+    fn refusal(call_id: u64, uid: u32, ts: i64) -> AuditRecord {
+        let caller = crate::service::Caller {
+            peer_uid: Some(uid),
+            principal: None,
+            transport: "unix",
+            session: 1,
+        };
+        let mut r = AuditRecord::arrived(
+            call_id,
+            &caller,
+            "id".into(),
+            "slow".into(),
+            "L1".into(),
+            Value::Null,
+        );
+        r.ts = ts;
+        r.error = Some(AuditError {
+            code: "INVALID_INPUT".into(),
+            message: "ms: expected a number".into(),
+        });
+        r
+    }
+
+    /// Issue 31 item 6: refusals past the per-principal budget are counted into one summary
+    /// a second; none is lost, other principals and calls that ran are written as they come.
+    #[test]
+    fn refusals_past_the_budget_are_summarised_not_lost() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let p = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&p)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_refusal_budget(3);
+        let t = 1_000_000_000;
+        for id in 1..=10 {
+            log.append(&refusal(id, 7, t + 10))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        log.append(&refusal(11, 8, t + 20))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut ran = refusal(12, 7, t + 30);
+        ran.worker_pid = Some(42);
+        log.append(&ran).unwrap_or_else(|e| panic!("{e}"));
+        // The next second's first refusal closes the window: its summary comes first.
+        log.append(&refusal(13, 7, t + 1_000))
+            .unwrap_or_else(|e| panic!("{e}"));
+        log.flush_summaries(true);
+        let recs: Vec<Value> = std::fs::read_to_string(&p)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        let ids: Vec<u64> = recs.iter().filter_map(|r| r["callId"].as_u64()).collect();
+        assert_eq!(ids, vec![1, 2, 3, 11, 12, 13]);
+        let sums: Vec<&Value> = recs
+            .iter()
+            .filter(|r| r["event"] == "refusals-summarised")
+            .collect();
+        assert_eq!(sums.len(), 1, "{recs:?}");
+        assert_eq!(sums[0]["principal"], "uid:7");
+        assert_eq!(sums[0]["count"], 7);
+        assert_eq!(
+            (
+                sums[0]["firstCallId"].clone(),
+                sums[0]["lastCallId"].clone()
+            ),
+            (Value::from(4), Value::from(10))
+        );
+        assert_eq!(sums[0]["codes"]["INVALID_INPUT"], 7);
+        // Every refusal is accounted for: written, or counted in a summary.
+        assert_eq!(ids.len() as u64 - 1 + 7, 12);
     }
 
     #[test]

@@ -91,7 +91,10 @@ fn build_service_with(
         .unwrap_or_else(crate::paths::default_audit_log);
     let d = &o.config.daemon;
     let audit = AuditLog::open(&audit_path)
-        .map(|a| a.with_budget(d.audit_max_bytes, d.audit_keep))
+        .map(|a| {
+            a.with_budget(d.audit_max_bytes, d.audit_keep)
+                .with_refusal_budget(d.audit_refusals_per_second)
+        })
         .map_err(|e| format!("cannot open the audit log {}: {e}", audit_path.display()))?;
     let opts = ExecOptions::new(o.worker_exe.clone(), &o.config)?;
     let mut toolsets = o.toolsets.clone();
@@ -266,6 +269,18 @@ async fn serve(
             service.clone(),
             Some((managed.clone(), changed.clone())),
         );
+        {
+            // Summaries of refused calls (audit_refusals_per_second) are written once their
+            // second is over, whether or not the principal comes back.
+            let service = service.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    service.flush_audit_summaries(false);
+                }
+            });
+        }
         if let Some((addr, l)) = metrics {
             crate::logs::banner(&format!(
                 "metrics: Prometheus text on http://{addr}/metrics"

@@ -1208,6 +1208,14 @@ impl Service {
         }
         self.admission.close();
         self.pool.stop();
+        self.flush_audit_summaries(true);
+    }
+
+    /// Writes the summaries of refused calls whose second is over (`all`: every one).
+    pub fn flush_audit_summaries(&self, all: bool) {
+        if let Some(a) = &self.audit {
+            a.flush_summaries(all);
+        }
     }
 }
 
