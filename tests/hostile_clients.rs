@@ -177,7 +177,8 @@ fn pipeline_without_reading(d: &mut Daemon, same_id: bool) -> (u64, u64, bool) {
     };
     let t0 = Instant::now();
     let mut peak = 0;
-    while !writer.is_finished() && t0.elapsed() < Duration::from_secs(15) {
+    // Returns as soon as the daemon closes the session; the bound is for a loaded machine.
+    while !writer.is_finished() && t0.elapsed() < Duration::from_secs(45) {
         peak = peak.max(d.rss_kib());
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -221,7 +222,7 @@ fn a_client_that_pipelines_and_never_reads_is_bounded_then_closed() {
     // with a deadline (the session ends after its flush grace).
     let t0 = Instant::now();
     let mut now = d.rss_kib();
-    while now > start + 48 * 1024 && t0.elapsed() < Duration::from_secs(15) {
+    while now > start + 48 * 1024 && t0.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(200));
         now = d.rss_kib();
     }

@@ -20,14 +20,18 @@ pub fn fingerprint(
     input_schema: Option<&Value>,
     annotations: Option<&Value>,
 ) -> String {
-    let doc = serde_json::json!({
+    digest(&serde_json::json!({
         "name": name,
         "description": description,
         "inputSchema": input_schema,
         "annotations": annotations,
-    });
+    }))
+}
+
+/// Hex SHA-256 of `doc`'s canonical JSON.
+fn digest(doc: &Value) -> String {
     let mut text = String::new();
-    canonical(&doc, &mut text);
+    canonical(doc, &mut text);
     let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -45,17 +49,13 @@ pub fn fingerprint_served(
     let Some(output) = output_schema.filter(|v| !v.is_null()) else {
         return fingerprint(name, description, input_schema, annotations);
     };
-    let doc = serde_json::json!({
+    digest(&serde_json::json!({
         "name": name,
         "description": description,
         "inputSchema": input_schema,
         "annotations": annotations,
         "outputSchema": output,
-    });
-    let mut text = String::new();
-    canonical(&doc, &mut text);
-    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    }))
 }
 
 fn canonical(v: &Value, out: &mut String) {
