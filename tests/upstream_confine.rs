@@ -86,7 +86,8 @@ fn gateway_command(
         None => (None, None),
     };
     let child_fd = theirs.as_ref().map(|t| t.channel.as_raw_fd());
-    let tokio_cmd = spawn::command_as(cfg, env, &s.ws, theirs, &stsd_bin(), 65534, 65534).unwrap();
+    let tokio_cmd =
+        spawn::command_as(cfg, env, &s.ws, theirs, &stsd_bin(), spawn::Ids::default()).unwrap();
     let c = tokio_cmd.as_std();
     let mut cmd = Command::new(c.get_program());
     cmd.args(c.get_args()).env_clear();

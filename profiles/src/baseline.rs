@@ -21,6 +21,52 @@ pub struct Config {
     pub gateway: crate::upstream::GatewayConfig,
     /// `[[upstream]]`: external MCP servers re-exposed through the gateway.
     pub upstream: Vec<crate::upstream::UpstreamConfig>,
+    pub cgroups: CgroupConfig,
+}
+
+/// `[cgroups]`: the worker pool (the zygote and every worker) and each stdio upstream (with
+/// everything it starts) get a control group of their own with these limits, v2 where the
+/// host's unified hierarchy has the controllers (under systemd: `Delegate=yes`), else v1.
+/// A limit of 0 is no limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CgroupConfig {
+    /// "auto": use them where the host gives them (the banner says when it does not);
+    /// "required": refuse to start without them; "off".
+    pub mode: CgroupMode,
+    /// The pool's memory, all workers together (bytes).
+    pub pool_memory_max: u64,
+    /// The pool's processes and threads.
+    pub pool_pids_max: u64,
+    /// The pool's CPU, in percent of one core (0: no cap; calls are the daemon's work).
+    pub pool_cpu_percent: u32,
+    /// Each stdio upstream's memory with its children, tmpfs workspace pages included.
+    pub upstream_memory_max: u64,
+    pub upstream_pids_max: u64,
+    pub upstream_cpu_percent: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupMode {
+    #[default]
+    Auto,
+    Required,
+    Off,
+}
+
+impl Default for CgroupConfig {
+    fn default() -> Self {
+        CgroupConfig {
+            mode: CgroupMode::Auto,
+            pool_memory_max: 4 << 30,
+            pool_pids_max: 1024,
+            pool_cpu_percent: 0,
+            upstream_memory_max: 2 << 30,
+            upstream_pids_max: 256,
+            upstream_cpu_percent: 100,
+        }
+    }
 }
 
 /// `[http]`: MCP over Streamable HTTP, off unless an address is given (here or `--listen`).

@@ -34,6 +34,15 @@ pub struct GatewayConfig {
     /// Restart backoff for a stdio upstream that died: first delay, doubled up to the max.
     pub restart_initial_ms: u64,
     pub restart_max_ms: u64,
+    /// When stsd runs as root, each stdio upstream runs as a uid of its own from
+    /// `first..first+count` (uid = gid, as systemd's DynamicUser does), so the kernel
+    /// separates their processes, signals, /proc and RLIMIT_NPROC. A uid some user or
+    /// systemd already holds is skipped. `count = 0`: every upstream runs as `[worker] uid`.
+    pub upstream_uid_first: u32,
+    pub upstream_uid_count: u32,
+    /// A stdio upstream's workspace is a tmpfs of this many bytes (the kernel refuses writes
+    /// past it; its pages count against the upstream's memory). 0: a plain directory.
+    pub workspace_max_bytes: u64,
 }
 
 impl Default for GatewayConfig {
@@ -47,6 +56,9 @@ impl Default for GatewayConfig {
             known_hosts: Vec::new(),
             restart_initial_ms: 250,
             restart_max_ms: 30_000,
+            upstream_uid_first: 61184,
+            upstream_uid_count: 4336,
+            workspace_max_bytes: 512 << 20,
         }
     }
 }
@@ -131,6 +143,12 @@ pub struct UpstreamConfig {
     pub timeout_ms: Option<u64>,
     /// A reply larger than this (its JSON text) is refused with OUTPUT_LIMIT.
     pub max_output_bytes: Option<u64>,
+    /// stdio: this upstream's own limits, over `[cgroups] upstream_*` and `[gateway]
+    /// workspace_max_bytes`.
+    pub memory_max: Option<u64>,
+    pub pids_max: Option<u64>,
+    pub cpu_percent: Option<u32>,
+    pub workspace_max_bytes: Option<u64>,
 }
 
 impl UpstreamConfig {

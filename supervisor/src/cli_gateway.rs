@@ -67,6 +67,25 @@ fn print_upstream(u: &Value) {
             s(&u["workspace"]),
             s(&u["network"])
         );
+        let g = &u["cgroup"];
+        println!(
+            "  runs as uid {}; cgroup: {}; workspace budget: {}",
+            u["uid"],
+            g["none"].as_str().map_or_else(
+                || format!(
+                    "{} (memory {} MiB, pids {}, cpu {}%)",
+                    s(&g["name"]),
+                    g["memoryMax"].as_u64().unwrap_or(0) >> 20,
+                    g["pidsMax"],
+                    g["cpuPercent"]
+                ),
+                |why| format!("none: {why}")
+            ),
+            u["workspaceBudget"]["bytes"].as_u64().map_or_else(
+                || format!("none: {}", s(&u["workspaceBudget"]["none"])),
+                |b| format!("{} MiB (tmpfs)", b >> 20)
+            ),
+        );
     }
     for t in u["tools"].as_array().into_iter().flatten() {
         let c = &t["risk"];

@@ -155,6 +155,9 @@ fn banner(service: &Service, what: &str) -> String {
     for (name, why) in &p.withheld {
         s.push_str(&format!("withheld {name}: {why}\n"));
     }
+    if service.config().cgroups.mode != stsd_profiles::baseline::CgroupMode::Off {
+        s.push_str(&format!("limits: {}\n", crate::cgroup::describe()));
+    }
     if let Some(w) = crate::admin::own_uid_warning(&service.config().daemon.admin_uids) {
         s.push_str(&w);
         s.push('\n');
@@ -181,6 +184,9 @@ pub fn run(mut o: DaemonOptions) -> Result<(), String> {
     let listen = systemd.listen.take();
     let rt = runtime(&o.config)?;
     let result = rt.block_on(serve(o, listen, &systemd));
+    // The pool's and the upstreams' groups go with their owners (main then removes this
+    // daemon's own cgroup directory).
+    drop(rt);
     if let Err(e) = &result {
         tracing::error!(error = %e, "start failed");
         let ev = crate::audit::DaemonEvent {

@@ -176,6 +176,9 @@ fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+    // Whatever made cgroups (the daemon, `stsd run`, `stsd test`) removes its own directory
+    // at the end.
+    let _cgroups = stsd::cgroup::ReleaseAtExit;
     let Some(command) = cli.command else {
         let DaemonArgs {
             config,

@@ -164,7 +164,10 @@ def test_two_third_party_servers_are_reexposed_confined(tmp_path):
         st = status_of(pid)
         assert st["NoNewPrivs"] == "1" and st["Seccomp"] == "2", st
         if os.geteuid() == 0:
-            assert st["Uid"].split()[0] == "65534" and st["CapEff"] == "0000000000000000", st
+            # Its own uid from the range (issue 31 item 7), not the workers' 65534.
+            uid = upstream_list(d)["fs"]["uid"]
+            assert 61184 <= uid < 61184 + 4336, uid
+            assert st["Uid"].split()[0] == str(uid) and st["CapEff"] == "0000000000000000", st
         calls = [r for r in audit_lines(d) if "callId" in r and r.get("upstream")]
         assert {r["upstream"]["id"] for r in calls} == {"fs", "time"}
         denied = [r for r in calls if r["params"].get("path") == "/etc/passwd"]
@@ -173,6 +176,73 @@ def test_two_third_party_servers_are_reexposed_confined(tmp_path):
         assert {"ServerRiskComputed", "ToolPublishRiskComputed", "CompositionLifecycle"} <= events
     finally:
         d.stop()
+
+
+def _gone(pid: int, timeout: float = 30) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+                return True  # killed; its reaper is not ours
+        except (FileNotFoundError, IndexError):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="uids, cgroups and tmpfs workspaces need root")
+def test_each_upstream_is_bounded_as_a_whole_and_runs_as_its_own_uid(tmp_path):
+    """Issue 31 item 7: limits per upstream, not per process. Two hostile upstreams: each
+    runs as a uid of its own; five children of 100 MiB do not fit a 200 MiB upstream; 200
+    forks stop at its pids limit, and the other upstream can still fork; 64 MiB do not fit
+    a 16 MiB workspace; a double-forked, setsid child dies with the daemon."""
+    config = (hostile("h1", "hog") + hostile("h2", "hog")
+              + "[cgroups]\nupstream_memory_max = 209715200\nupstream_pids_max = 64\n"
+              + "[gateway]\nworkspace_max_bytes = 16777216\n")
+    d = Daemon(tmp_path, extra_config=config).start()
+    escapee = None
+    try:
+        wait_for(d, lambda t: "h1__hogs" in t and "h2__forks" in t, "both hog upstreams up")
+        listed = upstream_list(d)
+
+        async def body(c):
+            nonlocal escapee
+
+            async def call(tool, **args):
+                r = await c.call_tool(tool, args)
+                assert r.is_error is False, text_of(r)
+                return json.loads(text_of(r))
+
+            who = [await call(f"h{i}__whoami") for i in (1, 2)]
+            assert who[0]["uid"] != who[1]["uid"], who
+            for w, u in zip(who, ("h1", "h2")):
+                assert 61184 <= w["uid"] < 61184 + 4336 and w["gid"] == w["uid"], who
+                assert listed[u]["uid"] == w["uid"], listed[u]
+                assert listed[u]["cgroup"]["memoryMax"] == 209715200, listed[u]["cgroup"]
+            # Memory: five children of 100 MiB; the group holds at most 200 MiB.
+            ready = (await call("h1__hogs", n=5, mb=100))["ready"]
+            assert ready <= 2, ready
+            g = upstream_list(d)["h1"]["cgroup"]
+            assert g["memoryBytes"] <= 209715200, g
+            # Processes: 200 forks stop at the group's 64 (the old shared RLIMIT_NPROC of 512
+            # let them all through) ...
+            forked = (await call("h1__forks", n=200))["forked"]
+            assert forked < 64, forked
+            # ... and the other upstream, whose group is its own, still forks.
+            assert (await call("h2__forks", n=20))["forked"] == 20
+            # Disk: the workspace's tmpfs refuses what is past 16 MiB, at once.
+            filled = await call("h2__fill", mb=64)
+            assert filled["written"] <= 16 << 20 and filled["error"], filled
+            escapee = int(text_of(await c.call_tool("h2__escapee", {})))
+
+        anyio.run(client, d, body)
+        assert d.proc.poll() is None
+        assert Path(f"/proc/{escapee}").exists()
+    finally:
+        d.stop()
+    # The daemon's stop killed the upstream's whole group: the setsid grandchild too, which
+    # neither a process-group kill nor a parent-death signal reaches.
+    assert escapee is not None and _gone(escapee), escapee
 
 
 def test_poisoned_descriptions_are_reported_and_blocked_on_request(tmp_path):

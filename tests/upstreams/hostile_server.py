@@ -16,6 +16,11 @@ Every mode serves `echo` (returns its `text` argument). The modes add:
   flood    `flood`: answers with `mb` (default 50) MB of text, in one JSON-RPC line.
   slow     `slow`: sleeps `seconds` (default 30) before answering; when the client cancels
            it (notifications/cancelled), "slow cancelled" is appended to $HOSTILE_LOG.
+  hog      `whoami` (uid and gid), `hogs` (forks `n` children that each write `mb` MiB into
+           memory and sleep; answers how many got there), `forks` (forks up to `n` sleeping
+           children; answers how many forks succeeded), `fill` (writes `mb` MiB into its
+           workspace; answers the bytes written and the error), `escapee` (a double-forked,
+           setsid child that sleeps; answers its pid).
 
 An unknown tool is a JSON-RPC error (invalid params), not a tool result.
 
@@ -110,6 +115,10 @@ def base_tools():
         "flood": tool("flood", "Returns a very large text.", {"type": "object", "properties": {"mb": {"type": "integer"}}}),
         "slow": tool("slow", "Sleeps, then answers.", {"type": "object", "properties": {"seconds": {"type": "number"}}}),
     }
+    if MODE == "hog":
+        num = {"type": "object", "properties": {"n": {"type": "integer"}, "mb": {"type": "integer"}}}
+        return [ECHO] + [tool(n, f"Resource test: {n}.", num)
+                         for n in ("whoami", "hogs", "forks", "fill", "escapee")]
     return [ECHO] + ([extra[MODE]] if MODE in extra else [])
 
 
@@ -165,7 +174,85 @@ async def call_tool(ctx, params):
                 log.write("slow cancelled\n")
             raise
         return text("done")
+    if MODE == "hog":
+        return text(hog(name, int(args.get("n", 1)), int(args.get("mb", 1))))
     return text(f"{name}: ok")
+
+
+def quiet_child():
+    """A forked child lets go of the MCP pipes (the daemon must see the server's own EOF)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+
+
+def hog(name, n, mb):
+    import json
+    import time
+    if name == "whoami":
+        return json.dumps({"uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid()})
+    if name == "hogs":
+        r, w = os.pipe()
+        for _ in range(n):
+            if os.fork() == 0:
+                os.close(r)
+                quiet_child()
+                try:
+                    held = b"\x01" * (mb << 20)  # written, so the pages are charged
+                    os.write(w, b"1")
+                    time.sleep(600 + len(held) * 0)
+                finally:
+                    os._exit(0)
+        os.close(w)
+        got, deadline = 0, time.monotonic() + 10
+        os.set_blocking(r, False)
+        while time.monotonic() < deadline and got < n:
+            try:
+                b = os.read(r, 64)
+                if not b:
+                    break  # every child has written or died
+                got += len(b)
+            except BlockingIOError:
+                time.sleep(0.05)
+        os.close(r)
+        return json.dumps({"ready": got})
+    if name == "forks":
+        made = 0
+        for _ in range(n):
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                quiet_child()
+                time.sleep(600)
+                os._exit(0)
+            made += 1
+        return json.dumps({"forked": made})
+    if name == "fill":
+        written, error = 0, None
+        chunk = b"\x02" * (1 << 20)
+        try:
+            with open(os.path.join(os.environ["HOME"], "fill.bin"), "wb") as f:
+                for _ in range(mb):
+                    f.write(chunk)
+                    f.flush()
+                    written += len(chunk)
+        except OSError as e:
+            error = e.strerror
+        return json.dumps({"written": written, "error": error})
+    if name == "escapee":
+        r, w = os.pipe()
+        if os.fork() == 0:
+            quiet_child()
+            os.setsid()
+            if os.fork() == 0:
+                os.write(w, str(os.getpid()).encode())
+                time.sleep(600)
+            os._exit(0)
+        os.close(w)
+        return os.read(r, 32).decode()
+    return "unknown"
 
 
 server = Server(f"hostile-{MODE}", version="1.0.0", on_list_tools=list_tools, on_call_tool=call_tool)

@@ -44,7 +44,8 @@ impl ExecOptions {
     /// Fails when the stsd binary cannot be opened or the egress configuration cannot be
     /// loaded (an unreadable CA file).
     pub fn new(worker_exe: PathBuf, config: &stsd_profiles::Config) -> Result<ExecOptions, String> {
-        let spawner = Spawner::new(&worker_exe, &config.worker).map_err(|e| {
+        let group = crate::cgroup::for_pool(&config.cgroups)?;
+        let spawner = Spawner::new(&worker_exe, &config.worker, group).map_err(|e| {
             format!(
                 "cannot open the worker binary {}: {e}",
                 worker_exe.display()

@@ -8,12 +8,14 @@
 //! replaced on disk (a package upgrade) never mixes versions in a running daemon.
 
 use super::zygote::Zygote;
+use crate::cgroup::Group;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use stsd_profiles::baseline::{SpawnMode, WorkerConfig};
 use stsd_profiles::os::WORKER_SOCKET_FD;
 
@@ -97,6 +99,8 @@ impl ChildProc {
 #[derive(Debug)]
 pub struct ExeFile {
     file: File,
+    /// The control group every child exec'd from here joins before it execs (the pool's).
+    group: Option<Arc<Group>>,
 }
 
 impl ExeFile {
@@ -116,7 +120,17 @@ impl ExeFile {
         }
         // SAFETY: `fd` was just returned by fcntl and nothing else owns it.
         let file = unsafe { File::from_raw_fd(fd) };
-        Ok(ExeFile { file })
+        Ok(ExeFile { file, group: None })
+    }
+
+    /// Every child exec'd from here joins `group` between fork and exec.
+    pub fn in_group(mut self, group: Option<Arc<Group>>) -> ExeFile {
+        self.group = group;
+        self
+    }
+
+    pub fn group(&self) -> Option<&Arc<Group>> {
+        self.group.as_ref()
     }
 
     /// A path that execs the held file (the kernel resolves it before close-on-exec applies).
@@ -136,8 +150,13 @@ impl ExeFile {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: only async-signal-safe calls (fcntl, dup2, prctl) between fork and exec.
+        // SAFETY: only async-signal-safe calls (fcntl, dup2, prctl, and write to join the
+        // pool's cgroup) between fork and exec.
         unsafe {
+            // First: the child joins the pool's group before anything else runs in it.
+            if let Some(g) = &self.group {
+                cmd.pre_exec(g.join_hook());
+            }
             cmd.pre_exec(move || {
                 if child_raw == WORKER_SOCKET_FD {
                     // dup2 onto itself keeps CLOEXEC; clear it explicitly.
@@ -200,8 +219,14 @@ pub enum Spawner {
 }
 
 impl Spawner {
-    pub fn new(exe: &Path, cfg: &WorkerConfig) -> std::io::Result<Spawner> {
-        let exe = ExeFile::open(exe)?;
+    /// `group`: the pool's control group, which the zygote (and so every worker it forks) or
+    /// every exec'd worker joins.
+    pub fn new(
+        exe: &Path,
+        cfg: &WorkerConfig,
+        group: Option<Arc<Group>>,
+    ) -> std::io::Result<Spawner> {
+        let exe = ExeFile::open(exe)?.in_group(group);
         Ok(match cfg.spawn {
             SpawnMode::Exec => Spawner::Exec {
                 exe,

@@ -31,6 +31,13 @@ pub struct Upstream {
     pub secrets: SecretSet,
     pub workspace: Option<PathBuf>,
     pub proxy_port: Option<u16>,
+    /// stdio: the uid:gid it runs as (its own when stsd is root, see `identity`).
+    pub ids: Option<(u32, u32)>,
+    /// stdio: its control group (dropped after the connection: kills what is left), or why
+    /// it has none.
+    pub group: Result<Arc<crate::cgroup::Group>, String>,
+    /// stdio: its workspace's tmpfs, or why it has none.
+    pub budget: Result<super::budget::Budget, String>,
     _proxy: Option<Arc<EgressProxy>>,
     /// A preview's temporary workspace, removed when the preview ends.
     _scratch: Option<tempfile::TempDir>,
@@ -77,9 +84,11 @@ impl Gateway {
         sink: EventSink,
         observe: bool,
     ) -> Result<Arc<Gateway>, String> {
+        let ids = upstream_ids(&config, &declared);
         let mut upstreams = Vec::new();
         for u in declared {
-            upstreams.push(Arc::new(set_up(&config, u, stsd_exe, &sink, observe)));
+            let id = ids.get(&u.id).copied();
+            upstreams.push(Arc::new(set_up(&config, u, id, stsd_exe, &sink, observe)));
         }
         let gw = Arc::new(Gateway {
             config: RwLock::new(config),
@@ -278,6 +287,13 @@ impl Gateway {
                     "network": if u.cfg.network.is_empty() { Value::from("none") }
                                else { json!(u.cfg.network) },
                     "proxyPort": u.proxy_port,
+                    "uid": u.ids.map(|i| i.0),
+                    "gid": u.ids.map(|i| i.1),
+                    "cgroup": u.cfg.is_stdio().then(|| cgroup_report(&u.group)),
+                    "workspaceBudget": u.cfg.is_stdio().then(|| match &u.budget {
+                        Ok(b) => json!({"bytes": b.bytes()}),
+                        Err(why) => json!({"none": why}),
+                    }),
                     "serverRisk": server,
                     "tools": tools,
                     "withheld": withheld,
@@ -320,6 +336,31 @@ fn tools_json(c: &Connection) -> Option<Vec<Value>> {
     )
 }
 
+/// The uid each stdio upstream runs as, when stsd is root and `[gateway]
+/// upstream_uid_count` is not 0 (see `identity`); absent: `[worker] uid`.
+fn upstream_ids(
+    config: &Config,
+    declared: &[UpstreamConfig],
+) -> std::collections::BTreeMap<String, u32> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Default::default();
+    }
+    let stdio: Vec<&str> = declared
+        .iter()
+        .filter(|u| u.is_stdio())
+        .map(|u| u.id.as_str())
+        .collect();
+    let gw = &config.gateway;
+    super::identity::assign(
+        &stdio,
+        gw.upstream_uid_first,
+        gw.upstream_uid_count,
+        &[config.worker.uid, config.worker.gid],
+        super::identity::held_by_system,
+    )
+}
+
 /// Resolves an upstream's references, makes its workspace and proxy, and starts its
 /// connection.
 /// `observe` false: a preview (`stsd upstream check`), which writes nothing of the daemon's:
@@ -327,6 +368,7 @@ fn tools_json(c: &Connection) -> Option<Vec<Value>> {
 fn set_up(
     config: &Arc<Config>,
     u: UpstreamConfig,
+    own_uid: Option<u32>,
     stsd_exe: &Path,
     sink: &EventSink,
     observe: bool,
@@ -342,6 +384,9 @@ fn set_up(
             secrets,
             workspace: None,
             proxy_port: None,
+            ids: None,
+            group: Err("not started".into()),
+            budget: Err("not started".into()),
             _proxy: None,
             _scratch: None,
         }
@@ -387,56 +432,132 @@ fn set_up(
     live.env = resolved.env.clone();
     live.headers = resolved.headers.clone();
     let live = Arc::new(live);
-    let mut scratch = None;
-    let (conn, workspace) = if cfg.is_stdio() {
-        let workspace = match (&cfg.workspace, observe) {
-            (Some(w), _) => w.clone(),
-            (None, true) => state_dir(config).join("upstreams").join(&cfg.id),
-            (None, false) => {
-                let t = match tempfile::Builder::new().prefix("stsd-preview-").tempdir() {
-                    Ok(t) => t,
-                    Err(e) => return failed(format!("a preview workspace: {e}"), secrets),
-                };
-                let ws = t.path().join("ws");
-                scratch = Some(t);
-                ws
-            }
-        };
-        let (uid, gid) = (config.worker.uid, config.worker.gid);
-        if let Err(e) = super::spawn::prepare_workspace(&workspace, uid, gid) {
-            return failed(format!("workspace {}: {e}", workspace.display()), secrets);
-        }
-        let (c, exe, ws) = (live.clone(), stsd_exe.to_path_buf(), workspace.clone());
-        let proxy = proxy.clone();
-        let launcher: client::Launcher = Arc::new(move || {
-            // Each start gets a channel of its own to the proxy: the forwarder in the
-            // upstream's network namespace hands its connections over it.
-            let end = match &proxy {
-                Some(p) => {
-                    let (mine, theirs) = super::spawn::ProxyEnd::pair(p.port())
-                        .map_err(|e| format!("egress proxy channel: {e}"))?;
-                    p.attach(mine)
-                        .map_err(|e| format!("egress proxy channel: {e}"))?;
-                    Some(theirs)
-                }
-                None => None,
-            };
-            super::spawn::command_as(&c, c.env.clone(), &ws, end, &exe, uid, gid)
-        });
-        (Connection::start(live, launcher, options), Some(workspace))
-    } else {
+    if !cfg.is_stdio() {
         let launcher: client::Launcher =
             Arc::new(|| Err("an HTTP upstream is not launched".to_string()));
-        (Connection::start(live, launcher, options), None)
+        return Upstream {
+            cfg,
+            conn: Some(Connection::start(live, launcher, options)),
+            error: None,
+            secrets,
+            workspace: None,
+            proxy_port,
+            ids: None,
+            group: Err("an HTTP upstream has no process".into()),
+            budget: Err("an HTTP upstream has no workspace".into()),
+            _proxy: proxy,
+            _scratch: None,
+        };
+    }
+    let mut scratch = None;
+    let workspace = match (&cfg.workspace, observe) {
+        (Some(w), _) => w.clone(),
+        (None, true) => state_dir(config).join("upstreams").join(&cfg.id),
+        (None, false) => {
+            let t = match tempfile::Builder::new().prefix("stsd-preview-").tempdir() {
+                Ok(t) => t,
+                Err(e) => return failed(format!("a preview workspace: {e}"), secrets),
+            };
+            let ws = t.path().join("ws");
+            scratch = Some(t);
+            ws
+        }
     };
+    let root = is_root();
+    let (uid, gid) = match own_uid {
+        Some(u) => (u, u),
+        None if root && config.gateway.upstream_uid_count > 0 => {
+            return failed(
+                format!(
+                    "no free uid in [gateway] upstream_uid_first {} .. +{}",
+                    config.gateway.upstream_uid_first, config.gateway.upstream_uid_count
+                ),
+                secrets,
+            )
+        }
+        None => (config.worker.uid, config.worker.gid),
+    };
+    if let Err(e) = super::spawn::prepare_workspace(&workspace, uid, gid) {
+        return failed(format!("workspace {}: {e}", workspace.display()), secrets);
+    }
+    let bytes = cfg
+        .workspace_max_bytes
+        .unwrap_or(config.gateway.workspace_max_bytes);
+    let budget = if bytes == 0 {
+        Err("workspace_max_bytes = 0".to_string())
+    } else {
+        super::budget::mount(&workspace, bytes, uid, gid)
+    };
+    match &budget {
+        // The tmpfs is a fresh, empty directory: it needs its tmp/ too.
+        Ok(_) => {
+            if let Err(e) = super::spawn::prepare_workspace(&workspace, uid, gid) {
+                return failed(format!("workspace {}: {e}", workspace.display()), secrets);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(upstream = %cfg.id, why = %e, "workspace without a byte budget")
+        }
+    }
+    let group = match crate::cgroup::for_upstream(&config.cgroups, &cfg) {
+        Ok(Some(g)) => Ok(g),
+        Ok(None) => Err(crate::cgroup::describe()),
+        Err(e) => return failed(e, secrets),
+    };
+    let (c, exe, ws) = (live.clone(), stsd_exe.to_path_buf(), workspace.clone());
+    let to_proxy = proxy.clone();
+    let joins = group.as_ref().ok().cloned();
+    let launcher: client::Launcher = Arc::new(move || {
+        // Each start gets a channel of its own to the proxy: the forwarder in the
+        // upstream's network namespace hands its connections over it.
+        let end = match &to_proxy {
+            Some(p) => {
+                let (mine, theirs) = super::spawn::ProxyEnd::pair(p.port())
+                    .map_err(|e| format!("egress proxy channel: {e}"))?;
+                p.attach(mine)
+                    .map_err(|e| format!("egress proxy channel: {e}"))?;
+                Some(theirs)
+            }
+            None => None,
+        };
+        let ids = super::spawn::Ids {
+            uid,
+            gid,
+            group: joins.clone(),
+        };
+        super::spawn::command_as(&c, c.env.clone(), &ws, end, &exe, ids)
+    });
+    let conn = Connection::start(live, launcher, options);
     Upstream {
         cfg,
         conn: Some(conn),
         error: None,
         secrets,
-        workspace,
+        workspace: Some(workspace),
         proxy_port,
+        ids: Some((uid, gid)),
+        group,
+        budget,
         _proxy: proxy,
         _scratch: scratch,
     }
+}
+
+fn cgroup_report(g: &Result<Arc<crate::cgroup::Group>, String>) -> Value {
+    match g {
+        Ok(g) => {
+            let (l, u) = (g.limits(), g.usage());
+            json!({
+                "name": g.name(),
+                "memoryMax": l.memory_bytes, "pidsMax": l.pids, "cpuPercent": l.cpu_percent,
+                "memoryBytes": u.memory_bytes, "pids": u.pids,
+            })
+        }
+        Err(why) => json!({"none": why}),
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }

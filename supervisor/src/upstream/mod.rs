@@ -9,12 +9,16 @@
 //! - `client`: one connection to one upstream (rmcp client), restarted with backoff.
 //! - `proxy`: the egress proxy a networked upstream reaches the world through.
 //! - `spawn`: how a stdio upstream is started, confined (`stsd upstream-exec`).
+//! - `identity`: the uid each stdio upstream runs as (one of its own, when root).
+//! - `budget`: the workspace's byte budget (a tmpfs of its own, when root).
 
+pub mod budget;
 pub mod call;
 pub mod client;
 pub mod events;
 pub mod expose;
 pub mod gateway;
+pub mod identity;
 pub mod ledger;
 pub mod preview;
 pub mod proxy;

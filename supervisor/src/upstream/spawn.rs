@@ -4,11 +4,13 @@
 //! (see `stsd_profiles::os::process`). Its environment is built here from nothing: the
 //! daemon's own never reaches an upstream.
 
+use crate::cgroup::Group;
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use stsd_profiles::baseline::WorkerConfig;
 use stsd_profiles::os::process::{self, ProcessLimits, ProcessProfile, EXIT_SANDBOX_UNAVAILABLE};
 use stsd_profiles::upstream::UpstreamConfig;
@@ -46,7 +48,28 @@ impl ProxyEnd {
     }
 }
 
-/// [`command_as`] with the default worker user (65534:65534, used when stsd runs as root).
+/// Who a stdio upstream runs as: `uid:gid` when stsd runs as root, in `group` (its control
+/// group, joined between fork and exec) when it has one.
+#[derive(Debug, Clone)]
+pub struct Ids {
+    pub uid: u32,
+    pub gid: u32,
+    pub group: Option<Arc<Group>>,
+}
+
+impl Default for Ids {
+    /// The default worker user (65534:65534), no group.
+    fn default() -> Self {
+        let w = WorkerConfig::default();
+        Ids {
+            uid: w.uid,
+            gid: w.gid,
+            group: None,
+        }
+    }
+}
+
+/// [`command_as`] with [`Ids::default`].
 pub fn command(
     cfg: &UpstreamConfig,
     env: BTreeMap<String, String>,
@@ -54,8 +77,7 @@ pub fn command(
     proxy: Option<ProxyEnd>,
     stsd_exe: &Path,
 ) -> Result<tokio::process::Command, String> {
-    let w = WorkerConfig::default();
-    command_as(cfg, env, workspace, proxy, stsd_exe, w.uid, w.gid)
+    command_as(cfg, env, workspace, proxy, stsd_exe, Ids::default())
 }
 
 /// Lets the child inherit `fd` (close-on-exec everywhere else: a concurrent spawn of another
@@ -71,8 +93,7 @@ fn inherit(fd: &OwnedFd) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 
     }
 }
 
-/// The command that starts the stdio upstream `cfg` confined, as `uid:gid` when stsd runs as
-/// root (`[worker] uid/gid`). `env` is the config's environment, already resolved (secrets
+/// The command that starts the stdio upstream `cfg` confined, as `ids`. `env` is the config's environment, already resolved (secrets
 /// included: they travel in the environment, never in argv). The upstream's environment is
 /// exactly: PATH, HOME=`workspace`, TMPDIR=`workspace/tmp`, LANG=C.UTF-8, then `env` (which
 /// may override those), then, with `proxy`, the proxy variables pointing at
@@ -92,9 +113,9 @@ pub fn command_as(
     workspace: &Path,
     proxy: Option<ProxyEnd>,
     stsd_exe: &Path,
-    uid: u32,
-    gid: u32,
+    ids: Ids,
 ) -> Result<tokio::process::Command, String> {
+    let Ids { uid, gid, group } = ids;
     let proxy_port = proxy.as_ref().map(|p| p.port);
     let program = cfg
         .command
@@ -125,6 +146,12 @@ pub fn command_as(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
+    if let Some(g) = group {
+        // SAFETY: the hook only calls write(2) (async-signal-safe) between fork and exec.
+        unsafe {
+            cmd.pre_exec(g.join_hook());
+        }
+    }
     if let Some(p) = proxy {
         let mut hook = inherit(&p.channel);
         // SAFETY: the hook only calls fcntl (async-signal-safe) between fork and exec. The
@@ -234,6 +261,15 @@ pub fn prepare_workspace(path: &Path, uid: u32, gid: u32) -> Result<(), String> 
     }
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
+    // An upstream whose uid changed (`identity`: a new range, a collision) takes what it left
+    // in its workspace along.
+    if root {
+        if let Ok(m) = std::fs::symlink_metadata(path) {
+            if m.is_dir() && (m.uid(), m.gid()) != (uid, gid) {
+                chown_tree(path, m.dev(), uid, gid).map_err(|e| fail(path, e))?;
+            }
+        }
+    }
     for dir in [path.to_path_buf(), path.join("tmp")] {
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => {}
@@ -257,6 +293,25 @@ pub fn prepare_workspace(path: &Path, uid: u32, gid: u32) -> Result<(), String> 
                 path.display(),
                 blocked.display()
             ));
+        }
+    }
+    Ok(())
+}
+
+/// lchown of `dir` and everything beneath it on the same filesystem: symlinks are changed,
+/// never followed.
+fn chown_tree(dir: &Path, dev: u64, uid: u32, gid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let m = std::fs::symlink_metadata(e.path())?;
+        if m.dev() != dev {
+            continue;
+        }
+        if m.is_dir() {
+            chown_tree(&e.path(), dev, uid, gid)?;
+        } else {
+            std::os::unix::fs::lchown(e.path(), Some(uid), Some(gid))?;
         }
     }
     Ok(())
@@ -302,8 +357,11 @@ mod tests {
             Path::new("/w"),
             Some(ProxyEnd::pair(3128).unwrap().1),
             Path::new("/usr/bin/stsd"),
-            1000,
-            1001,
+            Ids {
+                uid: 1000,
+                gid: 1001,
+                group: None,
+            },
         )
         .unwrap();
         let std = cmd.as_std();
@@ -393,6 +451,33 @@ mod tests {
         std::fs::write(&file, b"").unwrap();
         assert!(prepare_workspace(&file, 65534, 65534).is_err());
         assert!(prepare_workspace(Path::new("rel"), 65534, 65534).is_err());
+    }
+
+    #[test]
+    fn a_workspace_follows_its_upstreams_new_uid_without_following_links() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let ws = d.path().join("ws");
+        prepare_workspace(&ws, 65534, 65534).unwrap();
+        std::fs::create_dir(ws.join("cache")).unwrap();
+        std::fs::write(ws.join("cache/f"), b"x").unwrap();
+        let outside = d.path().join("outside");
+        std::fs::write(&outside, b"root's").unwrap();
+        std::os::unix::fs::symlink(&outside, ws.join("link")).unwrap();
+        prepare_workspace(&ws, 61200, 61200).unwrap();
+        for p in [&ws, &ws.join("tmp"), &ws.join("cache"), &ws.join("cache/f")] {
+            let m = std::fs::symlink_metadata(p).unwrap();
+            assert_eq!((m.uid(), m.gid()), (61200, 61200), "{}", p.display());
+        }
+        assert_eq!(
+            std::fs::symlink_metadata(ws.join("link")).unwrap().uid(),
+            61200
+        );
+        assert_eq!(std::fs::metadata(&outside).unwrap().uid(), 0);
     }
 
     #[test]
