@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stsd_tests::harness::{meta, text, Daemon};
+use stsd_tests::harness::{is_error, meta, text, Daemon};
 use stsd_tests::stsd_bin;
 
 /// A catalog with a tool that writes console lines for as long as it runs.
@@ -579,4 +579,67 @@ fn refused_calls_past_the_budget_are_summarised_in_the_audit() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Issue 31 item 6: a principal past `calls_per_second` is refused OVERLOADED with the wait,
+/// whatever the tool, every refusal audited; another principal (another uid) is untouched,
+/// and the first gets calls through again once its bucket refills.
+#[test]
+fn a_principal_past_its_call_rate_is_refused_and_others_are_not() {
+    let d = chatty_daemon(2, "calls_per_second = 4\ncall_burst = 4\naudit_refusals_per_second = 0\nallowed_uids = [65534]\n");
+    let mut c = d.connect();
+    let n = 40u64;
+    let t0 = Instant::now();
+    for i in 0..n {
+        c.call(i, "measure", json!({"text": "x"}));
+    }
+    let (mut ok, mut limited) = (0u64, 0u64);
+    for _ in 0..n {
+        let r = c.response();
+        let t = text(&r);
+        if t.starts_with("OVERLOADED: rate limit") {
+            assert!(t.contains("retry in"), "{t}");
+            limited += 1;
+        } else {
+            assert!(!is_error(&r), "{r}");
+            ok += 1;
+        }
+    }
+    // The burst, plus 4 a second for as long as the sends took.
+    let allowed = 4 + (t0.elapsed().as_secs_f64() * 4.0).ceil() as u64;
+    assert!(
+        ok >= 4 && ok <= allowed,
+        "{ok} passed, at most {allowed} may"
+    );
+    assert_eq!(ok + limited, n);
+    // Another principal: its own bucket (root only: the test acts as uid 65534).
+    if nix::unistd::Uid::effective().is_root() {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        let _ = std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o777));
+        let _ = std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755));
+        let out = Command::new(stsd_bin())
+            .args(["call", "measure", "--arg", "text=y", "--socket"])
+            .arg(&d.socket)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Refilled: the first principal gets through again.
+    std::thread::sleep(Duration::from_millis(600));
+    c.call(n, "measure", json!({"text": "z"}));
+    assert!(!is_error(&c.response()));
+    // Every refusal is in the audit log, with its code.
+    let recs = d.audit_records();
+    let refused = recs
+        .iter()
+        .filter(|r| r["error"]["code"] == "OVERLOADED" && r["name"] == "measure")
+        .count() as u64;
+    assert_eq!(refused, limited);
 }

@@ -231,6 +231,12 @@ pub struct DaemonConfig {
     /// principal and second; past it they are counted into one `refusals-summarised` record
     /// a second. 0: every refusal written.
     pub audit_refusals_per_second: u32,
+    /// Calls a second one principal (an HTTP principal, else a local uid) may make, own and
+    /// wrapped tools together; past it a call is refused OVERLOADED with the wait. 0: no
+    /// limit (the default: a local agent is bounded by the pool and the queue).
+    pub calls_per_second: u32,
+    /// The calls a principal may make at once before the rate applies (0: one second's).
+    pub call_burst: u32,
     /// uids allowed on the admin channel (`stsd/...` methods). Empty: root, and members of
     /// the `stsd-admin` group if it exists. The daemon's own uid is an admin only when listed
     /// here: for a per-user daemon that is the agent's uid too (the banner warns).
@@ -276,6 +282,8 @@ impl Default for DaemonConfig {
             audit_max_bytes: 256 << 20,
             audit_keep: 4,
             audit_refusals_per_second: 20,
+            calls_per_second: 0,
+            call_burst: 0,
             admin_uids: Vec::new(),
             catalog_dir: None,
             preset: None,

@@ -367,7 +367,7 @@ impl AuditLog {
         // A refusal: an error before any worker, upstream or approver had the call.
         let refused = rec.outcome == "ERROR"
             && rec.worker_pid.is_none()
-            && rec.upstream.is_none()
+            && rec.upstream.as_ref().is_none_or(|u| !u.reached)
             && rec.approval.is_none();
         if !refused {
             return self.append_line(rec);
@@ -808,6 +808,50 @@ mod tests {
         assert_eq!(sums[0]["codes"]["INVALID_INPUT"], 7);
         // Every refusal is accounted for: written, or counted in a summary.
         assert_eq!(ids.len() as u64 - 1 + 7, 12);
+    }
+
+    /// A wrapped upstream tool's call refused at stsd's door (bad arguments, the rate) is a
+    /// refusal like any other; one the upstream answered with an error is not.
+    #[test]
+    fn upstream_refusals_count_against_the_budget_and_upstream_errors_do_not() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let p = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&p)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_refusal_budget(1);
+        let t = 1_000_000_000;
+        let upstream = |id: u64, reached: bool| {
+            let mut r = refusal(id, 7, t + 10);
+            r.upstream = Some(crate::upstream::call::UpstreamAudit {
+                id: "u".into(),
+                tool: "t".into(),
+                server_risk: "L1".into(),
+                tool_risk: "L1".into(),
+                floor_trigger: None,
+                reached,
+            });
+            r
+        };
+        for id in 1..=5 {
+            log.append(&upstream(id, false))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        log.append(&upstream(6, true))
+            .unwrap_or_else(|e| panic!("{e}"));
+        log.flush_summaries(true);
+        let recs: Vec<Value> = std::fs::read_to_string(&p)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        let ids: Vec<u64> = recs.iter().filter_map(|r| r["callId"].as_u64()).collect();
+        assert_eq!(ids, vec![1, 6], "{recs:?}");
+        let counted: u64 = recs
+            .iter()
+            .filter(|r| r["event"] == "refusals-summarised")
+            .filter_map(|r| r["count"].as_u64())
+            .sum();
+        assert_eq!(counted, 4);
     }
 
     #[test]

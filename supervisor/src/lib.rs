@@ -25,6 +25,7 @@ pub mod mcp_approval;
 pub mod metrics;
 pub mod paths;
 pub mod pool;
+pub mod rate;
 pub mod scratch;
 pub mod service;
 pub mod store;

@@ -437,6 +437,8 @@ pub struct Service {
     audit: Option<AuditLog>,
     reuse: u32,
     admission: Admission,
+    /// Calls a second per principal (`[daemon] calls_per_second`).
+    rate: crate::rate::RateLimits,
     pub metrics: crate::metrics::Metrics,
     inflight: AtomicUsize,
     seq: AtomicU64,
@@ -541,6 +543,10 @@ impl Service {
                 pool_size.max(1),
                 config.daemon.queue_limit,
                 config.daemon.max_calls_per_session,
+            ),
+            rate: crate::rate::RateLimits::new(
+                config.daemon.calls_per_second,
+                config.daemon.call_burst,
             ),
             metrics: Default::default(),
             inflight: AtomicUsize::new(0),
@@ -731,6 +737,21 @@ impl Service {
         )
     }
 
+    /// The caller's per-principal call rate (`[daemon] calls_per_second`): the refusal when
+    /// it is past it. Checked first thing by every call, own tool or wrapped alike.
+    pub(crate) fn over_rate(&self, caller: &Caller) -> Option<ToolReply> {
+        let who = match (&caller.principal, caller.peer_uid) {
+            (Some(p), _) => p.clone(),
+            (None, Some(uid)) => format!("uid:{uid}"),
+            (None, None) => "-".to_string(),
+        };
+        let wait = self.rate.admit(&who).err()?;
+        Some(ToolReply::error(
+            Code::Overloaded,
+            &self.rate.message(&who, wait),
+        ))
+    }
+
     pub fn audit_path(&self) -> Option<PathBuf> {
         self.audit.as_ref().map(|a| a.path())
     }
@@ -799,6 +820,9 @@ impl Service {
             &config.baseline.env(),
         );
         record.params = mask_value(&record.params, &early_secrets);
+        if let Some(reply) = self.over_rate(caller) {
+            return Ok(self.finish(record, &early_secrets, t0, reply));
+        }
 
         // Arguments are checked against the params before any worker is touched.
         let args = match job::check_arguments(&tool.spec, &args) {

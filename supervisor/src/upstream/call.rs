@@ -23,6 +23,10 @@ pub struct UpstreamAudit {
     pub tool_risk: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub floor_trigger: Option<String>,
+    /// Whether the call reached the upstream (false: refused at stsd's door, which the audit
+    /// log counts with the other refusals).
+    #[serde(skip)]
+    pub reached: bool,
 }
 
 /// Checks `args` against the tool's input schema (compiled when it was exposed); the error
@@ -74,7 +78,11 @@ pub async fn call_wrapped(
         server_risk: tool.server_risk.level.to_string(),
         tool_risk: tool.tool_risk.level.to_string(),
         floor_trigger: tool.composed.floor_trigger.map(|f| f.name().to_string()),
+        reached: false,
     });
+    if let Some(reply) = service.over_rate(caller) {
+        return service.finish(record, &secrets, t0, reply);
+    }
     if let Err(e) = check_arguments(&tool, &args) {
         let reply = ToolReply::error(Code::InvalidInput, &e);
         return service.finish(record, &secrets, t0, reply);
@@ -114,6 +122,9 @@ pub async fn call_wrapped(
         "mcp.tool.start"
     );
     let started = std::time::Instant::now();
+    if let Some(u) = record.upstream.as_mut() {
+        u.reached = true;
+    }
     let result = gw.call(&tool, args, cancel).await;
     let ms = started.elapsed().as_millis() as u64;
     let reply = match result {
