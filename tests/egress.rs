@@ -537,6 +537,7 @@ fn catalog_network_specs_earn_their_local_pass_through_host_overrides() {
                 &no_env,
                 &o,
                 stsd::local_pass::PassPlace::Scratch,
+                Some(&stsd_tests::APPROVE),
             );
             let err = r.outcome.err().map(|d| d.message).unwrap_or_default();
             assert!(err.contains("MISSING_REQUIREMENTS"), "{}: {err}", spec.name);
@@ -549,6 +550,7 @@ fn catalog_network_specs_earn_their_local_pass_through_host_overrides() {
             &no_env,
             &o,
             stsd::local_pass::PassPlace::Scratch,
+            Some(&stsd_tests::APPROVE),
         );
         let text = match r.outcome {
             Ok(CallValue::Json(t)) => t,

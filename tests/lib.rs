@@ -209,3 +209,10 @@ pub fn spawn_bridge(socket: &std::path::Path, extra: &[&str]) -> std::process::C
         .spawn()
         .unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// The approval a Local Pass of a tool that needs one gets in these tests: given ahead, as
+/// `stsd test --approve` gives it. The passes run in scratch copies and against fixtures.
+pub static APPROVE: stsd::approval::terminal::Terminal = stsd::approval::terminal::Terminal {
+    answer: Some(true),
+    command: "stsd test",
+};

@@ -22,6 +22,7 @@ fn local_pass(file: &str) -> (Vec<String>, Vec<(String, String)>) {
             &no_env,
             &exec_options(),
             stsd::local_pass::PassPlace::Scratch,
+            Some(&stsd_tests::APPROVE),
         );
         match r.outcome {
             Ok(_) => ok.push(r.name),
@@ -293,7 +294,8 @@ fn stsd_run_and_local_passes_are_audited_when_a_log_is_configured() {
         "{recs:?}"
     );
     assert_eq!(recs[0]["params"]["x"], "yo");
-    assert_eq!(recs[2]["error"]["code"], "LOCAL_PASS_FAILED");
+    // The pass's record is the call's, through the one pipeline: its own error code.
+    assert_eq!(recs[2]["error"]["code"], "JS_ERROR");
 }
 
 /// Every entry under `dir`: relative path -> (kind, contents or link target, mode, mtime).
@@ -369,7 +371,9 @@ fn builtin_fs_passes_18_of_18_on_a_fresh_install_without_creating_the_workspace(
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let workspace = dir.path().join("workspace");
     let config = config_file(dir.path(), &workspace);
-    let (rc, out, err) = stsd_test(&config, &[]);
+    // Seven of them need approval (humanInTheLoop REQUIRED): given ahead, as an operator at
+    // a terminal would.
+    let (rc, out, err) = stsd_test(&config, &["--approve"]);
     assert_eq!(rc, 0, "{out}{err}");
     assert!(out.contains("18 specs passed, 0 failed"), "{out}");
     assert!(
@@ -412,7 +416,7 @@ fn the_local_pass_leaves_a_users_workspace_byte_identical() {
     let before = snapshot(ws.path());
     assert!(before.len() >= 13, "{}", before.len());
     let config = config_file(dir.path(), ws.path());
-    let (_, out, err) = stsd_test(&config, &[]);
+    let (_, out, err) = stsd_test(&config, &["--approve"]);
     // The write and delete tools ran (in their scratch copies) and passed.
     for name in [
         "writeTextFile",
@@ -427,12 +431,49 @@ fn the_local_pass_leaves_a_users_workspace_byte_identical() {
     assert_eq!(snapshot(ws.path()), before, "the workspace changed: {out}");
 }
 
+/// Issue 32: a Local Pass goes through the approval gate. Without an answer (no terminal, no
+/// flag) or with --deny, the tools that need approval (humanInTheLoop REQUIRED: every write
+/// and delete tool here) fail and nothing of them runs: even in place, the workspace stays
+/// byte-identical. Before, `stsd test` ran them with nobody asked.
+#[test]
+fn a_local_pass_of_a_tool_that_needs_approval_is_asked_for_first() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let ws = stsd_tests::scratch_base();
+    std::fs::write(ws.path().join("report.md"), "# mine\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(ws.path().join("obsolete.txt"), "keep\n").unwrap_or_else(|e| panic!("{e}"));
+    if stsd_tests::is_root() {
+        let _ = Command::new("chown")
+            .args(["-R", &format!("{0}:{0}", stsd_tests::WORKER_UID)])
+            .arg(ws.path())
+            .status();
+    }
+    let before = snapshot(ws.path());
+    let config = config_file(dir.path(), ws.path());
+    for (flags, code) in [
+        (&["--in-place"][..], "APPROVAL_REQUIRED"),
+        (&["--in-place", "--deny"][..], "APPROVAL_REJECTED"),
+    ] {
+        let (rc, out, err) = stsd_test(&config, flags);
+        assert_eq!(rc, 1, "{out}{err}");
+        for name in ["writeTextFile", "deleteFile", "moveFile"] {
+            assert!(out.contains(&format!("FAIL {name} ")), "{name}: {out}");
+        }
+        assert!(out.contains(code), "{flags:?}: {out}");
+        assert!(out.contains("PASS listDir "), "{out}");
+        assert_eq!(
+            snapshot(ws.path()),
+            before,
+            "{flags:?} changed the workspace: {out}"
+        );
+    }
+}
+
 #[test]
 fn in_place_says_what_it_will_touch_and_touches_it() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let ws = stsd_tests::scratch_base();
     let config = config_file(dir.path(), ws.path());
-    let (_, out, err) = stsd_test(&config, &["--in-place"]);
+    let (_, out, err) = stsd_test(&config, &["--in-place", "--approve"]);
     let real = ws.path().canonicalize().unwrap_or_else(|e| panic!("{e}"));
     assert!(
         err.contains("--in-place")

@@ -59,6 +59,7 @@ fn all_18_file_tools_earn_their_local_pass() {
             &no_env,
             &exec_options(),
             stsd::local_pass::PassPlace::Scratch,
+            Some(&stsd_tests::APPROVE),
         );
         assert!(r.outcome.is_ok(), "{}: {:?}", r.name, r.outcome);
         passed.push(r.name);

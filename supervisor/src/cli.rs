@@ -239,6 +239,14 @@ pub enum Command {
         /// write and delete tools then change files there.
         #[arg(long = "in-place")]
         in_place: bool,
+        /// Approve ahead every tool that needs approval (`humanInTheLoop: REQUIRED`, a rule);
+        /// without it or --deny such a tool's pass asks at the terminal, and fails where
+        /// there is none.
+        #[arg(long, conflicts_with = "deny")]
+        approve: bool,
+        /// Deny ahead every tool that needs approval (its pass fails, nothing of it runs).
+        #[arg(long)]
+        deny: bool,
         #[command(flatten)]
         config: ConfigArg,
     },

@@ -2,16 +2,16 @@
 
 use crate::{EXIT_INVALID, EXIT_USAGE};
 use serde_json::{json, Map, Value};
-use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::process::ExitCode;
-use stsd::approval::{requirement, Ask, Elicited, Elicitor, Gate, ToolFacts};
-use stsd::exec::{self, job, CallValue, Event, ExecOptions};
+use stsd::approval::terminal::Terminal;
+use stsd::approval::Gate;
+use stsd::call::{Door, Place, Target};
+use stsd::exec::{job, CallValue, ExecOptions};
 use stsd::local_pass;
+use stsd::service::PublishedTool;
 use stsd::store::Catalog;
-use stsd_profiles::approval::StrategyKind;
 use stsd_profiles::{resolve, Config};
 use stsd_protocol::Diagnostic;
 
@@ -35,17 +35,6 @@ fn input_error(d: &Diagnostic, json_out: bool) -> ExitCode {
         eprintln!("stsd: {d}");
     }
     ExitCode::from(EXIT_USAGE)
-}
-
-/// Renders a result for people: strings as they are, anything else as JSON.
-fn render(v: &CallValue) -> String {
-    match v {
-        CallValue::Undefined => "undefined".into(),
-        CallValue::Json(text) => match stsd_protocol::json::parse_js_json(text) {
-            Ok(Value::String(s)) => s,
-            _ => text.clone(),
-        },
-    }
 }
 
 /// What `stsd run` was asked.
@@ -168,197 +157,95 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
             Err(d) => return input_error(&d, json_out),
         }
     }
-    let args = match job::check_arguments(spec, &args) {
-        Ok(a) => a,
-        Err(d) => return input_error(&d, json_out),
-    };
-    let mut prepared = match job::prepare(1, spec, &resolved, config, args, &config.baseline.env())
-    {
-        Ok(p) => p,
-        Err(d) => return input_error(&d, json_out),
-    };
-    if let Err(e) = stsd::workspace::prepare_base_path(&mut prepared.job.sandbox, config) {
-        let d = Diagnostic::error(
-            stsd_protocol::Code::SandboxUnavailable,
-            "/sandboxOverrides/fsBasePath",
-            e,
-        );
-        if json_out {
-            println!("{}", json!({"ok": false, "error": d}));
-        } else {
-            eprintln!("stsd: {d}");
-        }
-        return ExitCode::from(EXIT_INVALID);
-    }
-    if let Some((code, message)) = approve(spec, &resolved, config, &prepared, answer) {
-        print_failure(code.as_str(), &prepared.secrets.mask(&message), json_out);
-        return ExitCode::from(EXIT_INVALID);
-    }
     let opts = match exec_options(config) {
         Ok(o) => o,
         Err(e) => return usage(e),
     };
-    let secrets = &prepared.secrets;
-    let mut stderr = std::io::stderr();
-    let t0 = std::time::Instant::now();
-    let out = exec::run_job(&prepared.job, &opts, &mut |ev| {
-        if let Event::Console(level, line) = ev {
-            let _ = writeln!(
-                stderr,
-                "[{}] {}",
-                level.as_str(),
-                secrets.mask_cut(line, stsd_protocol::frames::LINE_TRUNCATED_MARK)
+    // The one pipeline (`stsd::call`), at a door of its own: a terminal to ask, one fresh
+    // worker, the configured base path, the audit log the config names.
+    let tool = PublishedTool::of_spec(spec, entry.tool_id.clone(), resolved, config);
+    let gate = Gate::new(config.approval.clone());
+    let terminal = Terminal {
+        answer,
+        command: "stsd run",
+    };
+    let mut door = Door::one_shot(
+        std::sync::Arc::new(config.clone()),
+        &gate,
+        &opts,
+        Some(&terminal),
+        "cli",
+        Place::Configured,
+    );
+    door.console = Some(Box::new(|level, line| {
+        let _ = writeln!(std::io::stderr(), "[{}] {line}", level.as_str());
+    }));
+    let reply = stsd::call::run_blocking(&mut door, Target::Own(&tool), args);
+    if let Some((t, truncated)) = &door.ran {
+        if *truncated {
+            eprintln!("[stsd] console output went over its caps; later lines were dropped");
+        }
+        if timings {
+            eprintln!(
+                "[stsd] timings: spawn {} us, profile {} us, context {} us, body {} us, total {} us; worker peak RSS {} KiB; page faults: profile {}, context {}, body {}; records from the worker {}",
+                t.spawn_us, t.worker.profile_us, t.worker.context_us, t.worker.run_us, t.total_us, t.worker.max_rss_kib,
+                t.worker.faults[0], t.worker.faults[1], t.worker.faults[2], t.records
             );
         }
-    });
-    let params: Value = serde_json::from_str(&prepared.job.args_json).unwrap_or(Value::Null);
-    stsd::audit::append_configured(
-        config,
-        &stsd::audit::outside_record(
-            spec,
-            entry.tool_id.clone(),
-            &resolved,
-            stsd::service::mask_value(&params, secrets),
-            out.result
-                .as_ref()
-                .err()
-                .map(|e| (e.code.to_string(), secrets.mask(&e.message))),
-            t0.elapsed().as_millis() as u64,
-            Some(out.worker_pid),
-            "cli",
-        ),
-    );
-    if out.console_truncated {
-        eprintln!("[stsd] console output went over its caps; later lines were dropped");
     }
-    if timings {
-        let t = &out.timings;
-        eprintln!(
-            "[stsd] timings: spawn {} us, profile {} us, context {} us, body {} us, total {} us; worker peak RSS {} KiB; page faults: profile {}, context {}, body {}; records from the worker {}",
-            t.spawn_us, t.worker.profile_us, t.worker.context_us, t.worker.run_us, t.total_us, t.worker.max_rss_kib,
-            t.worker.faults[0], t.worker.faults[1], t.worker.faults[2], t.records
+    if !reply.is_error {
+        if json_out {
+            println!("{}", json_reply(reply.raw.as_deref()));
+        } else {
+            println!("{}", reply.text);
+        }
+        return ExitCode::SUCCESS;
+    }
+    let code = reply.code.map(|c| c.as_str()).unwrap_or("ERROR");
+    if json_out {
+        println!(
+            "{}",
+            json!({"ok": false, "error": {"code": code, "message": reply.message(),
+                                          "pointer": reply.pointer, "stack": reply.stack}})
         );
-    }
-    match out.result {
-        Ok(v) => {
-            if json_out {
-                println!("{}", json_reply(&v, secrets));
-            } else {
-                println!("{}", secrets.mask(&render(&v)));
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            let message = secrets.mask(&e.message);
-            let stack = e.stack.as_deref().map(|s| secrets.mask(s));
-            if json_out {
-                println!(
-                    "{}",
-                    json!({"ok": false, "error": {"code": e.code, "message": message, "stack": stack}})
-                );
-            } else {
-                eprintln!("stsd: {}: {message}", e.code);
-                if let Some(s) = stack {
-                    eprintln!("{s}");
-                }
-            }
-            ExitCode::from(EXIT_INVALID)
+    } else {
+        eprintln!("stsd: {}", reply.text);
+        if let Some(s) = &reply.stack {
+            eprintln!("{s}");
         }
     }
-}
-
-/// `stsd run`'s side of the elicit strategy: the terminal, or the answer given ahead.
-struct Terminal {
-    answer: Option<bool>,
-}
-
-impl Elicitor for Terminal {
-    fn who(&self) -> String {
-        match self.answer {
-            Some(_) => "the command line (--approve/--deny)".into(),
-            None => "the terminal".into(),
-        }
-    }
-
-    fn ask(&self, message: String) -> Pin<Box<dyn Future<Output = Elicited> + Send + '_>> {
-        let answer = self.answer;
-        Box::pin(async move {
-            match answer {
-                Some(true) => return Elicited::Accepted,
-                Some(false) => return Elicited::Declined("denied on the command line".into()),
-                None => {}
-            }
-            // SAFETY: isatty has no preconditions.
-            if unsafe { libc::isatty(0) } != 1 {
-                return Elicited::Unsupported(
-                    "this tool needs approval: run stsd run at a terminal, or pass --approve or --deny"
-                        .into(),
-                );
-            }
-            eprint!("{message} [y/N] ");
-            let mut line = String::new();
-            match std::io::stdin().read_line(&mut line) {
-                Ok(_) if matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes") => {
-                    Elicited::Accepted
-                }
-                Ok(_) => Elicited::Declined("declined at the terminal".into()),
-                Err(e) => Elicited::Failed(e.to_string()),
-            }
-        })
-    }
-}
-
-/// The approval gate for one `stsd run`: None to go ahead, else the refusal. The operator
-/// strategy has no daemon queue here, so it asks the terminal as elicit does.
-fn approve(
-    spec: &stsd_protocol::ToolSpec,
-    resolved: &stsd_profiles::Resolved,
-    config: &Config,
-    prepared: &job::Prepared,
-    answer: Option<bool>,
-) -> Option<(stsd_protocol::Code, String)> {
-    let facts = ToolFacts::of_spec(spec, resolved, false);
-    let mut req = requirement(&facts, None, &config.approval);
-    if !req.required {
-        return None;
-    }
-    if req.strategy == StrategyKind::Operator {
-        req.strategy = StrategyKind::Elicit;
-    }
-    let args: Value = serde_json::from_str(&prepared.job.args_json).unwrap_or(Value::Null);
-    let shown = stsd::service::mask_value(&args, &prepared.secrets);
-    let gate = Gate::new(config.approval.clone());
-    let terminal = Terminal { answer };
-    let ask = Ask {
-        call_id: 1,
-        tool: &spec.name,
-        arguments: &shown,
-        prompt_template: spec
-            .human_in_the_loop
-            .as_ref()
-            .and_then(|h| h.prompt_template.as_deref()),
-        peer_uid: None,
-        principal: None,
-        requirement: &req,
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .ok()?;
-    let decision = rt.block_on(gate.decide(ask, Some(&terminal)));
-    decision.refusal
+    // Arguments the tool's params refuse are a usage error, as before any worker ran.
+    ExitCode::from(if reply.code == Some(stsd_protocol::Code::InvalidInput) {
+        EXIT_USAGE
+    } else {
+        EXIT_INVALID
+    })
 }
 
 /// `stsd test`: each spec's Local Pass, then its `testCases`; a spec passes when all do.
 /// `--case N` runs only case N of each spec; `--json` prints seed 004's shape.
-pub fn test(
-    config: &Config,
-    paths: &[PathBuf],
-    write: bool,
-    json_out: bool,
-    only_case: Option<usize>,
-    in_place: bool,
-) -> ExitCode {
+/// What `stsd test` was asked.
+pub struct TestArgs {
+    pub write: bool,
+    pub json_out: bool,
+    pub only_case: Option<usize>,
+    pub in_place: bool,
+    /// --approve (true) or --deny (false), for the tools that need approval.
+    pub answer: Option<bool>,
+}
+
+pub fn test(config: &Config, paths: &[PathBuf], a: TestArgs) -> ExitCode {
+    let TestArgs {
+        write,
+        json_out,
+        only_case,
+        in_place,
+        answer,
+    } = a;
+    let terminal = Terminal {
+        answer,
+        command: "stsd test",
+    };
     if let Some(missing) = paths.iter().find(|p| !p.exists()) {
         return usage(format!("no such file or directory: {}", missing.display()));
     }
@@ -398,7 +285,8 @@ pub fn test(
             .map(|s| s.name.clone())
             .unwrap_or_default();
         if only_case.is_none() {
-            let report = local_pass::run_entry(&cat, e, config, &env, &opts, place);
+            let report =
+                local_pass::run_entry(&cat, e, config, &env, &opts, place, Some(&terminal));
             let ms = report.elapsed.as_millis() as u64;
             let (success, result, reason) = match &report.outcome {
                 Ok(v) => (
@@ -449,7 +337,15 @@ pub fn test(
                     if only_case.is_some_and(|k| k != n) {
                         continue;
                     }
-                    let r = local_pass::run_case(spec, config, &env, &opts, case, place);
+                    let r = local_pass::run_case(
+                        spec,
+                        config,
+                        &env,
+                        &opts,
+                        case,
+                        place,
+                        Some(&terminal),
+                    );
                     if !json_out {
                         println!(
                             "{}   case {n} {:<22} {:>5} ms",
@@ -545,14 +441,13 @@ fn render_value(v: &CallValue) -> Value {
     v.to_value()
 }
 
-/// `stsd run --json`'s success line. The result goes out as the tool's own JSON text once it
-/// is known to be JSON, so a lone surrogate stays the `\ud83d` escape JSON.stringify wrote
-/// (a serde_json value cannot hold one).
-fn json_reply(v: &CallValue, secrets: &stsd_protocol::envvar::SecretSet) -> String {
-    if let CallValue::Json(t) = v {
-        let masked = secrets.mask(t);
-        if stsd_protocol::json::parse_js_json(&masked).is_ok() {
-            return format!("{{\"ok\":true,\"result\":{}}}", masked.trim());
+/// `stsd run --json`'s success line. The result goes out as the tool's own JSON text (masked)
+/// once it is known to be JSON, so a lone surrogate stays the `\ud83d` escape
+/// JSON.stringify wrote (a serde_json value cannot hold one).
+fn json_reply(raw: Option<&str>) -> String {
+    if let Some(t) = raw {
+        if stsd_protocol::json::parse_js_json(t).is_ok() {
+            return format!("{{\"ok\":true,\"result\":{}}}", t.trim());
         }
     }
     json!({"ok": true, "result": Value::Null}).to_string()

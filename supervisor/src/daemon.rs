@@ -75,10 +75,6 @@ fn managed_catalog(o: &DaemonOptions) -> Result<Arc<crate::managed::Managed>, St
         .map_err(|e| format!("cannot open the managed catalog: {e}"))
 }
 
-fn build_service(o: &DaemonOptions) -> Result<Arc<Service>, String> {
-    build_service_with(o, None)
-}
-
 fn build_service_with(
     o: &DaemonOptions,
     managed: Option<&crate::managed::Managed>,
@@ -666,12 +662,17 @@ pub fn run_stdio(o: DaemonOptions, bridge_first: bool, keepalive: Duration) -> R
             // A blocking stdin read would stall runtime shutdown; the session is over.
             std::process::exit(0);
         }
-        let service = build_service(&o)?;
+        // What the daemon would serve from the same config: the managed catalog, the
+        // toolsets, the gateway's upstreams.
+        let managed = managed_catalog(&o)?;
+        let service = build_service_with(&o, Some(&managed))?;
+        let (changed, _) = broadcast::channel::<()>(16);
+        let exe = service.exec_options().spawner.exe_path();
+        service.start_gateway(std::path::Path::new(&exe), changed.clone())?;
         crate::logs::banner(&banner(
             &service,
             "stsd mcp: no daemon answered; serving on stdio with an embedded supervisor",
         ));
-        let (changed, _) = broadcast::channel::<()>(16);
         let uid = nix::unistd::Uid::effective().as_raw();
         // One session, its own client: no idle timeout on stdio.
         let ticket = Registry::new(1, 1).admit(uid)?;

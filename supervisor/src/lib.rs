@@ -7,6 +7,7 @@ pub mod approval;
 pub mod audit;
 pub mod beneath;
 pub mod bundled;
+pub mod call;
 pub mod cgroup;
 pub mod check;
 pub mod config_file;

@@ -1,8 +1,10 @@
 //! The Local Pass (spec §11.3): run a spec with every required param set from its testValue,
 //! under its own resolved posture, in the same sandbox a published call gets.
 
-use crate::exec::{self, job, CallValue, ExecOptions};
+use crate::call::{Door, Place, Target, ToolReply};
+use crate::exec::{job, CallValue, ExecOptions};
 pub use crate::scratch::PassPlace;
+use crate::service::PublishedTool;
 use crate::store::{now_ms, Catalog, Entry};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -27,16 +29,46 @@ fn failed(cause: Code, message: impl AsRef<str>, pointer: &str) -> Diagnostic {
     )
 }
 
-/// Runs the Local Pass of one entry. Console output is dropped (it is not part of the pass).
-/// A tool with file access runs in a scratch copy of its base path unless `place` says
-/// in place (see [`crate::scratch`]).
+/// Who answers for a Local Pass of a tool that needs approval (`humanInTheLoop: REQUIRED`, a
+/// rule): `stsd test` a terminal or `--approve`/`--deny`; the publish gate nobody (a tool that
+/// needs approval is refused there unless its file carries `stsd test`'s stamp).
+pub type Approver<'a> = Option<&'a dyn crate::approval::Elicitor>;
+
+/// The door a Local Pass comes in by: one fresh worker, a scratch copy of the base path (or
+/// in place), the environment given, the audit log the config names.
+fn door<'a>(
+    config: &Config,
+    gate: &'a crate::approval::Gate,
+    opts: &'a ExecOptions,
+    env: &'a (dyn EnvSource + Sync),
+    place: PassPlace,
+    approver: Approver<'a>,
+) -> Door<'a> {
+    let mut d = Door::one_shot(
+        std::sync::Arc::new(config.clone()),
+        gate,
+        opts,
+        approver,
+        "local-pass",
+        Place::LocalPass(place),
+    );
+    d.env = Some(env);
+    d
+}
+
+/// Runs the Local Pass of one entry through the call pipeline (`crate::call`): argument
+/// check, approval, a sandboxed worker under the spec's own posture, masking, one audit
+/// record. Console output is dropped (it is not part of the pass). A tool with file access
+/// runs in a scratch copy of its base path unless `place` says in place (see
+/// [`crate::scratch`]).
 pub fn run_entry(
     cat: &Catalog,
     e: &Entry,
     config: &Config,
-    env: &dyn EnvSource,
+    env: &(dyn EnvSource + Sync),
     opts: &ExecOptions,
     place: PassPlace,
+    approver: Approver<'_>,
 ) -> PassReport {
     let t0 = std::time::Instant::now();
     let name = e
@@ -54,52 +86,52 @@ pub fn run_entry(
             });
         };
         let resolved = resolve(spec, config).map_err(|d| failed(d.code, &d.message, &d.pointer))?;
-        let args = job::test_arguments(spec).map_err(|d| failed(d.code, &d.message, &d.pointer))?;
-        let mut prepared = job::prepare(0, spec, &resolved, config, args, env)
-            .map_err(|d| failed(d.code, &d.message, &d.pointer))?;
-        let _scratch = crate::scratch::prepare(&mut prepared.job.sandbox, config, place)
-            .map_err(|e| failed(Code::SandboxUnavailable, e, "/sandboxOverrides/fsBasePath"))?;
-        let out = exec::run_job(&prepared.job, opts, &mut |_| {});
-        match out.result {
-            Ok(v) => Ok(v),
-            Err(err) => Err(failed(
-                err.code,
-                prepared.secrets.mask(&err.message),
-                "/code",
-            )),
-        }
+        let args = match job::test_arguments(spec) {
+            Ok(a) => a,
+            Err(d) => {
+                // Audited like a pass that ran (seed 000 §11.3: failed ones above all).
+                crate::audit::append_configured(
+                    config,
+                    &crate::audit::outside_record(
+                        spec,
+                        e.tool_id.clone(),
+                        &resolved,
+                        Value::Null,
+                        Some((d.code.to_string(), d.message.clone())),
+                        0,
+                        None,
+                        "local-pass",
+                    ),
+                );
+                return Err(failed(d.code, &d.message, &d.pointer));
+            }
+        };
+        let tool = PublishedTool::of_spec(spec, e.tool_id.clone(), resolved, config);
+        let gate = crate::approval::Gate::new(config.approval.clone());
+        let mut door = door(config, &gate, opts, env, place, approver);
+        let reply = crate::call::run_blocking(&mut door, Target::Own(&tool), args);
+        value_of(&reply).map_err(|(code, message)| failed(code, message, "/code"))
     })();
-    // Seed 000 §11.3: every Local Pass, failed ones above all, is audited where an audit log
-    // is configured.
-    if let Some(spec) = e.validated.spec.as_ref() {
-        if let Ok(resolved) = resolve(spec, config) {
-            let params = job::test_arguments(spec)
-                .map(Value::Object)
-                .unwrap_or(Value::Null);
-            crate::audit::append_configured(
-                config,
-                &crate::audit::outside_record(
-                    spec,
-                    e.tool_id.clone(),
-                    &resolved,
-                    params,
-                    outcome
-                        .as_ref()
-                        .err()
-                        .map(|d| (d.code.to_string(), d.message.clone())),
-                    t0.elapsed().as_millis() as u64,
-                    None,
-                    "local-pass",
-                ),
-            );
-        }
-    }
     PassReport {
         name,
         location: cat.location(e),
         outcome,
         elapsed: t0.elapsed(),
     }
+}
+
+/// An own tool's reply as the Local Pass reads it: the value, or the code and message.
+fn value_of(reply: &ToolReply) -> Result<CallValue, (Code, String)> {
+    if reply.is_error {
+        return Err((
+            reply.code.unwrap_or(Code::WorkerCrashed),
+            reply.message().to_string(),
+        ));
+    }
+    Ok(match &reply.raw {
+        Some(t) => CallValue::Json(t.clone()),
+        None => CallValue::Undefined,
+    })
 }
 
 /// Persists `draft: false` for every passed entry, file by file, atomically.
@@ -207,37 +239,41 @@ pub struct CaseResult {
     pub reason: Option<String>,
 }
 
-/// Runs one test case under the spec's own posture, in a sandboxed worker (in a fresh
-/// scratch workspace unless `place` says in place).
+/// Runs one test case through the call pipeline, under the spec's own posture, in a
+/// sandboxed worker (in a fresh scratch workspace unless `place` says in place).
 pub fn run_case(
     spec: &stsd_protocol::ToolSpec,
     config: &Config,
-    env: &dyn EnvSource,
+    env: &(dyn EnvSource + Sync),
     opts: &ExecOptions,
     case: &TestCase,
     place: PassPlace,
+    approver: Approver<'_>,
 ) -> CaseResult {
     let t0 = std::time::Instant::now();
     let outcome: Result<Value, (String, String)> = (|| {
         let resolved =
             resolve(spec, config).map_err(|d| (d.code.to_string(), d.message.clone()))?;
-        let args = job::check_arguments(spec, &case.arguments)
-            .map_err(|d| (d.code.to_string(), format!("{} ({})", d.message, d.pointer)))?;
-        let mut prepared = job::prepare(0, spec, &resolved, config, args, env)
-            .map_err(|d| (d.code.to_string(), d.message.clone()))?;
-        if let Some(ms) = case.timeout_ms {
-            prepared.job.limits.timeout_ms = ms.min(prepared.job.limits.timeout_ms);
-        }
-        let _scratch = crate::scratch::prepare(&mut prepared.job.sandbox, config, place)
-            .map_err(|e| (Code::SandboxUnavailable.to_string(), e))?;
-        let out = exec::run_job(&prepared.job, opts, &mut |_| {});
-        match out.result {
+        let tool = PublishedTool::of_spec(
+            spec,
+            spec.tool_id
+                .clone()
+                .filter(|id| !id.trim().is_empty())
+                .unwrap_or_else(|| stsd_protocol::ids::derive_tool_id(&spec.name)),
+            resolved,
+            config,
+        );
+        let gate = crate::approval::Gate::new(config.approval.clone());
+        let mut door = door(config, &gate, opts, env, place, approver);
+        door.timeout_ms = case.timeout_ms;
+        let reply =
+            crate::call::run_blocking(&mut door, Target::Own(&tool), case.arguments.clone());
+        match value_of(&reply) {
             Ok(CallValue::Undefined) => Ok(Value::Null),
-            Ok(CallValue::Json(t)) => Ok(stsd_protocol::json::parse_js_json(
-                &prepared.secrets.mask(&t),
-            )
-            .unwrap_or(Value::Null)),
-            Err(e) => Err((e.code.to_string(), prepared.secrets.mask(&e.message))),
+            Ok(CallValue::Json(t)) => {
+                Ok(stsd_protocol::json::parse_js_json(&t).unwrap_or(Value::Null))
+            }
+            Err((code, message)) => Err((code.to_string(), message)),
         }
     })();
     let execution_time = t0.elapsed().as_millis() as u64;

@@ -324,9 +324,21 @@ fn main() -> ExitCode {
             json,
             case,
             in_place,
+            approve,
+            deny,
             config,
         } => match load_config(config.config) {
-            Ok((config, _)) => cli_run::test(&config, &paths, write, json, case, in_place),
+            Ok((config, _)) => cli_run::test(
+                &config,
+                &paths,
+                cli_run::TestArgs {
+                    write,
+                    json_out: json,
+                    only_case: case,
+                    in_place,
+                    answer: (approve || deny).then_some(approve),
+                },
+            ),
             Err(code) => code,
         },
         Command::Call {

@@ -5,15 +5,13 @@
 
 use crate::admission::Admission;
 use crate::approval::toolsets::Toolsets;
-use crate::approval::{requirement, ApprovalRecord, Ask, Elicitor, Gate, Requirement, ToolFacts};
-use crate::audit::{
-    bounded_message, bounded_params, AuditError, AuditLog, AuditRecord, CallMetrics,
-};
-use crate::exec::dispatch::{Dispatch, Take};
-use crate::exec::{self, job, CallValue, ExecOptions};
+use crate::approval::{requirement, Elicitor, Gate, Requirement, ToolFacts};
+use crate::audit::AuditLog;
+use crate::call::{Audit, Door, Executor, Place, Target};
+use crate::exec::ExecOptions;
 use crate::lifecycle::{state_of, State};
-use crate::pool::{primable, Pool};
-use crate::store::{now_ms, Catalog};
+use crate::pool::Pool;
+use crate::store::Catalog;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -21,8 +19,7 @@ use std::sync::{Arc, RwLock};
 use stsd_profiles::upstream::Exposure;
 use stsd_profiles::{resolve, Config, Resolved};
 use stsd_protocol::envvar::SecretSet;
-use stsd_protocol::frames::{ConsoleLevel, LINE_TRUNCATED_MARK};
-use stsd_protocol::{Code, NetworkMode, ToolSpec};
+use stsd_protocol::{NetworkMode, ToolSpec};
 
 /// Where specs come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +47,43 @@ pub struct PublishedTool {
     pub approval: Requirement,
     /// The enforced toolSafety as JSON, made once (every call's audit record carries it).
     pub tool_safety_json: Value,
+}
+
+impl PublishedTool {
+    /// A tool as served: its schema and hints derived from the spec and its posture.
+    pub fn new(
+        spec: ToolSpec,
+        tool_id: String,
+        resolved: Resolved,
+        approval: Requirement,
+    ) -> PublishedTool {
+        let caps = &resolved.tool_safety.capabilities;
+        let network = caps.network.mode != NetworkMode::Blocked;
+        PublishedTool {
+            approval,
+            tool_safety_json: serde_json::to_value(&resolved.tool_safety).unwrap_or(Value::Null),
+            input_schema: input_schema(&spec),
+            read_only: !caps.file_write && !network,
+            destructive: caps.destructive,
+            open_world: network,
+            tool_id,
+            spec,
+            resolved,
+        }
+    }
+
+    /// The tool as `stsd run`, `stsd test` and the publish gate run it: its approval decided
+    /// by the spec and the config's rules (no toolsets document, not admin-published).
+    pub fn of_spec(
+        spec: &ToolSpec,
+        tool_id: String,
+        resolved: Resolved,
+        config: &Config,
+    ) -> PublishedTool {
+        let facts = ToolFacts::of_spec(spec, &resolved, false);
+        let approval = requirement(&facts, None, &config.approval);
+        PublishedTool::new(spec.clone(), tool_id, resolved, approval)
+    }
 }
 
 /// The catalog as served: ACTIVE specs, sorted by name (a stable order).
@@ -325,8 +359,6 @@ fn publish_catalog(
             ));
             continue;
         }
-        let caps = &resolved.tool_safety.capabilities;
-        let network = caps.network.mode != NetworkMode::Blocked;
         let admin_published = managed.is_some_and(|m| cat.files[e.file].path.starts_with(m));
         let facts = ToolFacts::of_spec(spec, &resolved, admin_published);
         let approval = requirement(
@@ -341,88 +373,18 @@ fn publish_catalog(
                  [approval] allow_override_required is false: approval stays required"
             );
         }
-        out.tools.push(PublishedTool {
-            approval,
-            tool_safety_json: serde_json::to_value(&resolved.tool_safety).unwrap_or(Value::Null),
-            input_schema: input_schema(spec),
-            read_only: !caps.file_write && !network,
-            destructive: caps.destructive,
-            open_world: network,
-            tool_id: e.tool_id.clone(),
-            spec: spec.clone(),
+        out.tools.push(PublishedTool::new(
+            spec.clone(),
+            e.tool_id.clone(),
             resolved,
-        });
+            approval,
+        ));
     }
     out.tools.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
     out
 }
 
-/// What a caller gets back for a known tool (failures included, as `is_error`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolReply {
-    pub is_error: bool,
-    pub code: Option<Code>,
-    /// Strings as they are, other results as JSON text; for errors `CODE: message`.
-    pub text: String,
-    /// The result when it is a JSON object.
-    pub structured: Option<Value>,
-    /// What the call cost, when a worker ran it.
-    pub metrics: Option<CallMetrics>,
-    /// An upstream's content blocks as it sent them (masked); None for stsd's own tools,
-    /// whose content is the text.
-    pub content: Option<Vec<Value>>,
-}
-
-impl ToolReply {
-    pub(crate) fn error(code: Code, message: &str) -> ToolReply {
-        ToolReply {
-            is_error: true,
-            code: Some(code),
-            text: format!("{code}: {message}"),
-            structured: None,
-            metrics: None,
-            content: None,
-        }
-    }
-}
-
-/// Who is calling: the peer's uid (Unix socket) or the authenticated principal (HTTP), the
-/// transport, and the session (admission is fair across sessions).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub peer_uid: Option<u32>,
-    pub principal: Option<String>,
-    pub transport: &'static str,
-    pub session: u64,
-}
-
-/// Who makes an admin request, with the rights the transport found for them: a local uid
-/// (checked against `[daemon] admin_uids` and `[approval] operator_uids`), or an HTTP
-/// principal (rights from `[http] admin_principals` and `approver_principals`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Subject {
-    Uid(u32),
-    Principal {
-        name: String,
-        admin: bool,
-        approver: bool,
-    },
-}
-
-impl std::fmt::Display for Subject {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Subject::Uid(u) => write!(f, "uid {u}"),
-            Subject::Principal { name, .. } => write!(f, "principal {name}"),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallFailure {
-    /// No ACTIVE tool by that name: a protocol error, not a tool error.
-    UnknownTool(String),
-}
+pub use crate::call::{mask_value, CallFailure, Caller, ConsoleSink, Subject, ToolReply};
 
 pub struct Service {
     /// The config in force; a reload (SIGHUP) swaps it whole, a call keeps the one it started
@@ -506,9 +468,6 @@ impl Drop for InFlight<'_> {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
-
-/// Console lines of a running call, in order, already masked.
-pub type ConsoleSink = Box<dyn FnMut(ConsoleLevel, String) + Send>;
 
 impl Service {
     /// Fails when a toolsets document does not load (schema errors, unknown names).
@@ -737,21 +696,6 @@ impl Service {
         )
     }
 
-    /// The caller's per-principal call rate (`[daemon] calls_per_second`): the refusal when
-    /// it is past it. Checked first thing by every call, own tool or wrapped alike.
-    pub(crate) fn over_rate(&self, caller: &Caller) -> Option<ToolReply> {
-        let who = match (&caller.principal, caller.peer_uid) {
-            (Some(p), _) => p.clone(),
-            (None, Some(uid)) => format!("uid:{uid}"),
-            (None, None) => "-".to_string(),
-        };
-        let wait = self.rate.admit(&who).err()?;
-        Some(ToolReply::error(
-            Code::Overloaded,
-            &self.rate.message(&who, wait),
-        ))
-    }
-
     pub fn audit_path(&self) -> Option<PathBuf> {
         self.audit.as_ref().map(|a| a.path())
     }
@@ -780,293 +724,43 @@ impl Service {
         caller: &Caller,
         elicitor: Option<&dyn Elicitor>,
         cancel: Arc<AtomicBool>,
-        mut console: ConsoleSink,
+        console: ConsoleSink,
     ) -> Result<ToolReply, CallFailure> {
-        let started = now_ms();
-        let t0 = std::time::Instant::now();
         let published = self.published();
-        let config = self.config();
-        let Some(tool) = self.own_tool(&published, name) else {
+        let target = match self.own_tool(&published, name) {
+            Some(t) => Target::Own(t),
             // Not one of stsd's own: a wrapped upstream tool, or nothing.
-            let (Some(gw), Some(tool)) = (self.gateway(), self.wrapped_tool(name)) else {
-                return Err(CallFailure::UnknownTool(name.to_string()));
-            };
-            self.inflight.fetch_add(1, Ordering::SeqCst);
-            let _inflight = InFlight(&self.inflight);
-            return Ok(crate::upstream::call::call_wrapped(
-                self, &gw, tool, args, caller, elicitor, cancel,
-            )
-            .await);
+            None => match (self.gateway(), self.wrapped_tool(name)) {
+                (Some(gw), Some(tool)) => Target::Wrapped {
+                    gw,
+                    tool: Box::new(tool),
+                },
+                _ => return Err(CallFailure::UnknownTool(name.to_string())),
+            },
         };
         self.inflight.fetch_add(1, Ordering::SeqCst);
         let _inflight = InFlight(&self.inflight);
-        let call_id = self.next_call_id();
-        let mut record = AuditRecord::arrived(
-            call_id,
-            caller,
-            tool.tool_id.clone(),
-            tool.spec.name.clone(),
-            tool.resolved.risk.to_string(),
-            Value::Object(args.clone()),
-        );
-        record.ts = started;
-        record.category = tool.spec.category.clone();
-        record.tool_safety = tool.tool_safety_json.clone();
-
-        // The secrets of this tool mask its record from the start: a call refused before it
-        // runs (bad arguments, say) has its params masked like any other.
-        let early_secrets = SecretSet::collect(
-            tool.spec.static_variables.iter().map(|s| s.value.as_str()),
-            &config.baseline.env(),
-        );
-        record.params = mask_value(&record.params, &early_secrets);
-        if let Some(reply) = self.over_rate(caller) {
-            return Ok(self.finish(record, &early_secrets, t0, reply));
-        }
-
-        // Arguments are checked against the params before any worker is touched.
-        let args = match job::check_arguments(&tool.spec, &args) {
-            Ok(a) => a,
-            Err(d) => {
-                return Ok(self.finish(
-                    record,
-                    &early_secrets,
-                    t0,
-                    ToolReply::error(
-                        Code::InvalidInput,
-                        &format!("{} ({})", d.message, d.pointer),
-                    ),
-                ))
-            }
+        let mut door = Door {
+            config: self.config(),
+            caller: caller.clone(),
+            call_id: self.next_call_id(),
+            gate: &self.gate,
+            elicitor,
+            operator_queue: true,
+            cancel,
+            console: Some(console),
+            rate: Some(&self.rate),
+            admission: Some(&self.admission),
+            executor: Executor::Pool(self),
+            place: Place::Configured,
+            env: None,
+            timeout_ms: None,
+            audit: Audit::Log(self.audit.as_ref()),
+            metrics: Some(&self.metrics),
+            cut: Some(&self.cut),
+            ran: None,
         };
-        let mut prepared = match job::prepare(
-            call_id,
-            &tool.spec,
-            &tool.resolved,
-            &config,
-            args,
-            &config.baseline.env(),
-        ) {
-            Ok(p) => p,
-            Err(d) => {
-                return Ok(self.finish(
-                    record,
-                    &early_secrets,
-                    t0,
-                    ToolReply::error(d.code, &d.message),
-                ))
-            }
-        };
-        let secrets = prepared.secrets.clone();
-        record.params = mask_value(&record.params, &secrets);
-
-        // The approval gate: before any worker is taken or any slot is held.
-        if tool.approval.required {
-            let ask = Ask {
-                call_id,
-                tool: &tool.spec.name,
-                arguments: &record.params,
-                prompt_template: tool
-                    .spec
-                    .human_in_the_loop
-                    .as_ref()
-                    .and_then(|h| h.prompt_template.as_deref()),
-                peer_uid: caller.peer_uid,
-                principal: caller.principal.as_deref(),
-                requirement: &tool.approval,
-            };
-            let decision = tokio::select! {
-                d = self.gate.decide(ask, elicitor) => d,
-                _ = cancelled(&cancel) => {
-                    return Ok(self.finish(record, &secrets, t0, ToolReply::error(
-                        Code::Cancelled,
-                        "the caller went away while the call waited for approval",
-                    )));
-                }
-            };
-            record.approval = Some(decision.record);
-            if let Some((code, message)) = decision.refusal {
-                return Ok(self.finish(record, &secrets, t0, ToolReply::error(code, &message)));
-            }
-        } else if tool.approval.overrode_spec {
-            record.approval = Some(ApprovalRecord {
-                strategy: "none",
-                source: tool.approval.source.as_str(),
-                approver: "operator switch (allow_override_required)".into(),
-                decision: "not-required",
-                reason: Some("the spec's humanInTheLoop REQUIRED was lifted".into()),
-                wait_ms: 0,
-                overrode_required: true,
-            });
-        }
-        if let Err(e) = crate::workspace::prepare_base_path(&mut prepared.job.sandbox, &config) {
-            return Ok(self.finish(
-                record,
-                &secrets,
-                t0,
-                ToolReply::error(Code::SandboxUnavailable, &e),
-            ));
-        }
-
-        // Admission: running calls are bounded by the pool size; waiting ones by the queue
-        // limit and, per session, by max_calls_per_session. Slots go round-robin across
-        // sessions; a call turned away is answered OVERLOADED.
-        let _permit = match self.admission.acquire(caller.session).await {
-            Ok(p) => p,
-            Err(refused) => {
-                let reply = ToolReply::error(Code::Overloaded, &refused.message());
-                return Ok(self.finish(record, &secrets, t0, reply));
-            }
-        };
-        if cancel.load(Ordering::Relaxed) {
-            return Ok(self.finish(
-                record,
-                &secrets,
-                t0,
-                ToolReply::error(
-                    Code::Cancelled,
-                    "the caller went away before the call started",
-                ),
-            ));
-        }
-
-        let me = self.clone();
-        let opts = self.exec_options();
-        let job = prepared.job;
-        let mask = secrets.clone();
-        // Reuse: workers are parked under the tool's name and resolved posture.
-        let key = crate::pool::reuse_key(&tool.spec.name, &job);
-        // Priming moves work off the call path onto spare CPU; with calls queued for a slot
-        // there is none to spare, and the extra round trip and copies would only cost
-        // throughput: primed workers are still used, but no more are asked for.
-        let prime_more = self.admission.waiting() == 0;
-        // A tool that needs approval is not primed: none of its code may run before its
-        // call is approved (a body that breaks out of its wrapper runs as it is compiled).
-        let prime = opts.prime && primable(&job) && !tool.approval.required;
-        let on_event = move |ev: exec::Event<'_>| {
-            if let exec::Event::Console(level, line) = ev {
-                console(level, mask.mask_cut(line, LINE_TRUNCATED_MARK));
-            }
-        };
-        let take = if me.reuse > 1 {
-            Take::Parked
-        } else if prime {
-            Take::Primed { more: prime_more }
-        } else {
-            Take::Plain
-        };
-        let dispatch = Dispatch {
-            pool: me.pool.clone(),
-            reuse: me.reuse,
-            key,
-            take,
-        };
-        let outcome = dispatch.run(job, opts, cancel, on_event).await;
-
-        let reply = match outcome {
-            Ok(out) => {
-                record.worker_pid = Some(out.worker_pid);
-                record.egress = out.egress;
-                record.metrics = Some(CallMetrics {
-                    wall_ms: 0,
-                    cpu_us: out.timings.worker.cpu_us,
-                    peak_rss_kib: out.peak_rss_kib.unwrap_or(0),
-                    spawn_cpu_us: out.timings.spawn_cpu_us,
-                    heap_bytes: out.timings.worker.heap_bytes,
-                    console_lines: out.console_lines,
-                });
-                match out.result {
-                    Ok(v) => success(&v, &secrets),
-                    Err(e) => {
-                        if matches!(
-                            e.code,
-                            Code::Timeout | Code::StepLimit | Code::MemoryLimit | Code::OutputLimit
-                        ) {
-                            record.limits_hit.push(e.code.to_string());
-                        }
-                        ToolReply::error(e.code, &e.message)
-                    }
-                }
-            }
-            Err(e) => ToolReply::error(e.code, &e.message),
-        };
-        Ok(self.finish(record, &secrets, t0, reply))
-    }
-
-    /// Masks the reply, writes the audit record, then hands the reply back.
-    pub(crate) fn finish(
-        &self,
-        mut record: AuditRecord,
-        secrets: &SecretSet,
-        t0: std::time::Instant,
-        mut reply: ToolReply,
-    ) -> ToolReply {
-        if self.cut.is_cancelled() && reply.code == Some(Code::Cancelled) {
-            reply = ToolReply::error(
-                Code::Cancelled,
-                "cut off: the daemon stopped and the call outlived the shutdown grace period",
-            );
-        }
-        reply.text = secrets.mask(&reply.text);
-        reply.structured = reply.structured.map(|v| mask_value(&v, secrets));
-        reply.content = reply
-            .content
-            .map(|c| c.iter().map(|v| mask_value(v, secrets)).collect());
-        record.elapsed_ms = t0.elapsed().as_millis() as u64;
-        if let Some(m) = &mut record.metrics {
-            m.wall_ms = record.elapsed_ms;
-            reply.metrics = Some(*m);
-        }
-        for hop in &mut record.egress {
-            // Masked in decoded form too: a secret sent through encodeURIComponent is
-            // percent-encoded in the URL.
-            let decoded = percent_encoding::percent_decode_str(&hop.url).decode_utf8_lossy();
-            hop.url = secrets.mask(&decoded);
-            if let Some(o) = &hop.host_override {
-                hop.host_override = Some(secrets.mask(o));
-            }
-        }
-        let config = self.config();
-        let d = &config.daemon;
-        record.params = bounded_params(
-            &record.params,
-            d.audit_max_arg_bytes,
-            d.audit_max_params_bytes,
-        );
-        if reply.is_error {
-            record.outcome = "ERROR";
-            record.error = Some(AuditError {
-                code: reply.code.map(|c| c.to_string()).unwrap_or_default(),
-                message: bounded_message(&reply.text, d.audit_max_arg_bytes),
-            });
-        } else {
-            record.outcome = "OK";
-        }
-        self.metrics.observe(
-            &record.name,
-            record
-                .error
-                .as_ref()
-                .map(|e| e.code.as_str())
-                .unwrap_or("OK"),
-            record.elapsed_ms,
-        );
-        if let Some(log) = &self.audit {
-            if let Err(e) = log.append(&record) {
-                tracing::error!(error = %e, "audit log write failed");
-            }
-        }
-        // One INFO line per call: what an operator greps for. Arguments and results stay in
-        // the audit log, never in the logs.
-        tracing::info!(
-            call_id = record.call_id,
-            tool = %record.name,
-            outcome = record.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK"),
-            ms = record.elapsed_ms,
-            transport = record.transport,
-            "tool call"
-        );
-        reply
+        Ok(crate::call::run(&mut door, target, args).await)
     }
 
     pub fn reuse(&self) -> u32 {
@@ -1281,47 +975,5 @@ pub(crate) async fn raise_on<T>(
                 flag.store(true, Ordering::Relaxed);
             }
         }
-    }
-}
-
-pub(crate) async fn cancelled(flag: &AtomicBool) {
-    while !flag.load(Ordering::Relaxed) {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
-fn success(v: &CallValue, secrets: &SecretSet) -> ToolReply {
-    let (text, structured) = match v {
-        CallValue::Undefined => ("undefined".to_string(), None),
-        CallValue::Json(t) => match stsd_protocol::json::parse_js_json(t) {
-            Ok(Value::String(s)) => (s, None),
-            Ok(obj @ Value::Object(_)) => (t.clone(), Some(obj)),
-            _ => (t.clone(), None),
-        },
-    };
-    ToolReply {
-        is_error: false,
-        code: None,
-        text: secrets.mask(&text),
-        structured: structured.map(|s| mask_value(&s, secrets)),
-        metrics: None,
-        content: None,
-    }
-}
-
-/// Masks every string inside a JSON value (keys included), leaving its structure intact.
-pub fn mask_value(v: &Value, secrets: &SecretSet) -> Value {
-    if secrets.is_empty() {
-        return v.clone();
-    }
-    match v {
-        Value::String(s) => Value::String(secrets.mask(s)),
-        Value::Array(a) => Value::Array(a.iter().map(|x| mask_value(x, secrets)).collect()),
-        Value::Object(o) => Value::Object(
-            o.iter()
-                .map(|(k, x)| (secrets.mask(k), mask_value(x, secrets)))
-                .collect(),
-        ),
-        other => other.clone(),
     }
 }

@@ -245,6 +245,40 @@ def test_each_upstream_is_bounded_as_a_whole_and_runs_as_its_own_uid(tmp_path):
     assert escapee is not None and _gone(escapee), escapee
 
 
+def test_the_stdio_server_without_a_daemon_serves_what_the_daemon_would(tmp_path):
+    """Issue 32 item 2: `stsd mcp --config C` with no daemon to bridge to (what a desktop
+    client starts) serves the gateway's upstream tools from that config, as the daemon
+    would. Before, it served stsd's own tools only: with exposure = "upstream", nothing."""
+    cfg = tmp_path / "embedded.toml"
+    cfg.write_text(
+        f'[daemon]\nrequire_local_pass = false\naudit_log = "{tmp_path / "audit.jsonl"}"\n'
+        f'catalog_dir = "{tmp_path / "managed"}"\n'
+        + hostile("emb", "crash") + '[gateway]\nexposure = "upstream"\n')
+    params = StdioServerParameters(
+        command=stsd_bin(),
+        args=["mcp", "--config", str(cfg), "--socket", str(tmp_path / "no-daemon.sock")],
+        env={**os.environ, "STSD_STATE_DIR": str(tmp_path / "state")})
+
+    async def body():
+        async with Client(stdio_client(params), mode="auto") as c:
+            names: set[str] = set()
+            with anyio.fail_after(60):
+                while "emb__echo" not in names:
+                    names = {t.name for t in (await c.list_tools()).tools}
+                    await anyio.sleep(0.2)
+            assert all(n.startswith("emb__") for n in names), names
+            r = await c.call_tool("emb__echo", {"text": "through the embedded gateway"})
+            assert r.is_error is False and text_of(r) == "through the embedded gateway"
+
+    anyio.run(body)
+    calls = [r for r in audit_lines_of(tmp_path / "audit.jsonl") if "callId" in r and r.get("upstream")]
+    assert [r["upstream"]["id"] for r in calls] == ["emb"], calls
+
+
+def audit_lines_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def test_poisoned_descriptions_are_reported_and_blocked_on_request(tmp_path):
     """Each of seed 001's nine patterns is reported by `stsd upstream check`, and, with
     [gateway] block_on_poisoning, the poisoned tools are withheld while the clean one serves."""

@@ -390,6 +390,34 @@ impl Admin {
                 }
             }
             let env = config.baseline.env();
+            // Nobody can answer for a tool that needs approval here: its Local Pass is the
+            // one `stsd test --approve` stamped into the file, else it is refused.
+            let spec = e.validated.spec.as_ref().ok_or("invalid spec")?;
+            let resolved = stsd_profiles::resolve(spec, &config).map_err(|d| d.to_string())?;
+            let gated =
+                crate::service::PublishedTool::of_spec(spec, e.tool_id.clone(), resolved, &config)
+                    .approval
+                    .required;
+            let doc = crate::local_pass::document(&cat, e)
+                .cloned()
+                .unwrap_or(Value::Null);
+            if spec.description.trim().chars().count() < crate::lint::MIN_DESCRIPTION_CHARS {
+                return Err(format!(
+                    "the description needs at least {} characters: the model chooses tools by it",
+                    crate::lint::MIN_DESCRIPTION_CHARS
+                ));
+            }
+            if gated {
+                if crate::local_pass::verified(&doc) {
+                    return Ok(doc);
+                }
+                return Err(format!(
+                    "{} needs approval to run, so its Local Pass cannot run unattended here: \
+                     run `stsd test --write --approve FILE` where you can answer for it, then \
+                     publish the file it stamps",
+                    spec.name
+                ));
+            }
             let pass = crate::local_pass::run_entry(
                 &cat,
                 e,
@@ -397,20 +425,11 @@ impl Admin {
                 &env,
                 &opts,
                 crate::local_pass::PassPlace::Scratch,
+                None,
             );
             if let Err(d) = &pass.outcome {
                 return Err(format!("Local Pass: {d}"));
             }
-            let spec = e.validated.spec.as_ref().ok_or("invalid spec")?;
-            if spec.description.trim().chars().count() < crate::lint::MIN_DESCRIPTION_CHARS {
-                return Err(format!(
-                    "the description needs at least {} characters: the model chooses tools by it",
-                    crate::lint::MIN_DESCRIPTION_CHARS
-                ));
-            }
-            let doc = crate::local_pass::document(&cat, e)
-                .cloned()
-                .unwrap_or(Value::Null);
             let cases = crate::local_pass::test_cases(&doc).map_err(|d| d.to_string())?;
             for case in &cases {
                 let r = crate::local_pass::run_case(
@@ -420,6 +439,7 @@ impl Admin {
                     &opts,
                     case,
                     crate::local_pass::PassPlace::Scratch,
+                    None,
                 );
                 if !r.success {
                     return Err(format!(

@@ -9,6 +9,7 @@
 pub mod command;
 pub mod operator;
 pub mod policy;
+pub mod terminal;
 pub mod toolsets;
 
 pub use policy::{mitigated, requirement, Requirement, Source, ToolFacts};

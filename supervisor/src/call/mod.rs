@@ -1,0 +1,248 @@
+//! The one call pipeline. Every door a call comes in by (MCP on the socket, stdio and HTTP
+//! through `Service::call`; `stsd run`; `stsd test` and the publish gate's Local Pass) runs
+//! it through [`run`], and only the [`Door`] differs:
+//!
+//! arrive (the audit record opens) -> rate -> check -> approve -> place -> admit -> execute
+//! -> mask -> audit (exactly one record) -> the reply.
+//!
+//! `vocab` is the call's vocabulary (caller, subject, reply, masking), a leaf that lower
+//! layers import without importing the service; `target` holds what differs between an own
+//! tool and a wrapped upstream tool; `door` what differs between entry points.
+
+pub mod door;
+pub mod target;
+mod vocab;
+
+pub use door::{Audit, ConsoleSink, Door, Executor, Place};
+pub use target::Target;
+pub use vocab::{mask_value, CallFailure, Caller, Subject, ToolReply};
+
+use crate::approval::{ApprovalRecord, Ask};
+use crate::audit::{bounded_message, bounded_params, AuditError, AuditRecord};
+use serde_json::{Map, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+use stsd_profiles::approval::StrategyKind;
+use stsd_protocol::envvar::SecretSet;
+use stsd_protocol::Code;
+
+/// One call through the pipeline; the reply is masked and the call audited.
+pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Value>) -> ToolReply {
+    let t0 = Instant::now();
+    let started = crate::store::now_ms();
+    let config = door.config.clone();
+    let own_env = config.baseline.env();
+    let env: &(dyn stsd_protocol::envvar::EnvSource + Sync) = match door.env {
+        Some(e) => e,
+        None => &own_env,
+    };
+    // Arrive: the record opens, its params masked with the secrets known so far.
+    let (mut record, mut secrets) = target.arrive(door.call_id, &door.caller, &args, env);
+    record.ts = started;
+    // Rate: a principal past its calls a second goes no further.
+    if let Some(rate) = door.rate {
+        let who = door.caller.principal_key();
+        if let Err(wait) = rate.admit(&who) {
+            let reply = ToolReply::error(Code::Overloaded, &rate.message(&who, wait));
+            return finish(door, record, &secrets, t0, reply);
+        }
+    }
+    // Check: arguments against the schema before any worker or upstream is touched.
+    let mut checked = match target.check(door.call_id, args, &config, env, door.timeout_ms) {
+        Ok(c) => c,
+        Err(reply) => return finish(door, record, &secrets, t0, reply),
+    };
+    if let Some(s) = checked.secrets() {
+        secrets = s.clone();
+        record.params = mask_value(&record.params, &secrets);
+    }
+    // Approve: before any worker is taken or any slot is held.
+    if let Some(reply) = approve(door, &target, &mut record).await {
+        return finish(door, record, &secrets, t0, reply);
+    }
+    // Place: where an own tool's files are.
+    if let Err(reply) = checked.place(door.place, &config) {
+        return finish(door, record, &secrets, t0, reply);
+    }
+    // Admit: running calls are bounded by the pool size, waiting ones by the queue limit
+    // and per session; slots go round-robin across sessions. Own tools only (a wrapped
+    // call holds no worker).
+    let _permit = match door.admission.filter(|_| target.is_own()) {
+        Some(a) => match a.acquire(door.caller.session).await {
+            Ok(p) => Some(p),
+            Err(refused) => {
+                let reply = ToolReply::error(Code::Overloaded, &refused.message());
+                return finish(door, record, &secrets, t0, reply);
+            }
+        },
+        None => None,
+    };
+    if door.cancel.load(Ordering::Relaxed) {
+        let reply = ToolReply::error(
+            Code::Cancelled,
+            "the caller went away before the call started",
+        );
+        return finish(door, record, &secrets, t0, reply);
+    }
+    // Execute.
+    let reply = target.execute(checked, door, &mut record, &secrets).await;
+    finish(door, record, &secrets, t0, reply)
+}
+
+/// [`run`] from synchronous code: a blocking-pool thread of a runtime (the publish gate)
+/// uses that runtime; anything else (a CLI command, a test) a runtime of its own. Never
+/// from a runtime's worker thread.
+pub fn run_blocking(
+    door: &mut Door<'_>,
+    target: Target<'_>,
+    args: Map<String, Value>,
+) -> ToolReply {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => h.block_on(run(door, target, args)),
+        Err(_) => match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt.block_on(run(door, target, args)),
+            Err(e) => ToolReply::error(Code::SandboxUnavailable, &format!("no runtime: {e}")),
+        },
+    }
+}
+
+/// Resolves when `flag` is set (the caller went away).
+pub(crate) async fn cancelled(flag: &AtomicBool) {
+    while !flag.load(Ordering::Relaxed) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// The approval gate: None to go on, else the refusal. The decision goes in the record.
+async fn approve(
+    door: &mut Door<'_>,
+    target: &Target<'_>,
+    record: &mut AuditRecord,
+) -> Option<ToolReply> {
+    let (req, template) = target.approval();
+    if !req.required {
+        if req.overrode_spec {
+            record.approval = Some(ApprovalRecord {
+                strategy: "none",
+                source: req.source.as_str(),
+                approver: "operator switch (allow_override_required)".into(),
+                decision: "not-required",
+                reason: Some("the spec's humanInTheLoop REQUIRED was lifted".into()),
+                wait_ms: 0,
+                overrode_required: true,
+            });
+        }
+        return None;
+    }
+    let mut req = req.clone();
+    // Without a daemon there is no operator queue: the operator is whoever is at the door
+    // (a terminal), asked as elicit asks.
+    if !door.operator_queue && req.strategy == StrategyKind::Operator {
+        req.strategy = StrategyKind::Elicit;
+    }
+    let ask = Ask {
+        call_id: door.call_id,
+        tool: target.name(),
+        arguments: &record.params,
+        prompt_template: template,
+        peer_uid: door.caller.peer_uid,
+        principal: door.caller.principal.as_deref(),
+        requirement: &req,
+    };
+    let decision = tokio::select! {
+        d = door.gate.decide(ask, door.elicitor) => d,
+        _ = cancelled(&door.cancel) => {
+            return Some(ToolReply::error(
+                Code::Cancelled,
+                "the caller went away while the call waited for approval",
+            ));
+        }
+    };
+    record.approval = Some(decision.record);
+    decision
+        .refusal
+        .map(|(code, message)| ToolReply::error(code, &message))
+}
+
+/// Masks the reply, writes the audit record, then hands the reply back.
+fn finish(
+    door: &Door<'_>,
+    mut record: AuditRecord,
+    secrets: &SecretSet,
+    t0: Instant,
+    mut reply: ToolReply,
+) -> ToolReply {
+    if door.cut.is_some_and(|c| c.is_cancelled()) && reply.code == Some(Code::Cancelled) {
+        reply = ToolReply::error(
+            Code::Cancelled,
+            "cut off: the daemon stopped and the call outlived the shutdown grace period",
+        );
+    }
+    reply.text = secrets.mask(&reply.text);
+    reply.structured = reply.structured.map(|v| mask_value(&v, secrets));
+    reply.content = reply
+        .content
+        .map(|c| c.iter().map(|v| mask_value(v, secrets)).collect());
+    reply.raw = reply.raw.map(|r| secrets.mask(&r));
+    reply.stack = reply.stack.map(|s| secrets.mask(&s));
+    record.elapsed_ms = t0.elapsed().as_millis() as u64;
+    if let Some(m) = &mut record.metrics {
+        m.wall_ms = record.elapsed_ms;
+        reply.metrics = Some(*m);
+    }
+    for hop in &mut record.egress {
+        // Masked in decoded form too: a secret sent through encodeURIComponent is
+        // percent-encoded in the URL.
+        let decoded = percent_encoding::percent_decode_str(&hop.url).decode_utf8_lossy();
+        hop.url = secrets.mask(&decoded);
+        if let Some(o) = &hop.host_override {
+            hop.host_override = Some(secrets.mask(o));
+        }
+    }
+    let d = &door.config.daemon;
+    record.params = bounded_params(
+        &record.params,
+        d.audit_max_arg_bytes,
+        d.audit_max_params_bytes,
+    );
+    if reply.is_error {
+        record.outcome = "ERROR";
+        record.error = Some(AuditError {
+            code: reply.code.map(|c| c.to_string()).unwrap_or_default(),
+            message: bounded_message(&reply.text, d.audit_max_arg_bytes),
+        });
+    } else {
+        record.outcome = "OK";
+    }
+    let outcome = record
+        .error
+        .as_ref()
+        .map(|e| e.code.as_str())
+        .unwrap_or("OK");
+    if let Some(m) = door.metrics {
+        m.observe(&record.name, outcome, record.elapsed_ms);
+    }
+    match door.audit {
+        Audit::Log(Some(log)) => {
+            if let Err(e) = log.append(&record) {
+                tracing::error!(error = %e, "audit log write failed");
+            }
+        }
+        Audit::Log(None) => {}
+        Audit::Configured => crate::audit::append_configured(&door.config, &record),
+    }
+    // One INFO line per call: what an operator greps for. Arguments and results stay in
+    // the audit log, never in the logs.
+    tracing::info!(
+        call_id = record.call_id,
+        tool = %record.name,
+        outcome,
+        ms = record.elapsed_ms,
+        transport = record.transport,
+        "tool call"
+    );
+    reply
+}

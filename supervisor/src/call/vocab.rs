@@ -1,0 +1,154 @@
+//! The call's vocabulary, a leaf every layer may import without importing the service: who
+//! calls ([`Caller`]), who makes an admin request ([`Subject`]), what a call answers
+//! ([`ToolReply`], [`CallFailure`]), and masking.
+
+use crate::audit::CallMetrics;
+use crate::exec::CallValue;
+use serde_json::Value;
+use stsd_protocol::envvar::SecretSet;
+use stsd_protocol::Code;
+
+/// What a caller gets back for a known tool (failures included, as `is_error`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolReply {
+    pub is_error: bool,
+    pub code: Option<Code>,
+    /// Strings as they are, other results as JSON text; for errors `CODE: message`.
+    pub text: String,
+    /// The result when it is a JSON object.
+    pub structured: Option<Value>,
+    /// What the call cost, when a worker ran it.
+    pub metrics: Option<CallMetrics>,
+    /// An upstream's content blocks as it sent them (masked); None for stsd's own tools,
+    /// whose content is the text.
+    pub content: Option<Vec<Value>>,
+    /// An own tool's result as its `JSON.stringify` wrote it (masked; None for undefined
+    /// and for errors): `stsd run --json` prints it as is, so a lone surrogate stays the
+    /// `\ud83d` escape a JSON value cannot hold.
+    pub raw: Option<String>,
+    /// An error's JavaScript stack (masked), for `stsd run`.
+    pub stack: Option<String>,
+    /// An INVALID_INPUT's JSON pointer into the arguments, for `stsd run --json`.
+    pub pointer: Option<String>,
+}
+
+impl ToolReply {
+    pub fn error(code: Code, message: &str) -> ToolReply {
+        ToolReply {
+            is_error: true,
+            code: Some(code),
+            text: format!("{code}: {message}"),
+            structured: None,
+            metrics: None,
+            content: None,
+            raw: None,
+            stack: None,
+            pointer: None,
+        }
+    }
+
+    /// An own tool's value: strings as they are, other results as JSON text, an object as
+    /// structured content too.
+    pub fn success(v: &CallValue, secrets: &SecretSet) -> ToolReply {
+        let (text, structured) = match v {
+            CallValue::Undefined => ("undefined".to_string(), None),
+            CallValue::Json(t) => match stsd_protocol::json::parse_js_json(t) {
+                Ok(Value::String(s)) => (s, None),
+                Ok(obj @ Value::Object(_)) => (t.clone(), Some(obj)),
+                _ => (t.clone(), None),
+            },
+        };
+        ToolReply {
+            is_error: false,
+            code: None,
+            text: secrets.mask(&text),
+            structured: structured.map(|s| mask_value(&s, secrets)),
+            metrics: None,
+            content: None,
+            raw: match v {
+                CallValue::Json(t) => Some(secrets.mask(t)),
+                CallValue::Undefined => None,
+            },
+            stack: None,
+            pointer: None,
+        }
+    }
+
+    /// The message of an error reply (its text without the `CODE: ` prefix).
+    pub fn message(&self) -> &str {
+        match self.code {
+            Some(c) => self
+                .text
+                .strip_prefix(c.as_str())
+                .and_then(|t| t.strip_prefix(": "))
+                .unwrap_or(&self.text),
+            None => &self.text,
+        }
+    }
+}
+
+/// Who is calling: the peer's uid (Unix socket) or the authenticated principal (HTTP), the
+/// transport, and the session (admission is fair across sessions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub peer_uid: Option<u32>,
+    pub principal: Option<String>,
+    pub transport: &'static str,
+    pub session: u64,
+}
+
+impl Caller {
+    /// The key rates and refusal summaries count by: the HTTP principal, else the uid.
+    pub fn principal_key(&self) -> String {
+        match (&self.principal, self.peer_uid) {
+            (Some(p), _) => p.clone(),
+            (None, Some(uid)) => format!("uid:{uid}"),
+            (None, None) => "-".to_string(),
+        }
+    }
+}
+
+/// Who makes an admin request, with the rights the transport found for them: a local uid
+/// (checked against `[daemon] admin_uids` and `[approval] operator_uids`), or an HTTP
+/// principal (rights from `[http] admin_principals` and `approver_principals`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    Uid(u32),
+    Principal {
+        name: String,
+        admin: bool,
+        approver: bool,
+    },
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subject::Uid(u) => write!(f, "uid {u}"),
+            Subject::Principal { name, .. } => write!(f, "principal {name}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallFailure {
+    /// No ACTIVE tool by that name: a protocol error, not a tool error.
+    UnknownTool(String),
+}
+
+/// Masks every string inside a JSON value (keys included), leaving its structure intact.
+pub fn mask_value(v: &Value, secrets: &SecretSet) -> Value {
+    if secrets.is_empty() {
+        return v.clone();
+    }
+    match v {
+        Value::String(s) => Value::String(secrets.mask(s)),
+        Value::Array(a) => Value::Array(a.iter().map(|x| mask_value(x, secrets)).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, x)| (secrets.mask(k), mask_value(x, secrets)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}

@@ -1,0 +1,310 @@
+//! Issue 32: one door. The same cases through every entry point (MCP on the daemon's
+//! socket, `stsd call`, the stdio server's embedded mode, `stsd run`, `stsd test`) give the
+//! same decision and error code, and each call writes exactly one audit record with the
+//! same fields.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use stsd_tests::harness::{is_error, text, Daemon};
+use stsd_tests::stsd_bin;
+
+/// (tool, arguments, the outcome every door must give: "OK" or the error code).
+const CASES: [(&str, &str, &str); 5] = [
+    ("twice", r#"{"n": 21}"#, "OK"),
+    ("twice", r#"{"n": "x"}"#, "INVALID_INPUT"),
+    ("spin", "{}", "TIMEOUT"),
+    ("gatedNo", "{}", "APPROVAL_REJECTED"),
+    ("gatedYes", "{}", "OK"),
+];
+
+/// The catalog: each spec's testCases are its cases above, in order (`stsd test --case N`).
+fn catalog(dir: &Path) -> PathBuf {
+    let spec = |name: &str, code: &str, params: Value| {
+        let cases: Vec<Value> = CASES
+            .iter()
+            .filter(|c| c.0 == name)
+            .map(|(_, args, want)| {
+                let mut c = json!({"name": format!("{name} {args}"),
+                                   "arguments": serde_json::from_str::<Value>(args).unwrap_or_default()});
+                if *want != "OK" {
+                    c["expectedSuccess"] = json!(false);
+                    c["expectedErrorCode"] = json!(want);
+                }
+                c
+            })
+            .collect();
+        json!({"name": name, "description": format!("{name}: a tool of the one-door test"),
+               "codeType": "Javascript", "draft": false, "code": code, "params": params,
+               "testCases": cases})
+    };
+    let n = json!([{"name": "n", "type": "INTEGER", "required": true, "description": "", "testValue": "21"}]);
+    let specs = json!([
+        spec("twice", "return n * 2;", n),
+        spec("spin", "while (true) {}", json!([])),
+        spec("gatedNo", "return 'ran';", json!([])),
+        spec("gatedYes", "return 'ran';", json!([])),
+    ]);
+    let path = dir.join("one-door.json");
+    std::fs::write(&path, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    path
+}
+
+/// The policy every door shares: a one-second deadline, one tool always refused, one always
+/// approved by a command approver.
+const POLICY: &str = r#"[[approval.rule]]
+tools = ["gatedNo"]
+require = true
+strategy = "reject"
+reason = "not through any door"
+
+[[approval.rule]]
+tools = ["gatedYes"]
+require = true
+strategy = "command"
+command = ["/bin/sh", "-c", "cat >/dev/null; echo '{\"approved\": true, \"reason\": \"fine\"}'"]
+"#;
+
+/// A config of its own for a door that runs without the daemon.
+fn cli_config(dir: &Path, door: &str) -> (PathBuf, PathBuf) {
+    let audit = dir.join(format!("{door}-audit.jsonl"));
+    let config = dir.join(format!("{door}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "[baseline]\ntimeout_seconds = 1\nmax_steps = 1000000000000\n[daemon]\naudit_log = \"{}\"\nrequire_local_pass = false\ncatalog_dir = \"{}\"\n{POLICY}",
+            audit.display(),
+            dir.join(format!("{door}-managed")).display()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    (config, audit)
+}
+
+fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|r: &Value| r.get("callId").is_some())
+        .collect()
+}
+
+/// "OK" or the code, from a reply's text ("CODE: message").
+fn code_of_text(is_err: bool, text: &str) -> String {
+    if is_err {
+        text.split(':').next().unwrap_or_default().to_string()
+    } else {
+        "OK".into()
+    }
+}
+
+/// "OK" or the code, from `stsd run --json` / `stsd call --json`.
+fn code_of_json(v: &Value) -> String {
+    if v["ok"] == json!(true) {
+        "OK".into()
+    } else {
+        v["error"]["code"].as_str().unwrap_or("?").to_string()
+    }
+}
+
+/// What every door's record for a case must agree on.
+fn projection(r: &Value) -> Value {
+    json!({
+        "name": r["name"], "toolId": r["toolId"], "riskLevel": r["riskLevel"],
+        "outcome": r["outcome"], "code": r["error"]["code"],
+        "approval": r["approval"]["decision"], "limitsHit": r["limitsHit"],
+        "toolSafety": r["toolSafety"],
+    })
+}
+
+fn socket_door(dir: tempfile::TempDir, cat: &Path) -> (Vec<String>, Vec<Value>) {
+    let d = Daemon::start_with(
+        dir,
+        2,
+        &format!("[baseline]\ntimeout_seconds = 1\n{POLICY}"),
+        &cat.display().to_string(),
+        &[],
+    );
+    let mut c = d.connect();
+    let mut got = Vec::new();
+    for (i, (tool, args, _)) in CASES.iter().enumerate() {
+        c.call(
+            i as u64,
+            tool,
+            serde_json::from_str(args).unwrap_or_default(),
+        );
+        let r = c.response();
+        got.push(code_of_text(is_error(&r), &text(&r)));
+    }
+    (got, records(&d.audit))
+}
+
+fn call_door(dir: tempfile::TempDir, cat: &Path) -> (Vec<String>, Vec<Value>) {
+    let d = Daemon::start_with(
+        dir,
+        2,
+        &format!("[baseline]\ntimeout_seconds = 1\n{POLICY}"),
+        &cat.display().to_string(),
+        &[],
+    );
+    let mut got = Vec::new();
+    for (tool, args, _) in CASES {
+        let out = Command::new(stsd_bin())
+            .args(["call", tool, "--json", "--args-json", args, "--socket"])
+            .arg(&d.socket)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        got.push(code_of_json(&v));
+    }
+    (got, records(&d.audit))
+}
+
+fn run_door(dir: &Path, cat: &Path) -> (Vec<String>, Vec<Value>) {
+    let (config, audit) = cli_config(dir, "run");
+    let mut got = Vec::new();
+    for (tool, args, _) in CASES {
+        let out = Command::new(stsd_bin())
+            .arg("run")
+            .arg(cat)
+            .args(["--tool", tool, "--json", "--args-json", args, "--config"])
+            .arg(&config)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {} {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        got.push(code_of_json(&v));
+    }
+    (got, records(&audit))
+}
+
+fn test_door(dir: &Path, cat: &Path) -> (Vec<String>, Vec<Value>) {
+    let (config, audit) = cli_config(dir, "test");
+    let mut by_name = std::collections::HashMap::new();
+    for case in ["0", "1"] {
+        let out = Command::new(stsd_bin())
+            .arg("test")
+            .arg(cat)
+            .args(["--json", "--case", case, "--config"])
+            .arg(&config)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        for r in v["results"].as_array().into_iter().flatten() {
+            let code = if r["result"]["success"] == json!(true) {
+                "OK".to_string()
+            } else {
+                r["result"]["error"]["code"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_string()
+            };
+            by_name.insert(r["name"].as_str().unwrap_or_default().to_string(), code);
+        }
+    }
+    let got = CASES
+        .iter()
+        .map(|(tool, args, _)| {
+            by_name
+                .get(&format!("{tool} {args}"))
+                .cloned()
+                .unwrap_or_else(|| format!("no result for {tool} {args}: {by_name:?}"))
+        })
+        .collect();
+    (got, records(&audit))
+}
+
+fn stdio_door(dir: &Path, cat: &Path) -> (Vec<String>, Vec<Value>) {
+    let (config, audit) = cli_config(dir, "stdio");
+    let mut child = Command::new(stsd_bin())
+        .arg("mcp")
+        .arg("--config")
+        .arg(&config)
+        .arg("--catalog")
+        .arg(cat)
+        .arg("--socket")
+        .arg(dir.join("no-daemon.sock"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("no stdout")));
+    let mut got = Vec::new();
+    for (i, (tool, args, _)) in CASES.iter().enumerate() {
+        let line = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+            "params": {"name": tool, "arguments": serde_json::from_str::<Value>(args).unwrap_or_default(),
+                       "_meta": stsd_tests::harness::meta()}});
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let r = loop {
+            let mut l = String::new();
+            let n = stdout.read_line(&mut l).unwrap_or_else(|e| panic!("{e}"));
+            assert!(n > 0, "the stdio server closed");
+            let v: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            if v.get("id") == Some(&json!(i)) {
+                break v;
+            }
+        };
+        got.push(code_of_text(is_error(&r), &text(&r)));
+    }
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    (got, records(&audit))
+}
+
+#[test]
+fn every_door_gives_the_same_decision_and_one_audit_record() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cat = catalog(dir.path());
+    let want: Vec<String> = CASES.iter().map(|c| c.2.to_string()).collect();
+    let mut doors: Vec<(&str, Vec<String>, Vec<Value>)> = Vec::new();
+    let (g, r) = socket_door(tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")), &cat);
+    doors.push(("MCP on the socket", g, r));
+    let (g, r) = call_door(tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")), &cat);
+    doors.push(("stsd call", g, r));
+    let (g, r) = stdio_door(dir.path(), &cat);
+    doors.push(("stsd mcp (embedded)", g, r));
+    let (g, r) = run_door(dir.path(), &cat);
+    doors.push(("stsd run", g, r));
+    let (g, r) = test_door(dir.path(), &cat);
+    doors.push(("stsd test", g, r));
+    let mut reference: Option<Vec<Value>> = None;
+    for (door, got, recs) in &doors {
+        assert_eq!(got, &want, "{door}: the decisions");
+        // Exactly one record per call (`stsd test` runs case 0 of every spec, then case 1).
+        assert_eq!(recs.len(), CASES.len(), "{door}: {recs:#?}");
+        let key = |p: &Value| format!("{} {}", p["name"], p["code"]);
+        let mut proj: Vec<Value> = recs.iter().map(projection).collect();
+        proj.sort_by_key(key);
+        let mut expected: Vec<String> = CASES
+            .iter()
+            .map(|(tool, _, code)| {
+                let c = if *code == "OK" {
+                    Value::Null
+                } else {
+                    json!(code)
+                };
+                format!("{} {}", json!(tool), c)
+            })
+            .collect();
+        expected.sort();
+        assert_eq!(proj.iter().map(key).collect::<Vec<_>>(), expected, "{door}");
+        match &reference {
+            None => reference = Some(proj),
+            Some(first) => assert_eq!(&proj, first, "{door} records differ from the socket's"),
+        }
+    }
+}
