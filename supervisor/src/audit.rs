@@ -46,13 +46,13 @@ pub struct AuditRecord {
     /// For a call that needed approval (or whose spec's REQUIRED was lifted): the strategy,
     /// the approver, the decision, the reason and the wait.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub approval: Option<crate::approval::ApprovalRecord>,
+    pub approval: Option<ApprovalRecord>,
     /// What the call cost, when a worker ran it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics: Option<CallMetrics>,
     /// For a wrapped upstream tool: the upstream, the tool's name there, and its scores.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub upstream: Option<crate::upstream::call::UpstreamAudit>,
+    pub upstream: Option<UpstreamAudit>,
 }
 
 impl AuditRecord {
@@ -60,7 +60,7 @@ impl AuditRecord {
     /// stsd's own tools or a wrapped upstream tool alike.
     pub fn arrived(
         call_id: u64,
-        caller: &crate::service::Caller,
+        caller: &crate::call::vocab::Caller,
         tool_id: String,
         name: String,
         risk_level: String,
@@ -91,21 +91,40 @@ impl AuditRecord {
     }
 }
 
-/// Seed 004's execution metrics, per call: in the audit record and the result's `_meta`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub use crate::call::vocab::CallMetrics;
+
+/// The audit record's `approval` member.
+#[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct CallMetrics {
-    /// Arrival to answer, approval and queueing included.
-    pub wall_ms: u64,
-    /// CPU time of the worker for this call (getrusage), microseconds.
-    pub cpu_us: u64,
-    /// The worker's peak resident set, KiB.
-    pub peak_rss_kib: u64,
-    /// CPU time making the worker cost (fork or exec until Ready; 0 for a reused worker).
-    pub spawn_cpu_us: u64,
-    /// The QuickJS heap when the body ended, bytes.
-    pub heap_bytes: u64,
-    pub console_lines: u64,
+pub struct ApprovalRecord {
+    pub strategy: &'static str,
+    /// What made approval required (spec, toolset, rule), or what lifted a spec's REQUIRED.
+    pub source: &'static str,
+    pub approver: String,
+    /// approved, rejected, timeout, error, required
+    pub decision: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub wait_ms: u64,
+    /// A spec's humanInTheLoop REQUIRED was lifted by an operator switch for this call.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub overrode_required: bool,
+}
+
+/// What the audit record says of an upstream call.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamAudit {
+    pub id: String,
+    pub tool: String,
+    pub server_risk: String,
+    pub tool_risk: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_trigger: Option<String>,
+    /// Whether the call reached the upstream (false: refused at stsd's door, which the audit
+    /// log counts with the other refusals).
+    #[serde(skip)]
+    pub reached: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -739,7 +758,7 @@ mod tests {
     }
 
     fn refusal(call_id: u64, uid: u32, ts: i64) -> AuditRecord {
-        let caller = crate::service::Caller {
+        let caller = crate::call::vocab::Caller {
             peer_uid: Some(uid),
             principal: None,
             transport: "unix",
@@ -822,7 +841,7 @@ mod tests {
         let t = 1_000_000_000;
         let upstream = |id: u64, reached: bool| {
             let mut r = refusal(id, 7, t + 10);
-            r.upstream = Some(crate::upstream::call::UpstreamAudit {
+            r.upstream = Some(UpstreamAudit {
                 id: "u".into(),
                 tool: "t".into(),
                 server_risk: "L1".into(),

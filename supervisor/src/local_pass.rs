@@ -2,9 +2,9 @@
 //! under its own resolved posture, in the same sandbox a published call gets.
 
 use crate::call::{Door, Place, Target, ToolReply};
+use crate::catalog::tool::PublishedTool;
 use crate::exec::{job, CallValue, ExecOptions};
 pub use crate::scratch::PassPlace;
-use crate::service::PublishedTool;
 use crate::store::{now_ms, Catalog, Entry};
 use serde_json::{json, Value};
 use std::time::Duration;

@@ -6,8 +6,9 @@
 #![allow(deprecated)] // MCP logging notifications are deprecated (SEP-2577) but still the way
 
 use crate::approval::{mitigated, Elicited, Elicitor};
+use crate::call::{CallFailure, Caller};
 use crate::mcp_approval::{McpElicitor, StateBook};
-use crate::service::{CallFailure, Caller, PublishedTool, Service};
+use crate::service::{PublishedTool, Service};
 use crate::transport::{Activity, AdminHandler, Limits, Outbox, SessionTransport};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,

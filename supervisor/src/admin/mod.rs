@@ -77,7 +77,8 @@ pub fn own_uid_warning(admin_uids: &[u32]) -> Option<String> {
     })
 }
 
-use crate::service::{Service, Subject};
+use crate::call::Subject;
+use crate::service::Service;
 use crate::transport::{AdminHandler, AdminReply};
 use serde_json::{json, Value};
 use std::sync::Arc;

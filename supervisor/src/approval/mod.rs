@@ -14,7 +14,6 @@ pub mod toolsets;
 
 pub use policy::{mitigated, requirement, Requirement, Source, ToolFacts};
 
-use serde::Serialize;
 use serde_json::{json, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -52,23 +51,7 @@ pub struct Ask<'a> {
     pub requirement: &'a Requirement,
 }
 
-/// The audit record's `approval` member.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct ApprovalRecord {
-    pub strategy: &'static str,
-    /// What made approval required (spec, toolset, rule), or what lifted a spec's REQUIRED.
-    pub source: &'static str,
-    pub approver: String,
-    /// approved, rejected, timeout, error, required
-    pub decision: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub wait_ms: u64,
-    /// A spec's humanInTheLoop REQUIRED was lifted by an operator switch for this call.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub overrode_required: bool,
-}
+pub use crate::audit::ApprovalRecord;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
@@ -131,9 +114,9 @@ impl Gate {
         id: u64,
         approved: bool,
         reason: String,
-        by: &crate::service::Subject,
+        by: &crate::call::vocab::Subject,
     ) -> Result<(), String> {
-        use crate::service::Subject;
+        use crate::call::vocab::Subject;
         let allowed = match by {
             Subject::Uid(uid) => self.config().operator_uids.contains(uid),
             Subject::Principal { approver, .. } => *approver,

@@ -3,13 +3,13 @@
 //! queue, how the tool runs (a daemon's pool, or one fresh worker), where its files are (the
 //! configured base path, or a Local Pass's scratch copy), where the audit record goes.
 
-use super::Caller;
+use super::vocab::Caller;
 use crate::admission::Admission;
 use crate::approval::{Elicitor, Gate};
 use crate::audit::AuditLog;
+use crate::exec::pool::Pool;
 use crate::exec::ExecOptions;
 use crate::scratch::PassPlace;
-use crate::service::Service;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use stsd_profiles::Config;
@@ -20,8 +20,13 @@ pub type ConsoleSink = Box<dyn FnMut(ConsoleLevel, String) + Send>;
 
 /// How an own tool runs.
 pub enum Executor<'a> {
-    /// The daemon's pool (primed, parked or fresh workers), behind its fair admission.
-    Pool(&'a Arc<Service>),
+    /// The daemon's pool (primed, parked or fresh workers), behind its fair admission;
+    /// `reuse` calls a worker may serve; the options workers are made with.
+    Pool {
+        pool: &'a Arc<Pool>,
+        reuse: u32,
+        opts: ExecOptions,
+    },
     /// One worker made for this call (`stsd run`, `stsd test`, the publish gate).
     OneShot(&'a ExecOptions),
 }
@@ -73,7 +78,7 @@ pub struct Door<'a> {
     pub cut: Option<&'a tokio_util::sync::CancellationToken>,
     /// Filled by an own tool's run: its worker's timings and whether console lines were
     /// dropped over the caps (for `stsd run --timings`).
-    pub ran: Option<(crate::exec::call::CallTimings, bool)>,
+    pub ran: Option<(crate::exec::CallTimings, bool)>,
 }
 
 impl<'a> Door<'a> {

@@ -11,7 +11,7 @@
 
 pub mod door;
 pub mod target;
-mod vocab;
+pub mod vocab;
 
 pub use door::{Audit, ConsoleSink, Door, Executor, Place};
 pub use target::Target;

@@ -3,13 +3,12 @@
 //! pipeline's (`super::run`), never a target's.
 
 use super::door::{Door, Executor, Place};
-use super::{mask_value, ToolReply};
+use super::vocab::{mask_value, ToolReply};
 use crate::approval::Requirement;
-use crate::audit::{AuditRecord, CallMetrics};
+use crate::audit::{AuditRecord, CallMetrics, UpstreamAudit};
+use crate::catalog::tool::PublishedTool;
 use crate::exec::dispatch::{Dispatch, Take};
 use crate::exec::{self, job};
-use crate::service::PublishedTool;
-use crate::upstream::call::UpstreamAudit;
 use crate::upstream::expose::WrappedTool;
 use crate::upstream::Gateway;
 use serde_json::{Map, Value};
@@ -56,7 +55,7 @@ impl Target<'_> {
     pub fn arrive(
         &self,
         call_id: u64,
-        caller: &super::Caller,
+        caller: &super::vocab::Caller,
         args: &Map<String, Value>,
         env: &dyn EnvSource,
     ) -> (AuditRecord, SecretSet) {
@@ -227,17 +226,21 @@ async fn run_own(
     };
     let job = prepared.job;
     let outcome = match door.executor {
-        Executor::Pool(service) => {
-            let opts = service.exec_options();
+        Executor::Pool {
+            pool,
+            reuse,
+            ref opts,
+        } => {
+            let opts = opts.clone();
             // Reuse: workers are parked under the tool's name and resolved posture.
-            let key = crate::pool::reuse_key(&t.spec.name, &job);
+            let key = crate::exec::pool::reuse_key(&t.spec.name, &job);
             // Priming moves work off the call path onto spare CPU; with calls queued for a
             // slot there is none to spare: primed workers are still used, no more asked for.
             let prime_more = door.admission.is_none_or(|a| a.waiting() == 0);
             // A tool that needs approval is not primed: none of its code may run before its
             // call is approved (a body that breaks out of its wrapper runs as it compiles).
-            let prime = opts.prime && crate::pool::primable(&job) && !t.approval.required;
-            let take = if service.reuse() > 1 {
+            let prime = opts.prime && crate::exec::pool::primable(&job) && !t.approval.required;
+            let take = if reuse > 1 {
                 Take::Parked
             } else if prime {
                 Take::Primed { more: prime_more }
@@ -245,8 +248,8 @@ async fn run_own(
                 Take::Plain
             };
             let dispatch = Dispatch {
-                pool: service.pool.clone(),
-                reuse: service.reuse(),
+                pool: pool.clone(),
+                reuse,
                 key,
                 take,
             };

@@ -2,11 +2,28 @@
 //! calls ([`Caller`]), who makes an admin request ([`Subject`]), what a call answers
 //! ([`ToolReply`], [`CallFailure`]), and masking.
 
-use crate::audit::CallMetrics;
 use crate::exec::CallValue;
+use serde::Serialize;
 use serde_json::Value;
 use stsd_protocol::envvar::SecretSet;
 use stsd_protocol::Code;
+
+/// Seed 004's execution metrics, per call: in the audit record and the result's `_meta`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallMetrics {
+    /// Arrival to answer, approval and queueing included.
+    pub wall_ms: u64,
+    /// CPU time of the worker for this call (getrusage), microseconds.
+    pub cpu_us: u64,
+    /// The worker's peak resident set, KiB.
+    pub peak_rss_kib: u64,
+    /// CPU time making the worker cost (fork or exec until Ready; 0 for a reused worker).
+    pub spawn_cpu_us: u64,
+    /// The QuickJS heap when the body ended, bytes.
+    pub heap_bytes: u64,
+    pub console_lines: u64,
+}
 
 /// What a caller gets back for a known tool (failures included, as `is_error`).
 #[derive(Debug, Clone, PartialEq)]

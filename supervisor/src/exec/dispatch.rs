@@ -3,11 +3,12 @@
 //! runtime thread that holds the request ([`super::inline`]); any other (the pool is empty
 //! and a worker must be made, or a fetch may need the broker) on a blocking thread.
 
-use super::call::{
-    reap_later, run_keeping, CallError, CallOutcome, Event, ExecOptions, ReadyWorker,
-};
+use super::call::run_keeping;
 use super::inline;
-use crate::pool::Pool;
+use super::options::ExecOptions;
+use super::outcome::{CallError, CallOutcome, Event};
+use super::worker::{reap_later, ReadyWorker};
+use crate::exec::pool::Pool;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use stsd_protocol::frames::{Job, Prime};

@@ -4,8 +4,9 @@
 //! runtime thread that holds the request). Both check a worker's every frame the same way,
 //! here: a compromised worker gets no more from one driver than from the other.
 
-use super::call::{death_cause, encode_for, AwaitError, ReadyWorker, PRE_CONFINEMENT_CODES};
-use super::call::{CallError, CallOutcome, CallTimings, CallValue, Event};
+use super::outcome::PRE_CONFINEMENT_CODES;
+use super::outcome::{death_cause, CallError, CallOutcome, CallTimings, CallValue, Event};
+use super::worker::{encode_for, reap_later, AwaitError, ReadyWorker};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use stsd_protocol::frames::{self, FetchRequest, FromWorker, Job, NetworkGrant, ToWorker};
@@ -369,7 +370,7 @@ impl<'j> Exchange<'j> {
             Ending::Kept(w)
         } else {
             // The outcome is known; killing and reaping need not delay the reply.
-            super::reap_later(w);
+            reap_later(w);
             Ending::Released
         }
     }

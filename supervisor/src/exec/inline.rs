@@ -8,11 +8,10 @@
 //! the blocking driver, [`super::run_keeping`]). Every frame is checked by the same
 //! [`Exchange`] as there.
 
-use super::call::{
-    record_of, AwaitError, CallOutcome, Event, ExecOptions, FrameReader, ReadyWorker, Record, Recv,
-    READY_TIMEOUT,
-};
 use super::exchange::{Ending, Exchange};
+use super::options::ExecOptions;
+use super::outcome::{CallOutcome, Event};
+use super::worker::{record_of, AwaitError, FrameReader, ReadyWorker, Record, Recv, READY_TIMEOUT};
 use nix::errno::Errno;
 use nix::sys::socket::{recv, send, MsgFlags};
 use std::os::fd::{AsRawFd, RawFd};

@@ -5,11 +5,16 @@ pub mod dispatch;
 mod exchange;
 pub mod inline;
 pub mod job;
+pub mod options;
+pub mod outcome;
 pub mod placement;
+pub mod pool;
 pub mod spawn;
+pub mod spawner;
+pub mod worker;
 pub mod zygote;
 
-pub use call::{
-    reap_later, run_job, run_keeping, run_on, spawn_ready, CallError, CallOutcome, CallValue,
-    Event, ExecOptions, ReadyWorker,
-};
+pub use call::{run_job, run_keeping, run_on};
+pub use options::ExecOptions;
+pub use outcome::{CallError, CallOutcome, CallTimings, CallValue, Event};
+pub use worker::{reap_later, spawn_ready, ReadyWorker};

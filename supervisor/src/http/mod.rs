@@ -462,7 +462,7 @@ async fn admin(shared: &Shared, principal: Principal, req: Request<Incoming>) ->
         .get("params")
         .cloned()
         .unwrap_or_else(|| serde_json::json!({}));
-    let who = crate::service::Subject::Principal {
+    let who = crate::call::Subject::Principal {
         admin: shared.config.admin_principals.contains(&principal.name),
         approver: shared.config.approver_principals.contains(&principal.name),
         name: principal.name,

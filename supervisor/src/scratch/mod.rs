@@ -9,6 +9,8 @@
 
 mod seed;
 
+use seed::chown;
+
 use nix::fcntl::{openat, readlinkat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, Mode, SFlag};
 use std::os::fd::OwnedFd;
@@ -112,14 +114,6 @@ fn worker_owner(config: &Config) -> Option<(u32, u32)> {
     nix::unistd::Uid::effective()
         .is_root()
         .then_some((config.worker.uid, config.worker.gid))
-}
-
-fn chown(path: &Path, owner: Option<(u32, u32)>) -> Result<(), String> {
-    match owner {
-        Some((u, g)) => std::os::unix::fs::lchown(path, Some(u), Some(g))
-            .map_err(|e| format!("chown {}: {e}", path.display())),
-        None => Ok(()),
-    }
 }
 
 struct Budget {

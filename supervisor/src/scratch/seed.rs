@@ -55,7 +55,16 @@ pub fn write(dir: &Path, owner: Option<(u32, u32)>) -> Result<(), String> {
             std::fs::write(&path, contents)
         };
         made.map_err(|e| format!("cannot seed {}: {e}", path.display()))?;
-        super::chown(&path, owner)?;
+        chown(&path, owner)?;
     }
     Ok(())
+}
+
+/// lchown of `path` to `owner` (None: left as it is).
+pub(super) fn chown(path: &Path, owner: Option<(u32, u32)>) -> Result<(), String> {
+    match owner {
+        Some((u, g)) => std::os::unix::fs::lchown(path, Some(u), Some(g))
+            .map_err(|e| format!("chown {}: {e}", path.display())),
+        None => Ok(()),
+    }
 }

@@ -28,7 +28,7 @@ pub type AdminReply<'a> =
 pub trait AdminHandler: Send + Sync {
     fn handle(
         &self,
-        who: crate::service::Subject,
+        who: crate::call::Subject,
         method: String,
         params: serde_json::Value,
     ) -> AdminReply<'_>;

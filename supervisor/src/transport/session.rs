@@ -180,7 +180,7 @@ impl<R: AsyncRead + Unpin + Send> SessionTransport<R> {
         let out = self.out.clone();
         tokio::spawn(async move {
             let reply = match admin
-                .handle(crate::service::Subject::Uid(uid), method, params)
+                .handle(crate::call::Subject::Uid(uid), method, params)
                 .await
             {
                 Ok(result) => serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}),

@@ -3,25 +3,11 @@
 //! answers it, the audit record's upstream member, the `_meta` it is listed with.
 
 use super::expose::WrappedTool;
-use crate::call::{mask_value, ToolReply};
+use crate::call::vocab::{mask_value, ToolReply};
 use serde_json::{json, Map, Value};
 use stsd_protocol::Code;
 
-/// What the audit record says of an upstream call.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct UpstreamAudit {
-    pub id: String,
-    pub tool: String,
-    pub server_risk: String,
-    pub tool_risk: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub floor_trigger: Option<String>,
-    /// Whether the call reached the upstream (false: refused at stsd's door, which the audit
-    /// log counts with the other refusals).
-    #[serde(skip)]
-    pub reached: bool,
-}
+pub use crate::audit::UpstreamAudit;
 
 /// Checks `args` against the tool's input schema (compiled when it was exposed); the error
 /// names the JSON pointer.

@@ -1,0 +1,299 @@
+//! Catalog publishing: which specs the daemon serves (ACTIVE, with a Local Pass, not
+//! disabled, in the preset) and as what (`tool`: each one's schema, hints and approval).
+
+pub mod tool;
+
+pub use tool::{input_schema, PublishedTool};
+
+use crate::approval::toolsets::Toolsets;
+use crate::approval::{requirement, ToolFacts};
+use crate::lifecycle::{state_of, State};
+use crate::store::Catalog;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use stsd_profiles::{resolve, Config};
+
+/// Where specs come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Bundled,
+    Path(PathBuf),
+    /// The managed catalog's specs (what the admin channel published): read like a path,
+    /// and its tools start gated when they write, delete or reach the network
+    /// (`approval::policy::gated_by_default`).
+    Managed(PathBuf),
+}
+
+/// The catalog as served: ACTIVE specs, sorted by name (a stable order).
+#[derive(Debug, Clone, Default)]
+pub struct Published {
+    pub tools: Vec<PublishedTool>,
+    /// Specs read but not served, with why (for the startup banner and logs).
+    pub withheld: Vec<(String, String)>,
+    /// Files that could not be read as specs (bad JSON, unreadable), with the reason.
+    pub unreadable: Vec<(PathBuf, String)>,
+}
+
+impl Published {
+    pub fn get(&self, name: &str) -> Option<&PublishedTool> {
+        self.tools.iter().find(|t| t.spec.name == name)
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.iter().map(|t| t.spec.name.as_str()).collect()
+    }
+}
+
+/// Reads the catalog and the toolsets documents, then publishes. Toolsets errors (schema, a
+/// name that matches no tool) are returned and nothing is published.
+pub fn publish_with_toolsets(
+    sources: &[Source],
+    config: &Config,
+    toolset_paths: &[PathBuf],
+) -> Result<Published, Vec<String>> {
+    let cat = load_catalog(sources);
+    let mut toolsets = crate::approval::toolsets::load(toolset_paths, &|name: &str| {
+        cat.entries
+            .iter()
+            .any(|e| e.validated.spec.as_ref().is_some_and(|s| s.name == name))
+    })?;
+    if let Some(id) = &config.daemon.preset {
+        toolsets.only = Some((id.clone(), preset_tools(sources, config, id)?));
+    }
+    Ok(publish_catalog(
+        &cat,
+        config,
+        &toolsets,
+        false,
+        managed_dir(sources),
+    ))
+}
+
+/// The published catalog without toolsets documents.
+pub fn publish(sources: &[Source], config: &Config) -> Published {
+    publish_catalog(
+        &load_catalog(sources),
+        config,
+        &Toolsets::default(),
+        false,
+        managed_dir(sources),
+    )
+}
+
+/// Every valid spec as it would be published, whatever its lifecycle state (drafts and
+/// specs missing variables included): for exports of a whole catalog.
+pub fn publish_any_state(sources: &[Source], config: &Config) -> Published {
+    publish_catalog(
+        &load_catalog(sources),
+        config,
+        &Toolsets::default(),
+        true,
+        managed_dir(sources),
+    )
+}
+
+/// The tools of preset `id`, from `[daemon] presets_file` or a `default-tool-presets.json`
+/// in (or beside) a catalog source.
+fn preset_tools(
+    sources: &[Source],
+    config: &Config,
+    id: &str,
+) -> Result<std::collections::BTreeSet<String>, Vec<String>> {
+    let file = config.daemon.presets_file.clone().or_else(|| {
+        sources.iter().find_map(|s| match s {
+            Source::Path(p) => {
+                let dir = if p.is_dir() {
+                    p.clone()
+                } else {
+                    p.parent()?.to_path_buf()
+                };
+                Some(dir.join("default-tool-presets.json")).filter(|f| f.exists())
+            }
+            Source::Bundled | Source::Managed(_) => None,
+        })
+    });
+    let Some(file) = file else {
+        return Err(vec![format!(
+            "preset {id}: no presets file (set [daemon] presets_file, or serve a catalog directory with default-tool-presets.json)"
+        )]);
+    };
+    let doc: Value = std::fs::read(&file)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| vec![format!("{}: not a presets document", file.display())])?;
+    let presets = doc.as_array().cloned().unwrap_or_default();
+    let found = presets.iter().find(|p| p["id"] == id);
+    match found {
+        Some(p) => Ok(p["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(String::from))
+            .collect()),
+        None => Err(vec![format!(
+            "{}: no preset {id:?}; there are {}",
+            file.display(),
+            presets
+                .iter()
+                .filter_map(|p| p["id"].as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )]),
+    }
+}
+
+/// The managed catalog's specs directory, when it is a source.
+fn managed_dir(sources: &[Source]) -> Option<&Path> {
+    sources.iter().find_map(|s| match s {
+        Source::Managed(p) => Some(p.as_path()),
+        _ => None,
+    })
+}
+
+fn load_catalog(sources: &[Source]) -> Catalog {
+    let paths: Vec<PathBuf> = sources
+        .iter()
+        .filter_map(|s| match s {
+            Source::Path(p) | Source::Managed(p) => Some(p.clone()),
+            Source::Bundled => None,
+        })
+        .collect();
+    let extra = if sources.contains(&Source::Bundled) {
+        crate::bundled::examples().into_iter().collect()
+    } else {
+        Vec::new()
+    };
+    Catalog::load_with(&paths, extra)
+}
+
+/// The published catalog: ACTIVE specs not disabled by a toolsets document, each with its
+/// effective approval requirement.
+fn publish_catalog(
+    cat: &Catalog,
+    config: &Config,
+    toolsets: &Toolsets,
+    any_state: bool,
+    managed: Option<&Path>,
+) -> Published {
+    let mut out = Published {
+        unreadable: cat
+            .problems
+            .iter()
+            .map(|p| (p.path.clone(), p.diagnostic.to_string()))
+            .collect(),
+        ..Published::default()
+    };
+    for e in &cat.entries {
+        let Some(spec) = &e.validated.spec else {
+            continue;
+        };
+        let name = spec.name.clone();
+        if let Some(err) = e.validated.errors().next() {
+            out.withheld.push((
+                name,
+                format!("invalid: {err} (fix the spec; stsd check shows all)"),
+            ));
+            continue;
+        }
+        let resolved = match resolve(spec, config) {
+            Ok(r) => r,
+            Err(d) => {
+                out.withheld.push((name, format!("invalid: {d}")));
+                continue;
+            }
+        };
+        match state_of(spec, &config.baseline.env()) {
+            (State::Active, _)
+                if config.daemon.require_local_pass
+                    && !any_state
+                    && !crate::local_pass::document(cat, e)
+                        .is_some_and(crate::local_pass::verified) =>
+            {
+                out.withheld.push((
+                    name,
+                    "NOT_VERIFIED: draft:false without a Local Pass of this content (edited since, \
+                     or never passed): run stsd test --write, or stsd tools add|update"
+                        .to_string(),
+                ));
+                continue;
+            }
+            (State::Active, _) => {}
+            _ if any_state => {}
+            (State::MissingRequirements, missing) => {
+                let env = config.baseline.env();
+                let why: Vec<String> = missing
+                    .iter()
+                    .map(|m| {
+                        if std::env::var_os(m).is_some() && !env.allows(m) {
+                            format!("{m} (set, but not in [baseline] env_allow)")
+                        } else {
+                            m.clone()
+                        }
+                    })
+                    .collect();
+                out.withheld.push((
+                    name,
+                    format!(
+                        "MISSING_REQUIREMENTS: {}: set it in the daemon's environment, \
+                         named in [baseline] env_allow, then SIGHUP",
+                        why.join(", ")
+                    ),
+                ));
+                continue;
+            }
+            (State::Draft, _) => {
+                out.withheld.push((
+                    name,
+                    "DRAFT: run stsd test --write (records a Local Pass and sets draft: false), \
+                     or stsd tools add"
+                        .to_string(),
+                ));
+                continue;
+            }
+            (state, _) => {
+                out.withheld.push((name, state.as_str().to_string()));
+                continue;
+            }
+        }
+        if let Some((id, only)) = &toolsets.only {
+            if !only.contains(&name) {
+                out.withheld.push((
+                    name,
+                    format!("not in preset {id}: add it to the preset, or serve without --preset"),
+                ));
+                continue;
+            }
+        }
+        let switch = toolsets.get(&name);
+        if switch.is_some_and(|s| !s.enabled) {
+            out.withheld.push((
+                name,
+                "disabled by a toolsets document: stsd tools enable NAME, or edit the document"
+                    .to_string(),
+            ));
+            continue;
+        }
+        let admin_published = managed.is_some_and(|m| cat.files[e.file].path.starts_with(m));
+        let facts = ToolFacts::of_spec(spec, &resolved, admin_published);
+        let approval = requirement(
+            &facts,
+            switch.and_then(|s| s.requires_approval),
+            &config.approval,
+        );
+        if approval.refused_override {
+            tracing::warn!(
+                tool = %name,
+                "an operator switch says no approval, but the spec requires it and \
+                 [approval] allow_override_required is false: approval stays required"
+            );
+        }
+        out.tools.push(PublishedTool::new(
+            spec.clone(),
+            e.tool_id.clone(),
+            resolved,
+            approval,
+        ));
+    }
+    out.tools.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    out
+}

@@ -1,0 +1,85 @@
+//! One tool as it is served: its spec, its resolved posture, the JSON Schema of its params,
+//! its hints and its approval requirement.
+
+use crate::approval::{requirement, Requirement, ToolFacts};
+use serde_json::{json, Map, Value};
+use stsd_profiles::{Config, Resolved};
+use stsd_protocol::{NetworkMode, ToolSpec};
+
+/// One tool as published over MCP.
+#[derive(Debug, Clone)]
+pub struct PublishedTool {
+    pub spec: ToolSpec,
+    pub tool_id: String,
+    pub resolved: Resolved,
+    /// §6.2: the params lowered to a JSON Schema object.
+    pub input_schema: Value,
+    pub read_only: bool,
+    pub destructive: bool,
+    pub open_world: bool,
+    /// Whether a call needs approval first, why, and which strategy decides.
+    pub approval: Requirement,
+    /// The enforced toolSafety as JSON, made once (every call's audit record carries it).
+    pub tool_safety_json: Value,
+}
+
+impl PublishedTool {
+    /// A tool as served: its schema and hints derived from the spec and its posture.
+    pub fn new(
+        spec: ToolSpec,
+        tool_id: String,
+        resolved: Resolved,
+        approval: Requirement,
+    ) -> PublishedTool {
+        let caps = &resolved.tool_safety.capabilities;
+        let network = caps.network.mode != NetworkMode::Blocked;
+        PublishedTool {
+            approval,
+            tool_safety_json: serde_json::to_value(&resolved.tool_safety).unwrap_or(Value::Null),
+            input_schema: input_schema(&spec),
+            read_only: !caps.file_write && !network,
+            destructive: caps.destructive,
+            open_world: network,
+            tool_id,
+            spec,
+            resolved,
+        }
+    }
+
+    /// The tool as `stsd run`, `stsd test` and the publish gate run it: its approval decided
+    /// by the spec and the config's rules (no toolsets document, not admin-published).
+    pub fn of_spec(
+        spec: &ToolSpec,
+        tool_id: String,
+        resolved: Resolved,
+        config: &Config,
+    ) -> PublishedTool {
+        let facts = ToolFacts::of_spec(spec, &resolved, false);
+        let approval = requirement(&facts, None, &config.approval);
+        PublishedTool::new(spec.clone(), tool_id, resolved, approval)
+    }
+}
+
+/// §6.2 lowering: uppercase types to JSON Schema spellings, required list, no extra keys.
+pub fn input_schema(spec: &ToolSpec) -> Value {
+    let mut props = Map::new();
+    for p in &spec.params {
+        let mut prop = Map::new();
+        prop.insert("type".into(), json!(p.ty.json_schema_name()));
+        if !p.description.is_empty() {
+            prop.insert("description".into(), json!(p.description));
+        }
+        props.insert(p.name.clone(), Value::Object(prop));
+    }
+    let required: Vec<&str> = spec
+        .params
+        .iter()
+        .filter(|p| p.required)
+        .map(|p| p.name.as_str())
+        .collect();
+    let mut schema = json!({"type": "object", "properties": props, "additionalProperties": false});
+    if !required.is_empty() {
+        schema["required"] = json!(required);
+    }
+    schema
+}
