@@ -382,6 +382,16 @@ fn builtin_fs_passes_18_of_18_on_a_fresh_install_without_creating_the_workspace(
     );
 }
 
+/// Gives a workspace to the worker user (when the tests run as root), as an install would.
+fn to_worker_user(ws: &std::path::Path) {
+    if stsd_tests::is_root() {
+        let _ = Command::new("chown")
+            .args(["-R", &format!("{0}:{0}", stsd_tests::WORKER_UID)])
+            .arg(ws)
+            .status();
+    }
+}
+
 #[test]
 fn the_local_pass_leaves_a_users_workspace_byte_identical() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -407,12 +417,7 @@ fn the_local_pass_leaves_a_users_workspace_byte_identical() {
     w("tmp/keep.txt", "precious\n");
     w("deep/er/file.bin", "\u{0}\u{1}binary");
     let _ = std::os::unix::fs::symlink("README.md", ws.path().join("link.md"));
-    if stsd_tests::is_root() {
-        let _ = Command::new("chown")
-            .args(["-R", &format!("{0}:{0}", stsd_tests::WORKER_UID)])
-            .arg(ws.path())
-            .status();
-    }
+    to_worker_user(ws.path());
     let before = snapshot(ws.path());
     assert!(before.len() >= 13, "{}", before.len());
     let config = config_file(dir.path(), ws.path());
@@ -441,12 +446,7 @@ fn a_local_pass_of_a_tool_that_needs_approval_is_asked_for_first() {
     let ws = stsd_tests::scratch_base();
     std::fs::write(ws.path().join("report.md"), "# mine\n").unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(ws.path().join("obsolete.txt"), "keep\n").unwrap_or_else(|e| panic!("{e}"));
-    if stsd_tests::is_root() {
-        let _ = Command::new("chown")
-            .args(["-R", &format!("{0}:{0}", stsd_tests::WORKER_UID)])
-            .arg(ws.path())
-            .status();
-    }
+    to_worker_user(ws.path());
     let before = snapshot(ws.path());
     let config = config_file(dir.path(), ws.path());
     for (flags, code) in [

@@ -780,15 +780,28 @@ mod tests {
         r
     }
 
-    /// Issue 31 item 6: refusals past the per-principal budget are counted into one summary
-    /// a second; none is lost, other principals and calls that ran are written as they come.
-    #[test]
-    fn refusals_past_the_budget_are_summarised_not_lost() {
+    fn log_with_refusal_budget(n: u32) -> (tempfile::TempDir, std::path::PathBuf, AuditLog) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let p = dir.path().join("audit.jsonl");
         let log = AuditLog::open(&p)
             .unwrap_or_else(|e| panic!("{e}"))
-            .with_refusal_budget(3);
+            .with_refusal_budget(n);
+        (dir, p, log)
+    }
+
+    fn records_in(p: &std::path::Path) -> Vec<Value> {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}")))
+            .collect()
+    }
+
+    /// Issue 31 item 6: refusals past the per-principal budget are counted into one summary
+    /// a second; none is lost, other principals and calls that ran are written as they come.
+    #[test]
+    fn refusals_past_the_budget_are_summarised_not_lost() {
+        let (_dir, p, log) = log_with_refusal_budget(3);
         let t = 1_000_000_000;
         for id in 1..=10 {
             log.append(&refusal(id, 7, t + 10))
@@ -803,11 +816,7 @@ mod tests {
         log.append(&refusal(13, 7, t + 1_000))
             .unwrap_or_else(|e| panic!("{e}"));
         log.flush_summaries(true);
-        let recs: Vec<Value> = std::fs::read_to_string(&p)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}")))
-            .collect();
+        let recs = records_in(&p);
         let ids: Vec<u64> = recs.iter().filter_map(|r| r["callId"].as_u64()).collect();
         assert_eq!(ids, vec![1, 2, 3, 11, 12, 13]);
         let sums: Vec<&Value> = recs
@@ -833,11 +842,7 @@ mod tests {
     /// refusal like any other; one the upstream answered with an error is not.
     #[test]
     fn upstream_refusals_count_against_the_budget_and_upstream_errors_do_not() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let p = dir.path().join("audit.jsonl");
-        let log = AuditLog::open(&p)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .with_refusal_budget(1);
+        let (_dir, p, log) = log_with_refusal_budget(1);
         let t = 1_000_000_000;
         let upstream = |id: u64, reached: bool| {
             let mut r = refusal(id, 7, t + 10);
@@ -858,11 +863,7 @@ mod tests {
         log.append(&upstream(6, true))
             .unwrap_or_else(|e| panic!("{e}"));
         log.flush_summaries(true);
-        let recs: Vec<Value> = std::fs::read_to_string(&p)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}")))
-            .collect();
+        let recs = records_in(&p);
         let ids: Vec<u64> = recs.iter().filter_map(|r| r["callId"].as_u64()).collect();
         assert_eq!(ids, vec![1, 6], "{recs:?}");
         let counted: u64 = recs
