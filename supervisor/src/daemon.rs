@@ -210,7 +210,7 @@ async fn serve(
     let from_systemd = listen.is_some();
     // A configured approval-state key that cannot be used stops the start, not the first
     // call that needs approval.
-    crate::mcp_approval::configured_key(&o.config.approval)?;
+    crate::approval::mcp::configured_key(&o.config.approval)?;
     // The HTTP listener is bound before the socket appears: a bad [http] section fails the
     // start before anything is created, and once the socket exists every endpoint takes
     // connections (they wait in the backlog until the service is up).

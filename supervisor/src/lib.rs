@@ -23,7 +23,6 @@ pub mod local_pass;
 pub mod logs;
 pub mod managed;
 pub mod mcp;
-pub mod mcp_approval;
 pub mod metrics;
 pub mod paths;
 pub mod rate;

@@ -5,9 +5,9 @@
 //! call (its worker is killed) when the caller goes away.
 #![allow(deprecated)] // MCP logging notifications are deprecated (SEP-2577) but still the way
 
+use crate::approval::mcp::{McpElicitor, StateBook};
 use crate::approval::{mitigated, Elicited, Elicitor};
 use crate::call::{CallFailure, Caller};
-use crate::mcp_approval::{McpElicitor, StateBook};
 use crate::service::{PublishedTool, Service};
 use crate::transport::{Activity, AdminHandler, Limits, Outbox, SessionTransport};
 use rmcp::model::{
@@ -305,7 +305,7 @@ impl Handler {
             }));
         }
         let book = states(&self.service);
-        let who = crate::mcp_approval::StateOwner::of(caller);
+        let who = crate::approval::mcp::StateOwner::of(caller);
         match &request.request_state {
             Some(state) => {
                 let responses: Option<std::collections::HashMap<String, Value>> = request
@@ -345,7 +345,7 @@ fn states(service: &Service) -> Result<&'static StateBook, &'static String> {
     BOOK.get_or_init(|| {
         let approval = service.config().approval.clone();
         let ttl = Duration::from_secs(approval.timeout_seconds);
-        match crate::mcp_approval::configured_key(&approval)? {
+        match crate::approval::mcp::configured_key(&approval)? {
             Some(key) => StateBook::with_key(key, ttl),
             None => StateBook::new(ttl),
         }

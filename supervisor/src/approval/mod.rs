@@ -7,6 +7,7 @@
 //! `operator`, answered over the admin channel) or command.
 
 pub mod command;
+pub mod mcp;
 pub mod operator;
 pub mod policy;
 pub mod terminal;

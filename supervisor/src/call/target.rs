@@ -135,7 +135,7 @@ impl Target<'_> {
                 })
             }
             Target::Wrapped { tool, .. } => {
-                crate::upstream::call::check_arguments(tool, &args)
+                crate::upstream::call::check_against_input_schema(tool, &args)
                     .map_err(|e| ToolReply::error(Code::InvalidInput, &e))?;
                 Ok(Checked::Wrapped { args })
             }
@@ -201,7 +201,7 @@ impl Checked {
             }
             Place::LocalPass(p) => {
                 *scratch = Some(
-                    crate::scratch::prepare(&mut prepared.job.sandbox, config, p)
+                    crate::scratch::copy_base_path(&mut prepared.job.sandbox, config, p)
                         .map_err(|e| ToolReply::error(Code::SandboxUnavailable, &e))?,
                 );
                 Ok(())

@@ -43,7 +43,7 @@ pub struct Scratch {
 /// Makes the base path of a Local Pass job ready: in place, as a published call gets it, or as
 /// a scratch copy that `sandbox.base_path` then names. Keep the returned value alive until the
 /// call is over. An error means the call must not run (SANDBOX_UNAVAILABLE).
-pub fn prepare(
+pub fn copy_base_path(
     sandbox: &mut SandboxSpec,
     config: &Config,
     place: PassPlace,
@@ -259,7 +259,7 @@ mod tests {
         let config = config_with(real.path());
         let mut sb = sandbox(real.path());
         let scratch =
-            prepare(&mut sb, &config, PassPlace::Scratch).unwrap_or_else(|e| panic!("{e}"));
+            copy_base_path(&mut sb, &config, PassPlace::Scratch).unwrap_or_else(|e| panic!("{e}"));
         let copy = PathBuf::from(&sb.base_path);
         assert_ne!(copy, real.path());
         assert_eq!(
@@ -289,7 +289,7 @@ mod tests {
         let config = config_with(real.path());
         let mut sb = sandbox(real.path());
         let _scratch =
-            prepare(&mut sb, &config, PassPlace::Scratch).unwrap_or_else(|e| panic!("{e}"));
+            copy_base_path(&mut sb, &config, PassPlace::Scratch).unwrap_or_else(|e| panic!("{e}"));
         let copy = PathBuf::from(&sb.base_path);
         for f in [
             "README.md",

@@ -11,7 +11,10 @@ pub use crate::audit::UpstreamAudit;
 
 /// Checks `args` against the tool's input schema (compiled when it was exposed); the error
 /// names the JSON pointer.
-pub(crate) fn check_arguments(tool: &WrappedTool, args: &Map<String, Value>) -> Result<(), String> {
+pub(crate) fn check_against_input_schema(
+    tool: &WrappedTool,
+    args: &Map<String, Value>,
+) -> Result<(), String> {
     let validator = tool.validator.as_ref().map_err(Clone::clone)?;
     let instance = Value::Object(args.clone());
     let errors: Vec<String> = validator

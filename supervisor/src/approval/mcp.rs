@@ -120,7 +120,7 @@ fn canonical(v: &Value) -> Value {
 pub struct StateOwner(String);
 
 impl StateOwner {
-    pub fn of(caller: &crate::call::Caller) -> StateOwner {
+    pub fn of(caller: &crate::call::vocab::Caller) -> StateOwner {
         match &caller.principal {
             Some(p) => StateOwner(format!("principal={p}")),
             None => StateOwner::uid(caller.peer_uid),
