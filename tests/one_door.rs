@@ -1,5 +1,6 @@
 //! Issue 32: one door. The same cases through every entry point (MCP on the daemon's
-//! socket, `stsd call`, the stdio server's embedded mode, `stsd run`, `stsd test`) give the
+//! socket, `stsd call`, MCP over HTTP, the stdio server's embedded mode, `stsd run`, `stsd
+//! test`) give the
 //! same decision and error code, and each call writes exactly one audit record with the
 //! same fields.
 
@@ -141,6 +142,93 @@ fn socket_door(dir: tempfile::TempDir, cat: &Path) -> (Vec<String>, Vec<Value>) 
     (got, records(&d.audit))
 }
 
+/// One MCP request over plain HTTP on loopback (2026-07-28: stateless, one POST per call);
+/// the answer from its event stream.
+fn http_call(port: u16, token: &str, id: usize, tool: &str, args: &str) -> Value {
+    use std::io::Read;
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": serde_json::from_str::<Value>(args).unwrap_or_default(),
+                   "_meta": stsd_tests::harness::meta()}})
+    .to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut s = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(e) => {
+                assert!(std::time::Instant::now() < deadline, "HTTP listener: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    };
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {tool}\r\n\
+         Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw);
+    let (head, rest) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    // De-chunk the body when it is chunked.
+    let mut body = String::new();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut r = rest;
+        while let Some((size, after)) = r.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 || after.len() < n {
+                break;
+            }
+            body.push_str(&after[..n]);
+            r = after[n..].strip_prefix("\r\n").unwrap_or(&after[n..]);
+        }
+    } else {
+        body.push_str(rest);
+    }
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v.get("id") == Some(&json!(id)))
+        .unwrap_or_else(|| panic!("no answer to {id} in: {raw}"))
+}
+
+fn http_door(dir: tempfile::TempDir, cat: &Path) -> (Vec<String>, Vec<Value>) {
+    let tokens = dir.path().join("tokens");
+    let out = Command::new(stsd_bin())
+        .args(["token", "add", "door", "--file"])
+        .arg(&tokens)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(token.starts_with("stsd_"), "{token:?}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let listen = format!("127.0.0.1:{port}");
+    let d = Daemon::start_with(
+        dir,
+        2,
+        &format!(
+            "[baseline]\ntimeout_seconds = 1\n{POLICY}\n[http]\ntokens_file = \"{}\"\n",
+            tokens.display()
+        ),
+        &cat.display().to_string(),
+        &["--listen", &listen],
+    );
+    let mut got = Vec::new();
+    for (i, (tool, args, _)) in CASES.iter().enumerate() {
+        let r = http_call(port, &token, i, tool, args);
+        got.push(code_of_text(is_error(&r), &text(&r)));
+    }
+    (got, records(&d.audit))
+}
+
 fn call_door(dir: tempfile::TempDir, cat: &Path) -> (Vec<String>, Vec<Value>) {
     let d = Daemon::start_with(
         dir,
@@ -275,6 +363,8 @@ fn every_door_gives_the_same_decision_and_one_audit_record() {
     doors.push(("MCP on the socket", g, r));
     let (g, r) = call_door(tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")), &cat);
     doors.push(("stsd call", g, r));
+    let (g, r) = http_door(tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")), &cat);
+    doors.push(("MCP over HTTP", g, r));
     let (g, r) = stdio_door(dir.path(), &cat);
     doors.push(("stsd mcp (embedded)", g, r));
     let (g, r) = run_door(dir.path(), &cat);
