@@ -608,3 +608,75 @@ def test_an_upstream_that_cannot_be_confined_never_runs(tmp_path):
         assert "SANDBOX_UNAVAILABLE" in d.log.read_text()
     finally:
         d.stop()
+
+
+def test_a_wrapped_tool_gets_the_same_decisions_through_every_mcp_door(tmp_path):
+    """Issue 32: a wrapped upstream tool's calls pass the one pipeline whichever MCP door
+    they come in by (the daemon's socket, Streamable HTTP, `stsd mcp` embedded): the same
+    decisions and codes, and one audit record per call with the same fields."""
+    from httpkit import add_token, client as http_client, free_port, wait_ready
+    base = (hostile("w", "crash") + hostile("g", "crash", "approval_default = true\n")
+            + '[approval]\ndefault_strategy = "reject"\n')
+    cases = [("w__echo", {"text": "hi"}, "OK"), ("w__echo", {"text": 42}, "INVALID_INPUT"),
+             ("g__echo", {"text": "hi"}, "APPROVAL_REJECTED")]
+
+    async def run_cases(c) -> list[str]:
+        with anyio.fail_after(60):
+            while not {"w__echo", "g__echo"} <= {t.name for t in (await c.list_tools()).tools}:
+                await anyio.sleep(0.2)
+        out = []
+        for tool, args, _ in cases:
+            r = await c.call_tool(tool, args)
+            out.append(text_of(r).split(":")[0] if r.is_error else "OK")
+        return out
+
+    def records(path: Path) -> list[dict]:
+        return [{"name": r["name"], "outcome": r["outcome"], "code": (r.get("error") or {}).get("code"),
+                 "approval": (r.get("approval") or {}).get("decision"), "upstream": r.get("upstream")}
+                for r in audit_lines_of(path) if "callId" in r]
+
+    doors = {}
+    d = Daemon(tmp_path, extra_config=base).start()
+    try:
+        async def socket_body(c):
+            return await run_cases(c)
+        doors["socket"] = (anyio.run(client, d, socket_body), records(d.audit))
+    finally:
+        d.stop()
+
+    http_dir = tmp_path / "http"
+    http_dir.mkdir()
+    token, port = add_token(http_dir / "tokens", "door"), free_port()
+    h = Daemon(http_dir, extra_config=base + f'[http]\ntokens_file = "{http_dir / "tokens"}"\n',
+               args=["--listen", f"127.0.0.1:{port}"]).start()
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", None, h.proc)
+
+        async def http_body():
+            async with http_client(f"http://127.0.0.1:{port}/mcp", "2026-07-28", token=token) as c:
+                return await run_cases(c)
+        doors["http"] = (anyio.run(http_body), records(h.audit))
+    finally:
+        h.stop()
+
+    emb = tmp_path / "embedded.toml"
+    emb.write_text(f'[daemon]\nrequire_local_pass = false\naudit_log = "{tmp_path / "emb.jsonl"}"\n'
+                   f'catalog_dir = "{tmp_path / "emb-managed"}"\n' + base)
+    params = StdioServerParameters(
+        command=stsd_bin(), args=["mcp", "--config", str(emb), "--socket", str(tmp_path / "none.sock")],
+        env={**os.environ, "STSD_STATE_DIR": str(tmp_path / "emb-state")})
+
+    async def embedded_body():
+        async with Client(stdio_client(params), mode="auto") as c:
+            return await run_cases(c)
+    doors["embedded"] = (anyio.run(embedded_body), records(tmp_path / "emb.jsonl"))
+
+    want = [c[2] for c in cases]
+    first = None
+    for door, (got, recs) in doors.items():
+        assert got == want, (door, got)
+        assert len(recs) == len(cases), (door, recs)
+        assert [r["code"] for r in recs] == [None if w == "OK" else w for w in want], (door, recs)
+        if first is None:
+            first = recs
+        assert recs == first, (door, recs, first)
