@@ -81,6 +81,18 @@ fn load_config(
     }
 }
 
+/// Runs `f` with the config a command reads, or ends with the usage error of one that does
+/// not load.
+fn with_config(
+    arg: Option<PathBuf>,
+    f: impl FnOnce(&stsd_profiles::Config) -> ExitCode,
+) -> ExitCode {
+    match load_config(arg) {
+        Ok((config, _)) => f(&config),
+        Err(code) => code,
+    }
+}
+
 impl From<ToolsCmd> for cli_daemon::ToolsWrite {
     fn from(c: ToolsCmd) -> Self {
         use cli_daemon::ToolsWrite as W;
@@ -137,9 +149,223 @@ fn upstream_exec() -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
-fn main() -> ExitCode {
-    // The worker must not start a logging subscriber or touch anything before its sandbox:
-    // dispatch it first.
+/// `stsd mcp`: the stdio bridge to a running daemon, or (given what to serve, or when no
+/// daemon answers) an embedded supervisor on stdio.
+fn mcp_command(
+    config: Option<PathBuf>,
+    socket: PathBuf,
+    serve: ServeArgs,
+    keepalive_ms: u64,
+    systemd: stsd::systemd::Systemd,
+) -> ExitCode {
+    // Any flag about what to serve (or a config for it) means serving embedded: a
+    // bridge would ignore them.
+    let bridge = config.is_none() && !serve.any();
+    let (config, source) = match load_config(config) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match daemon_options(&serve, Some(socket), None, config, source, systemd).and_then(|o| {
+        stsd::daemon::run_stdio(
+            o,
+            bridge,
+            std::time::Duration::from_millis(keepalive_ms.max(1)),
+        )
+    }) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stsd: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+/// `stsd generate-assets DIR`: man pages and completions.
+fn generate_assets_command(dir: &std::path::Path) -> ExitCode {
+    match cli::generate_assets(dir) {
+        Ok(files) => {
+            for f in files {
+                println!("{}", f.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("stsd: {}: {e}", dir.display());
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+/// `stsd tools ...` on the running daemon.
+fn tools_command(what: ToolsCmd, socket: &std::path::Path) -> ExitCode {
+    match what {
+        ToolsCmd::List { json } => cli_daemon::tools(socket, None, json),
+        ToolsCmd::Show { name } => cli_daemon::tools(socket, Some(&name), true),
+        other => cli_daemon::tools_write(socket, other.into()),
+    }
+}
+
+/// `stsd check`: the validation report, the syntax pass, the exit code.
+fn check_command(
+    paths: Vec<PathBuf>,
+    json: bool,
+    no_warnings: bool,
+    config: Option<PathBuf>,
+) -> ExitCode {
+    let config = match load_config(config) {
+        Ok((c, _)) => c,
+        Err(code) => return code,
+    };
+    if let Some(missing) = paths.iter().find(|p| !p.exists()) {
+        eprintln!("stsd: no such file or directory: {}", missing.display());
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let extra = if paths.is_empty() {
+        stsd::bundled::examples().into_iter().collect()
+    } else {
+        Vec::new()
+    };
+    let cat = store::Catalog::load_with(&paths, extra);
+    let mut report = check::build(&cat, &config, &config.baseline.env());
+    match std::env::current_exe()
+        .map_err(|e| e.to_string())
+        .and_then(|exe| stsd::exec::ExecOptions::new(exe, &config))
+    {
+        Ok(opts) => check::syntax_pass(&mut report, &cat, &config, &opts),
+        Err(e) => eprintln!("stsd: the syntax check did not run: {e}"),
+    }
+    let mut out = std::io::stdout().lock();
+    let written = if json {
+        check::print_json(&report, &mut out)
+    } else {
+        check::print_text(&report, !no_warnings, &mut out)
+    };
+    if let Err(e) = written {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("stsd: {e}");
+        }
+    }
+    if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_INVALID)
+    }
+}
+
+/// `stsd export`: the served catalog as CJSON toolsets, MCP tools/list or OpenAI tools.
+fn export_command(
+    paths: Vec<PathBuf>,
+    format: &str,
+    all: bool,
+    config: Option<PathBuf>,
+) -> ExitCode {
+    let config = match load_config(config) {
+        Ok((c, _)) => c,
+        Err(code) => return code,
+    };
+    let sources = if paths.is_empty() {
+        vec![stsd::service::Source::Bundled]
+    } else {
+        paths.into_iter().map(stsd::service::Source::Path).collect()
+    };
+    let published = if all {
+        stsd::service::publish_any_state(&sources, &config)
+    } else {
+        stsd::service::publish(&sources, &config)
+    };
+    let tools: Vec<_> = published
+        .tools
+        .iter()
+        .map(|t| stsd::approval::toolsets::ExportTool {
+            name: &t.spec.name,
+            summary: &t.spec.description,
+            args_schema: &t.input_schema,
+            enabled: true,
+            requires_approval: t.approval.required,
+        })
+        .collect();
+    let doc = match format {
+        "mcp" => {
+            serde_json::json!({"tools": published.tools.iter().map(stsd::mcp::tool_json).collect::<Vec<_>>()})
+        }
+        "openai" => serde_json::json!(published
+            .tools
+            .iter()
+            .map(|t| serde_json::json!({
+                "type": "function",
+                "function": {
+                    "name": t.spec.name,
+                    "description": t.spec.description,
+                    "parameters": t.input_schema,
+                }
+            }))
+            .collect::<Vec<_>>()),
+        _ => stsd::approval::toolsets::export(&tools),
+    };
+    println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    ExitCode::SUCCESS
+}
+
+/// `stsd approvals`: the calls waiting for an operator.
+fn approvals_command(json: bool, socket: &std::path::Path) -> ExitCode {
+    match stsd::admin::client::call(socket, "stsd/approvals/list", serde_json::json!({})) {
+        Ok(v) => {
+            let pending = v["pending"].as_array().cloned().unwrap_or_default();
+            if json {
+                println!("{v}");
+            } else if pending.is_empty() {
+                println!("no call is waiting for approval");
+            } else {
+                for p in pending {
+                    println!(
+                        "{}  {}  uid {}  waiting {} s\n    arguments: {}\n    {}",
+                        p["id"],
+                        p["tool"].as_str().unwrap_or_default(),
+                        p["peerUid"],
+                        p["ageMs"].as_u64().unwrap_or(0) / 1000,
+                        p["arguments"],
+                        p["prompt"].as_str().unwrap_or_default()
+                    );
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("stsd: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+/// `stsd token add`: a bearer token for MCP over HTTP.
+fn token_command(name: &str, file: Option<PathBuf>, config: Option<PathBuf>) -> ExitCode {
+    let config = match load_config(config) {
+        Ok((c, _)) => c,
+        Err(code) => return code,
+    };
+    let Some(file) = file.or(config.http.tokens_file.clone()) else {
+        eprintln!("stsd: no tokens file: give --file or set [http] tokens_file");
+        return ExitCode::from(EXIT_USAGE);
+    };
+    match stsd::http::auth::add_token(&file, name) {
+        Ok(token) => {
+            println!("{token}");
+            eprintln!(
+                "token for {name} added to {} (only its SHA-256 is kept; this is the one time it is shown)",
+                file.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("stsd: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+/// The child roles stsd execs itself as (a worker, the zygote, a confined upstream), which
+/// run before anything else of the CLI: None for every other command.
+fn child_role() -> Option<ExitCode> {
     match std::env::args_os().nth(1) {
         Some(a) if a == "worker" => {
             let code = stsd_worker::run();
@@ -148,57 +374,72 @@ fn main() -> ExitCode {
             unsafe { libc::_exit(code.clamp(0, 255)) }
         }
         Some(a) if a == "zygote" => {
-            return ExitCode::from(stsd_worker::run_zygote().clamp(0, 255) as u8)
+            Some(ExitCode::from(stsd_worker::run_zygote().clamp(0, 255) as u8))
         }
         // Before systemd's variables are taken and logging starts: the upstream gets exactly
         // the environment this process was given, and it must stay single-threaded.
-        Some(a) if a == "upstream-exec" => return upstream_exec(),
-        _ => {}
+        Some(a) if a == "upstream-exec" => Some(upstream_exec()),
+        _ => None,
     }
-    // systemd's variables are read and removed before any thread exists (see systemd/).
-    let systemd = stsd::systemd::Systemd::from_env();
-    let cli = Cli::parse();
+}
+
+/// Logging and SIGPIPE for this process: `serves` for the daemon and the stdio server.
+fn set_up_process(serves: bool) {
     // The daemon (and the stdio server) log one INFO line per call; one-shot commands only
     // warnings, so their own output stays readable.
     // (rmcp's own INFO lines, a few per connection, only at STSD_LOG=rmcp=info.)
-    stsd::logs::init(if matches!(cli.command, None | Some(Command::Mcp { .. })) {
-        "info,rmcp=warn"
-    } else {
-        "warn"
-    });
+    stsd::logs::init(if serves { "info,rmcp=warn" } else { "warn" });
     // The daemon and the bridge talk to clients that may go away at any moment: a write to a
     // closed socket or pipe must be an EPIPE error (a disconnect), never a fatal signal. Rust
     // starts every program with SIGPIPE ignored; keep it so for them. A one-shot CLI writing
     // to a closed pipe (`stsd check | head`) should end quietly, as any Unix tool does.
-    if !matches!(cli.command, None | Some(Command::Mcp { .. })) {
+    if !serves {
         // SAFETY: setting a signal disposition to its default before any thread is started.
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
+}
+
+/// `stsd` with no subcommand: the daemon.
+fn serve_daemon(args: DaemonArgs, systemd: stsd::systemd::Systemd) -> ExitCode {
+    let DaemonArgs {
+        config,
+        socket,
+        serve,
+        listen,
+    } = args;
+    let (config, source) = match load_config(config.config) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match daemon_options(&serve, socket, listen, config, source, systemd)
+        .and_then(stsd::daemon::run)
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stsd: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    // The worker must not start a logging subscriber or touch anything before its sandbox:
+    // dispatch it first.
+    if let Some(code) = child_role() {
+        return code;
+    }
+    // systemd's variables are read and removed before any thread exists (see systemd/).
+    let systemd = stsd::systemd::Systemd::from_env();
+    let cli = Cli::parse();
+    let serves = matches!(cli.command, None | Some(Command::Mcp { .. }));
+    set_up_process(serves);
     // Whatever made cgroups (the daemon, `stsd run`, `stsd test`) removes its own directory
     // at the end.
     let _cgroups = stsd::cgroup::ReleaseAtExit;
     let Some(command) = cli.command else {
-        let DaemonArgs {
-            config,
-            socket,
-            serve,
-            listen,
-        } = cli.daemon;
-        let (config, source) = match load_config(config.config) {
-            Ok(c) => c,
-            Err(code) => return code,
-        };
-        return match daemon_options(&serve, socket, listen, config, source, systemd)
-            .and_then(stsd::daemon::run)
-        {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("stsd: {e}");
-                ExitCode::from(EXIT_INVALID)
-            }
-        };
+        return serve_daemon(cli.daemon, systemd);
     };
     match command {
         Command::Mcp {
@@ -206,86 +447,14 @@ fn main() -> ExitCode {
             socket,
             serve,
             keepalive_ms,
-        } => {
-            // Any flag about what to serve (or a config for it) means serving embedded: a
-            // bridge would ignore them.
-            let bridge = config.is_none() && !serve.any();
-            let (config, source) = match load_config(config) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            match daemon_options(&serve, Some(socket.path()), None, config, source, systemd)
-                .and_then(|o| {
-                    stsd::daemon::run_stdio(
-                        o,
-                        bridge,
-                        std::time::Duration::from_millis(keepalive_ms.max(1)),
-                    )
-                }) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("stsd: {e}");
-                    ExitCode::from(EXIT_INVALID)
-                }
-            }
-        }
-        Command::GenerateAssets { dir } => match cli::generate_assets(&dir) {
-            Ok(files) => {
-                for f in files {
-                    println!("{}", f.display());
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("stsd: {}: {e}", dir.display());
-                ExitCode::from(EXIT_INVALID)
-            }
-        },
+        } => mcp_command(config, socket.path(), serve, keepalive_ms, systemd),
+        Command::GenerateAssets { dir } => generate_assets_command(&dir),
         Command::Check {
             paths,
             json,
             no_warnings,
             config,
-        } => {
-            let config = match load_config(config.config) {
-                Ok((c, _)) => c,
-                Err(code) => return code,
-            };
-            if let Some(missing) = paths.iter().find(|p| !p.exists()) {
-                eprintln!("stsd: no such file or directory: {}", missing.display());
-                return ExitCode::from(EXIT_USAGE);
-            }
-            let extra = if paths.is_empty() {
-                stsd::bundled::examples().into_iter().collect()
-            } else {
-                Vec::new()
-            };
-            let cat = store::Catalog::load_with(&paths, extra);
-            let mut report = check::build(&cat, &config, &config.baseline.env());
-            match std::env::current_exe()
-                .map_err(|e| e.to_string())
-                .and_then(|exe| stsd::exec::ExecOptions::new(exe, &config))
-            {
-                Ok(opts) => check::syntax_pass(&mut report, &cat, &config, &opts),
-                Err(e) => eprintln!("stsd: the syntax check did not run: {e}"),
-            }
-            let mut out = std::io::stdout().lock();
-            let written = if json {
-                check::print_json(&report, &mut out)
-            } else {
-                check::print_text(&report, !no_warnings, &mut out)
-            };
-            if let Err(e) = written {
-                if e.kind() != std::io::ErrorKind::BrokenPipe {
-                    eprintln!("stsd: {e}");
-                }
-            }
-            if report.ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(EXIT_INVALID)
-            }
-        }
+        } => check_command(paths, json, no_warnings, config.config),
         Command::Schema => {
             print!("{}", stsd_protocol::schema::SAFE_TOOL_SPEC_SCHEMA);
             ExitCode::SUCCESS
@@ -300,13 +469,9 @@ fn main() -> ExitCode {
             approve,
             deny,
             config,
-        } => {
-            let config = match load_config(config.config) {
-                Ok((c, _)) => c,
-                Err(code) => return code,
-            };
+        } => with_config(config.config, |config| {
             cli_run::run(
-                &config,
+                config,
                 cli_run::RunArgs {
                     spec_path: &spec,
                     tool: tool.as_deref(),
@@ -317,7 +482,7 @@ fn main() -> ExitCode {
                     answer: (approve || deny).then_some(approve),
                 },
             )
-        }
+        }),
         Command::Test {
             paths,
             write,
@@ -327,20 +492,16 @@ fn main() -> ExitCode {
             approve,
             deny,
             config,
-        } => match load_config(config.config) {
-            Ok((config, _)) => cli_run::test(
-                &config,
-                &paths,
-                cli_run::TestArgs {
-                    write,
-                    json_out: json,
-                    only_case: case,
-                    in_place,
-                    answer: (approve || deny).then_some(approve),
-                },
-            ),
-            Err(code) => code,
-        },
+        } => with_config(config.config, |config| {
+            let test = cli_run::TestArgs {
+                write,
+                json_out: json,
+                only_case: case,
+                in_place,
+                answer: (approve || deny).then_some(approve),
+            };
+            cli_run::test(config, &paths, test)
+        }),
         Command::Call {
             tool,
             args,
@@ -350,63 +511,13 @@ fn main() -> ExitCode {
         } => cli_daemon::call(&socket.path(), &tool, &args, args_json.as_deref(), json),
         Command::Status { json, socket } => cli_daemon::status(&socket.path(), json),
         Command::Metrics { socket } => cli_daemon::metrics(&socket.path()),
-        Command::Tools { what, socket } => match what {
-            ToolsCmd::List { json } => cli_daemon::tools(&socket.path(), None, json),
-            ToolsCmd::Show { name } => cli_daemon::tools(&socket.path(), Some(&name), true),
-            other => cli_daemon::tools_write(&socket.path(), other.into()),
-        },
+        Command::Tools { what, socket } => tools_command(what, &socket.path()),
         Command::Export {
             paths,
             format,
             all,
             config,
-        } => {
-            let config = match load_config(config.config) {
-                Ok((c, _)) => c,
-                Err(code) => return code,
-            };
-            let sources = if paths.is_empty() {
-                vec![stsd::service::Source::Bundled]
-            } else {
-                paths.into_iter().map(stsd::service::Source::Path).collect()
-            };
-            let published = if all {
-                stsd::service::publish_any_state(&sources, &config)
-            } else {
-                stsd::service::publish(&sources, &config)
-            };
-            let tools: Vec<_> = published
-                .tools
-                .iter()
-                .map(|t| stsd::approval::toolsets::ExportTool {
-                    name: &t.spec.name,
-                    summary: &t.spec.description,
-                    args_schema: &t.input_schema,
-                    enabled: true,
-                    requires_approval: t.approval.required,
-                })
-                .collect();
-            let doc = match format.as_str() {
-                "mcp" => {
-                    serde_json::json!({"tools": published.tools.iter().map(stsd::mcp::tool_json).collect::<Vec<_>>()})
-                }
-                "openai" => serde_json::json!(published
-                    .tools
-                    .iter()
-                    .map(|t| serde_json::json!({
-                        "type": "function",
-                        "function": {
-                            "name": t.spec.name,
-                            "description": t.spec.description,
-                            "parameters": t.input_schema,
-                        }
-                    }))
-                    .collect::<Vec<_>>()),
-                _ => stsd::approval::toolsets::export(&tools),
-            };
-            println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
-            ExitCode::SUCCESS
-        }
+        } => export_command(paths, &format, all, config.config),
         Command::Upstream { what } => match what {
             UpstreamCmd::Check {
                 id,
@@ -414,70 +525,17 @@ fn main() -> ExitCode {
                 timeout_seconds,
                 catalog,
                 config,
-            } => match load_config(config.config) {
-                Ok((config, _)) => {
-                    cli_gateway::check(&config, id.as_deref(), json, timeout_seconds, catalog)
-                }
-                Err(code) => code,
-            },
+            } => with_config(config.config, |config| {
+                cli_gateway::check(config, id.as_deref(), json, timeout_seconds, catalog)
+            }),
             UpstreamCmd::List { json, socket } => cli_gateway::list(&socket.path(), json),
         },
         Command::Ledger { what, socket } => cli_gateway::ledger(&socket.path(), what),
-        Command::Approvals { json, socket } => {
-            let socket = socket.path();
-            match stsd::admin::client::call(&socket, "stsd/approvals/list", serde_json::json!({})) {
-                Ok(v) => {
-                    let pending = v["pending"].as_array().cloned().unwrap_or_default();
-                    if json {
-                        println!("{v}");
-                    } else if pending.is_empty() {
-                        println!("no call is waiting for approval");
-                    } else {
-                        for p in pending {
-                            println!(
-                                "{}  {}  uid {}  waiting {} s\n    arguments: {}\n    {}",
-                                p["id"],
-                                p["tool"].as_str().unwrap_or_default(),
-                                p["peerUid"],
-                                p["ageMs"].as_u64().unwrap_or(0) / 1000,
-                                p["arguments"],
-                                p["prompt"].as_str().unwrap_or_default()
-                            );
-                        }
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("stsd: {e}");
-                    ExitCode::from(EXIT_INVALID)
-                }
-            }
-        }
+        Command::Approvals { json, socket } => approvals_command(json, &socket.path()),
         Command::Approve { id, reason, socket } => decide(&socket.path(), id, true, &reason),
         Command::Deny { id, reason, socket } => decide(&socket.path(), id, false, &reason),
         Command::Token(TokenCmd::Add { name, file, config }) => {
-            let config = match load_config(config.config) {
-                Ok((c, _)) => c,
-                Err(code) => return code,
-            };
-            let Some(file) = file.or(config.http.tokens_file.clone()) else {
-                eprintln!("stsd: no tokens file: give --file or set [http] tokens_file");
-                return ExitCode::from(EXIT_USAGE);
-            };
-            match stsd::http::auth::add_token(&file, &name) {
-                Ok(token) => {
-                    println!("{token}");
-                    eprintln!(
-                        "token for {name} added to {} (only its SHA-256 is kept; this is the one time it is shown)",
-                        file.display()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("stsd: {e}");
-                    ExitCode::from(EXIT_INVALID)
-                }
-            }
+            token_command(&name, file, config.config)
         }
         Command::Worker | Command::Zygote | Command::UpstreamExec { .. } => {
             ExitCode::from(EXIT_USAGE)
