@@ -391,11 +391,7 @@ impl AuditLog {
         if !refused {
             return self.append_line(rec);
         }
-        let who = match (&rec.principal, rec.peer_uid) {
-            (Some(p), _) => p.clone(),
-            (None, Some(uid)) => format!("uid:{uid}"),
-            (None, None) => "-".to_string(),
-        };
+        let who = crate::call::vocab::principal_key(rec.principal.as_deref(), rec.peer_uid);
         let code = rec.error.as_ref().map_or("", |e| e.code.as_str());
         let (write, closed) = self.refusals.admit(&who, rec.call_id, code, rec.ts / 1000);
         for v in closed {

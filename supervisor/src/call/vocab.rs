@@ -115,13 +115,18 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// The key rates and refusal summaries count by: the HTTP principal, else the uid.
+    /// The key rates and refusal summaries count by (see [`principal_key`]).
     pub fn principal_key(&self) -> String {
-        match (&self.principal, self.peer_uid) {
-            (Some(p), _) => p.clone(),
-            (None, Some(uid)) => format!("uid:{uid}"),
-            (None, None) => "-".to_string(),
-        }
+        principal_key(self.principal.as_deref(), self.peer_uid)
+    }
+}
+
+/// Who a call is counted against: the HTTP principal, else the socket peer's uid.
+pub fn principal_key(principal: Option<&str>, peer_uid: Option<u32>) -> String {
+    match (principal, peer_uid) {
+        (Some(p), _) => p.to_string(),
+        (None, Some(uid)) => format!("uid:{uid}"),
+        (None, None) => "-".to_string(),
     }
 }
 
