@@ -17,7 +17,7 @@ Every mode serves `echo` (returns its `text` argument). The modes add:
   slow     `slow`: sleeps `seconds` (default 30) before answering; when the client cancels
            it (notifications/cancelled), "slow cancelled" is appended to $HOSTILE_LOG.
   hog      `whoami` (uid and gid), `hogs` (forks `n` children that each write `mb` MiB into
-           memory and sleep; answers how many got there), `forks` (forks up to `n` sleeping
+           memory and sleep; answers how many got there and how many are alive), `forks` (forks up to `n` sleeping
            children; answers how many forks succeeded), `fill` (writes `mb` MiB into its
            workspace; answers the bytes written and the error), `escapee` (a double-forked,
            setsid child that sleeps; answers its pid).
@@ -193,16 +193,20 @@ def hog(name, n, mb):
         return json.dumps({"uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid()})
     if name == "hogs":
         r, w = os.pipe()
+        pids = []
         for _ in range(n):
-            if os.fork() == 0:
-                os.close(r)
-                quiet_child()
-                try:
-                    held = b"\x01" * (mb << 20)  # written, so the pages are charged
-                    os.write(w, b"1")
-                    time.sleep(600 + len(held) * 0)
-                finally:
-                    os._exit(0)
+            pid = os.fork()
+            if pid:
+                pids.append(pid)
+                continue
+            os.close(r)
+            quiet_child()
+            try:
+                held = b"\x01" * (mb << 20)  # written, so the pages are charged
+                os.write(w, b"1")
+                time.sleep(600 + len(held) * 0)
+            finally:
+                os._exit(0)
         os.close(w)
         got, deadline = 0, time.monotonic() + 10
         os.set_blocking(r, False)
@@ -215,7 +219,9 @@ def hog(name, n, mb):
             except BlockingIOError:
                 time.sleep(0.05)
         os.close(r)
-        return json.dumps({"ready": got})
+        # Alive now: holding their memory (a child killed for memory is reaped here).
+        alive = sum(1 for p in pids if os.waitpid(p, os.WNOHANG) == (0, 0))
+        return json.dumps({"ready": got, "alive": alive})
     if name == "forks":
         made = 0
         for _ in range(n):
