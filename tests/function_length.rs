@@ -23,7 +23,7 @@ fn blank(text: &str) -> Vec<char> {
     let c: Vec<char> = text.chars().collect();
     let mut out = c.clone();
     let mut i = 0;
-    let mut wipe = |out: &mut Vec<char>, from: usize, to: usize| {
+    let wipe = |out: &mut Vec<char>, from: usize, to: usize| {
         for ch in out.iter_mut().take(to.min(c.len())).skip(from) {
             if *ch != '\n' {
                 *ch = ' ';
@@ -33,7 +33,10 @@ fn blank(text: &str) -> Vec<char> {
     while i < c.len() {
         let next = c.get(i + 1).copied();
         if c[i] == '/' && next == Some('/') {
-            let end = c[i..].iter().position(|&x| x == '\n').map_or(c.len(), |p| i + p);
+            let end = c[i..]
+                .iter()
+                .position(|&x| x == '\n')
+                .map_or(c.len(), |p| i + p);
             wipe(&mut out, i, end);
             i = end;
         } else if c[i] == '/' && next == Some('*') {
@@ -96,7 +99,10 @@ fn blank(text: &str) -> Vec<char> {
         } else if c[i] == '\'' {
             // A character literal ('x', '\n', '\u{7f}'), not a lifetime ('a).
             let close = if next == Some('\\') {
-                c[i + 2..].iter().position(|&x| x == '\'').map(|p| i + 2 + p)
+                c[i + 2..]
+                    .iter()
+                    .position(|&x| x == '\'')
+                    .map(|p| i + 2 + p)
             } else if c.get(i + 2) == Some(&'\'') {
                 Some(i + 2)
             } else {
@@ -162,7 +168,8 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
                 _ => {}
             }
         }
-        let line_of = |char_idx: usize| bytes[..char_idx].iter().filter(|&&x| x == '\n').count() + 1;
+        let line_of =
+            |char_idx: usize| bytes[..char_idx].iter().filter(|&&x| x == '\n').count() + 1;
         let first = line_of(s[..at].chars().count());
         out.push((name, first, line_of(end) - first + 1));
     }
@@ -192,7 +199,12 @@ fn no_function_outside_tests_is_over_120_lines() {
     for t in TREES {
         rust_files(&root.join(t), &mut files);
     }
-    assert!(files.len() > 50, "found only {} files under {}", files.len(), root.display());
+    assert!(
+        files.len() > 50,
+        "found only {} files under {}",
+        files.len(),
+        root.display()
+    );
     let mut long = Vec::new();
     for f in &files {
         let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
@@ -204,14 +216,20 @@ fn no_function_outside_tests_is_over_120_lines() {
         }
     }
     long.sort();
-    assert!(long.is_empty(), "functions over {MAX_LINES} lines:\n{}", long.join("\n"));
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_LINES} lines:\n{}",
+        long.join("\n")
+    );
 }
 
 /// The counter itself: a 130-line function is found with its length, braces in strings,
 /// characters and comments do not count, and a short one passes.
 #[test]
 fn the_counter_measures_bodies_and_ignores_braces_in_literals() {
-    let mut long = String::from("fn long() {\n    let s = \"}}}\"; let c = '}'; // }\n    let r = r#\"{\"#;\n");
+    let mut long = String::from(
+        "fn long() {\n    let s = \"}}}\"; let c = '}'; // }\n    let r = r#\"{\"#;\n",
+    );
     for _ in 0..126 {
         long.push_str("    x();\n");
     }

@@ -7,13 +7,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use stsd::approval::terminal::Terminal;
 use stsd::approval::Gate;
-use stsd::call::{Door, Place, Target};
-use stsd::exec::{job, CallValue, ExecOptions};
+use stsd::call::{Door, Place, Target, ToolReply};
+use stsd::exec::{job, CallTimings, CallValue, ExecOptions};
 use stsd::local_pass;
 use stsd::service::PublishedTool;
-use stsd::store::Catalog;
+use stsd::store::{Catalog, Entry};
 use stsd_profiles::{resolve, Config};
-use stsd_protocol::Diagnostic;
+use stsd_protocol::envvar::EnvSource;
+use stsd_protocol::{Diagnostic, ToolSpec};
 
 fn exec_options(config: &Config) -> Result<ExecOptions, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the stsd binary: {e}"))?;
@@ -86,7 +87,15 @@ pub fn print_failure(code: &str, message: &str, json_out: bool) {
     }
 }
 
+/// `stsd run`: one call of one spec's tool through the call pipeline, reported on stdout.
 pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
+    match run_steps(config, a) {
+        Ok(code) | Err(code) => code,
+    }
+}
+
+/// [`run`]'s steps; `Err` is an early exit (its message already printed).
+fn run_steps(config: &Config, a: RunArgs<'_>) -> Result<ExitCode, ExitCode> {
     let RunArgs {
         spec_path,
         tool,
@@ -97,8 +106,25 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
         answer,
     } = a;
     let cat = Catalog::load(&[spec_path.to_path_buf()]);
+    let entry = choose_entry(&cat, spec_path, tool)?;
+    let spec = valid_spec(entry)?;
+    let resolved = resolve(spec, config).map_err(|d| input_error(&d, json_out))?;
+    let args = call_arguments(spec, args_json, arg_pairs, json_out)?;
+    let opts = exec_options(config).map_err(usage)?;
+    let tool = PublishedTool::of_spec(spec, entry.tool_id.clone(), resolved, config);
+    let (reply, ran) = call_once(config, &opts, &tool, args, answer);
+    report_ran(ran.as_ref(), timings);
+    Ok(report_reply(&reply, json_out))
+}
+
+/// The one spec `stsd run` calls: the file's only spec, or the one `--tool` names.
+fn choose_entry<'c>(
+    cat: &'c Catalog,
+    spec_path: &Path,
+    tool: Option<&str>,
+) -> Result<&'c Entry, ExitCode> {
     if let Some(p) = cat.problems.first() {
-        return usage(format!("{}: {}", p.path.display(), p.diagnostic));
+        return Err(usage(format!("{}: {}", p.path.display(), p.diagnostic)));
     }
     let candidates: Vec<_> = cat
         .entries
@@ -109,23 +135,23 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
             _ => false,
         })
         .collect();
-    let entry = match candidates.as_slice() {
-        [e] => *e,
-        [] => {
-            return usage(format!(
-                "no tool {:?} in {}",
-                tool.unwrap_or(""),
-                spec_path.display()
-            ))
-        }
-        _ => {
-            return usage(format!(
-                "{} holds {} specs; choose one with --tool NAME",
-                spec_path.display(),
-                candidates.len()
-            ))
-        }
-    };
+    match candidates.as_slice() {
+        [e] => Ok(*e),
+        [] => Err(usage(format!(
+            "no tool {:?} in {}",
+            tool.unwrap_or(""),
+            spec_path.display()
+        ))),
+        _ => Err(usage(format!(
+            "{} holds {} specs; choose one with --tool NAME",
+            spec_path.display(),
+            candidates.len()
+        ))),
+    }
+}
+
+/// The entry's spec when it is valid; else its errors, on stderr.
+fn valid_spec(entry: &Entry) -> Result<&ToolSpec, ExitCode> {
     let Some(spec) = entry
         .validated
         .spec
@@ -135,35 +161,39 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
         for d in entry.validated.errors() {
             eprintln!("stsd: {d}");
         }
-        return ExitCode::from(EXIT_USAGE);
+        return Err(ExitCode::from(EXIT_USAGE));
     };
-    let resolved = match resolve(spec, config) {
-        Ok(r) => r,
-        Err(d) => return input_error(&d, json_out),
-    };
-    // Arguments: the JSON object first, then each --arg on top.
+    Ok(spec)
+}
+
+/// The call's arguments: the `--args-json` object first, then each `--arg` on top.
+fn call_arguments(
+    spec: &ToolSpec,
+    args_json: Option<&str>,
+    arg_pairs: &[String],
+    json_out: bool,
+) -> Result<Map<String, Value>, ExitCode> {
     let mut args = Map::new();
     if let Some(text) = args_json {
-        match args_object(text) {
-            Ok(m) => args = m,
-            Err(e) => return usage(e),
-        }
+        args = args_object(text).map_err(usage)?;
     }
     for pair in arg_pairs {
-        match job::parse_text_argument(spec, pair) {
-            Ok((k, v)) => {
-                args.insert(k, v);
-            }
-            Err(d) => return input_error(&d, json_out),
-        }
+        let (k, v) = job::parse_text_argument(spec, pair).map_err(|d| input_error(&d, json_out))?;
+        args.insert(k, v);
     }
-    let opts = match exec_options(config) {
-        Ok(o) => o,
-        Err(e) => return usage(e),
-    };
-    // The one pipeline (`stsd::call`), at a door of its own: a terminal to ask, one fresh
-    // worker, the configured base path, the audit log the config names.
-    let tool = PublishedTool::of_spec(spec, entry.tool_id.clone(), resolved, config);
+    Ok(args)
+}
+
+/// The one pipeline (`stsd::call`), at a door of its own: a terminal to ask, one fresh
+/// worker, the configured base path, the audit log the config names. Returns the reply and
+/// what the worker's run reported (timings, whether console lines were dropped).
+fn call_once(
+    config: &Config,
+    opts: &ExecOptions,
+    tool: &PublishedTool,
+    args: Map<String, Value>,
+    answer: Option<bool>,
+) -> (ToolReply, Option<(CallTimings, bool)>) {
     let gate = Gate::new(config.approval.clone());
     let terminal = Terminal {
         answer,
@@ -172,7 +202,7 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
     let mut door = Door::one_shot(
         std::sync::Arc::new(config.clone()),
         &gate,
-        &opts,
+        opts,
         Some(&terminal),
         "cli",
         Place::Configured,
@@ -180,8 +210,13 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
     door.console = Some(Box::new(|level, line| {
         let _ = writeln!(std::io::stderr(), "[{}] {line}", level.as_str());
     }));
-    let reply = stsd::call::run_blocking(&mut door, Target::Own(&tool), args);
-    if let Some((t, truncated)) = &door.ran {
+    let reply = stsd::call::run_blocking(&mut door, Target::Own(tool), args);
+    (reply, door.ran.take())
+}
+
+/// On stderr: dropped console lines, and with `--timings` the worker's timings.
+fn report_ran(ran: Option<&(CallTimings, bool)>, timings: bool) {
+    if let Some((t, truncated)) = ran {
         if *truncated {
             eprintln!("[stsd] console output went over its caps; later lines were dropped");
         }
@@ -193,6 +228,10 @@ pub fn run(config: &Config, a: RunArgs<'_>) -> ExitCode {
             );
         }
     }
+}
+
+/// Prints the reply (stdout on success, the error as JSON or on stderr); its exit code.
+fn report_reply(reply: &ToolReply, json_out: bool) -> ExitCode {
     if !reply.is_error {
         if json_out {
             println!("{}", json_reply(reply.raw.as_deref()));
@@ -234,6 +273,7 @@ pub struct TestArgs {
     pub answer: Option<bool>,
 }
 
+/// `stsd test`: loads the specs, tests each one, prints the summary, writes the passes.
 pub fn test(config: &Config, paths: &[PathBuf], a: TestArgs) -> ExitCode {
     let TestArgs {
         write,
@@ -253,13 +293,45 @@ pub fn test(config: &Config, paths: &[PathBuf], a: TestArgs) -> ExitCode {
         Ok(o) => o,
         Err(e) => return usage(e),
     };
+    let mut cat = load_for_test(paths);
+    let problems = report_file_problems(&cat, json_out);
+    let env = config.baseline.env();
+    let place = pass_place(&cat, config, in_place);
+    let tester = Tester {
+        config,
+        env: &env,
+        opts: &opts,
+        place,
+        terminal: &terminal,
+        json_out,
+        only_case,
+    };
+    let tally = tester.test_all(&cat);
+    print_summary(&tally, problems, json_out);
+    if write && !tally.passed.is_empty() && only_case.is_none() {
+        if let Err(code) = write_passes(&mut cat, &tally.passed, json_out) {
+            return code;
+        }
+    }
+    if tally.failed_specs == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_INVALID)
+    }
+}
+
+/// The specs under `paths`, or the bundled examples when none are given.
+fn load_for_test(paths: &[PathBuf]) -> Catalog {
     let extra = if paths.is_empty() {
         stsd::bundled::examples().into_iter().collect()
     } else {
         Vec::new()
     };
-    let mut cat = Catalog::load_with(paths, extra);
-    let mut results: Vec<local_pass::CaseResult> = Vec::new();
+    Catalog::load_with(paths, extra)
+}
+
+/// Files that hold no readable spec, each a FAIL line (unless `--json`); their count.
+fn report_file_problems(cat: &Catalog, json_out: bool) -> usize {
     let mut problems = 0;
     for p in &cat.problems {
         problems += 1;
@@ -267,16 +339,64 @@ pub fn test(config: &Config, paths: &[PathBuf], a: TestArgs) -> ExitCode {
             println!("FAIL {}: {}", p.path.display(), p.diagnostic);
         }
     }
-    let env = config.baseline.env();
-    let place = if in_place {
-        warn_in_place(&cat, config);
+    problems
+}
+
+/// Where file tools run: a scratch copy, or (`--in-place`, after a warning) the base path.
+fn pass_place(cat: &Catalog, config: &Config, in_place: bool) -> local_pass::PassPlace {
+    if in_place {
+        warn_in_place(cat, config);
         local_pass::PassPlace::InPlace
     } else {
         local_pass::PassPlace::Scratch
-    };
-    let mut passed = Vec::new();
-    let mut failed_specs = cat.problems.len();
-    for (i, e) in cat.entries.iter().enumerate() {
+    }
+}
+
+/// What `stsd test` found: every result, the specs that passed, how many failed.
+struct Tally {
+    results: Vec<local_pass::CaseResult>,
+    /// Indexes into the catalog's entries.
+    passed: Vec<usize>,
+    /// Failed specs, unreadable files included.
+    failed_specs: usize,
+}
+
+/// How `stsd test` runs each spec's Local Pass and cases.
+struct Tester<'a> {
+    config: &'a Config,
+    env: &'a (dyn EnvSource + Sync),
+    opts: &'a ExecOptions,
+    place: local_pass::PassPlace,
+    terminal: &'a Terminal,
+    json_out: bool,
+    only_case: Option<usize>,
+}
+
+impl Tester<'_> {
+    /// Tests every entry of the catalog in turn.
+    fn test_all(&self, cat: &Catalog) -> Tally {
+        let mut tally = Tally {
+            results: Vec::new(),
+            passed: Vec::new(),
+            failed_specs: cat.problems.len(),
+        };
+        for (i, e) in cat.entries.iter().enumerate() {
+            if self.test_entry(cat, e, &mut tally.results) {
+                tally.passed.push(i);
+            } else {
+                tally.failed_specs += 1;
+            }
+        }
+        tally
+    }
+
+    /// One spec: its Local Pass (unless `--case`), then its test cases; whether all passed.
+    fn test_entry(
+        &self,
+        cat: &Catalog,
+        e: &Entry,
+        results: &mut Vec<local_pass::CaseResult>,
+    ) -> bool {
         let mut ok = true;
         let name = e
             .validated
@@ -284,91 +404,130 @@ pub fn test(config: &Config, paths: &[PathBuf], a: TestArgs) -> ExitCode {
             .as_ref()
             .map(|s| s.name.clone())
             .unwrap_or_default();
-        if only_case.is_none() {
-            let report =
-                local_pass::run_entry(&cat, e, config, &env, &opts, place, Some(&terminal));
-            let ms = report.elapsed.as_millis() as u64;
-            let (success, result, reason) = match &report.outcome {
-                Ok(v) => (
-                    true,
-                    json!({"success": true, "output": render_value(v), "executionTime": ms}),
-                    None,
-                ),
-                Err(d) => (
-                    false,
-                    json!({"success": false, "error": d, "executionTime": ms}),
-                    Some(d.to_string()),
-                ),
-            };
-            if !json_out {
-                println!(
-                    "{} {:<28} {ms:>5} ms  {}",
-                    if success { "PASS" } else { "FAIL" },
-                    report.name,
-                    report.location
-                );
-                if let Some(r) = &reason {
-                    println!("     {r}");
-                }
-            }
-            ok &= success;
-            results.push(local_pass::CaseResult {
-                tool: name.clone(),
-                name: "local pass (testValues)".into(),
-                success,
-                result,
-                duration: ms,
-                reason,
-            });
+        if self.only_case.is_none() {
+            let r = self.local_pass(cat, e, &name);
+            ok &= r.success;
+            results.push(r);
         }
-        let cases = match (&e.validated.spec, local_pass::document(&cat, e)) {
+        let cases_ok = self.test_cases(cat, e, &name, results);
+        ok && cases_ok
+    }
+
+    /// The entry's Local Pass with its testValues, printed (unless `--json`) as a result.
+    fn local_pass(&self, cat: &Catalog, e: &Entry, name: &str) -> local_pass::CaseResult {
+        let report = local_pass::run_entry(
+            cat,
+            e,
+            self.config,
+            self.env,
+            self.opts,
+            self.place,
+            Some(self.terminal),
+        );
+        let ms = report.elapsed.as_millis() as u64;
+        let (success, result, reason) = match &report.outcome {
+            Ok(v) => (
+                true,
+                json!({"success": true, "output": render_value(v), "executionTime": ms}),
+                None,
+            ),
+            Err(d) => (
+                false,
+                json!({"success": false, "error": d, "executionTime": ms}),
+                Some(d.to_string()),
+            ),
+        };
+        if !self.json_out {
+            println!(
+                "{} {:<28} {ms:>5} ms  {}",
+                if success { "PASS" } else { "FAIL" },
+                report.name,
+                report.location
+            );
+            if let Some(r) = &reason {
+                println!("     {r}");
+            }
+        }
+        local_pass::CaseResult {
+            tool: name.to_string(),
+            name: "local pass (testValues)".into(),
+            success,
+            result,
+            duration: ms,
+            reason,
+        }
+    }
+
+    /// The entry's `testCases` (only case N with `--case N`), each printed (unless
+    /// `--json`) and added to `results`; whether all passed and the list could be read.
+    fn test_cases(
+        &self,
+        cat: &Catalog,
+        e: &Entry,
+        name: &str,
+        results: &mut Vec<local_pass::CaseResult>,
+    ) -> bool {
+        let cases = match (&e.validated.spec, local_pass::document(cat, e)) {
             (Some(_), Some(doc)) => local_pass::test_cases(doc),
             _ => Ok(Vec::new()),
         };
+        let mut ok = true;
         match (cases, &e.validated.spec) {
             (Err(d), _) => {
                 ok = false;
-                if !json_out {
+                if !self.json_out {
                     println!("FAIL {name:<28} testCases: {d}");
                 }
             }
             (Ok(cases), Some(spec)) => {
                 for (n, case) in cases.iter().enumerate() {
-                    if only_case.is_some_and(|k| k != n) {
+                    if self.only_case.is_some_and(|k| k != n) {
                         continue;
                     }
-                    let r = local_pass::run_case(
-                        spec,
-                        config,
-                        &env,
-                        &opts,
-                        case,
-                        place,
-                        Some(&terminal),
-                    );
-                    if !json_out {
-                        println!(
-                            "{}   case {n} {:<22} {:>5} ms",
-                            if r.success { "PASS" } else { "FAIL" },
-                            r.name,
-                            r.duration
-                        );
-                        if let Some(why) = &r.reason {
-                            println!("     {why}");
-                        }
-                    }
+                    let r = self.test_case(spec, n, case);
                     ok &= r.success;
                     results.push(r);
                 }
             }
             _ => {}
         }
-        if ok {
-            passed.push(i);
-        } else {
-            failed_specs += 1;
-        }
+        ok
     }
+
+    /// Test case `n` of `spec`, printed unless `--json`.
+    fn test_case(
+        &self,
+        spec: &ToolSpec,
+        n: usize,
+        case: &local_pass::TestCase,
+    ) -> local_pass::CaseResult {
+        let r = local_pass::run_case(
+            spec,
+            self.config,
+            self.env,
+            self.opts,
+            case,
+            self.place,
+            Some(self.terminal),
+        );
+        if !self.json_out {
+            println!(
+                "{}   case {n} {:<22} {:>5} ms",
+                if r.success { "PASS" } else { "FAIL" },
+                r.name,
+                r.duration
+            );
+            if let Some(why) = &r.reason {
+                println!("     {why}");
+            }
+        }
+        r
+    }
+}
+
+/// The summary: seed 004's JSON with `--json`, else one line of counts.
+fn print_summary(tally: &Tally, problems: usize, json_out: bool) {
+    let results = &tally.results;
     let total = results.len();
     let ok_count = results.iter().filter(|r| r.success).count();
     if json_out {
@@ -387,28 +546,30 @@ pub fn test(config: &Config, paths: &[PathBuf], a: TestArgs) -> ExitCode {
             })
         );
     } else {
-        println!("\n{} specs passed, {} failed", passed.len(), failed_specs);
+        println!(
+            "\n{} specs passed, {} failed",
+            tally.passed.len(),
+            tally.failed_specs
+        );
     }
-    if write && !passed.is_empty() && only_case.is_none() {
-        match local_pass::write_passes(&mut cat, &passed) {
-            Ok(files) => {
-                if !json_out {
-                    println!(
-                        "wrote draft:false for {} specs in {files} files",
-                        passed.len()
-                    );
-                }
+}
+
+/// `--write`: `draft: false` into the files of the specs that passed.
+fn write_passes(cat: &mut Catalog, passed: &[usize], json_out: bool) -> Result<(), ExitCode> {
+    match local_pass::write_passes(cat, passed) {
+        Ok(files) => {
+            if !json_out {
+                println!(
+                    "wrote draft:false for {} specs in {files} files",
+                    passed.len()
+                );
             }
-            Err(e) => {
-                eprintln!("stsd: cannot write: {e}");
-                return ExitCode::from(EXIT_INVALID);
-            }
+            Ok(())
         }
-    }
-    if failed_specs == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_INVALID)
+        Err(e) => {
+            eprintln!("stsd: cannot write: {e}");
+            Err(ExitCode::from(EXIT_INVALID))
+        }
     }
 }
 

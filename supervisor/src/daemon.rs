@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use stsd_profiles::Config;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub struct DaemonOptions {
@@ -211,14 +212,89 @@ async fn serve(
     // A configured approval-state key that cannot be used stops the start, not the first
     // call that needs approval.
     crate::approval::mcp::configured_key(&o.config.approval)?;
-    // The HTTP listener is bound before the socket appears: a bad [http] section fails the
-    // start before anything is created, and once the socket exists every endpoint takes
-    // connections (they wait in the backlog until the service is up).
-    let http_bound = match o.listen.as_ref().or(o.config.http.listen.as_ref()) {
+    let Endpoints {
+        http: http_bound,
+        socket: bound,
+        metrics,
+    } = bind_endpoints(&o, listen).await?;
+    let managed = managed_catalog(&o)?;
+    let service = build_service_with(&o, Some(&managed))?;
+    let (changed, _) = broadcast::channel::<()>(16);
+    let exe = service.exec_options().spawner.exe_path();
+    service.start_gateway(std::path::Path::new(&exe), changed.clone())?;
+    let nofile = raise_nofile_limit();
+    crate::logs::banner(&banner(&service, &listening(&o, &bound, from_systemd)));
+    let registry = connection_registry(&o, nofile);
+    let admin: Arc<dyn crate::transport::AdminHandler> = crate::admin::Admin::with_catalog(
+        service.clone(),
+        Some((managed.clone(), changed.clone())),
+    );
+    spawn_audit_flusher(service.clone());
+    if let Some((addr, l)) = metrics {
+        crate::logs::banner(&format!(
+            "metrics: Prometheus text on http://{addr}/metrics"
+        ));
+        tokio::spawn(serve_metrics(l, service.clone()));
+    }
+    let running = Running {
+        o: &o,
+        systemd,
+        service: &service,
+        changed: &changed,
+        admin: &admin,
+        registry: &registry,
+        draining: CancellationToken::new(),
+        stop_all: CancellationToken::new(),
+    };
+    let http_task = running.spawn_http(http_bound);
+    tracing::info!(
+        nofile,
+        max_connections = o.config.daemon.max_connections,
+        "connection limits in force"
+    );
+    let mut signals = Signals::install()?;
+    let mut sessions = tokio::task::JoinSet::new();
+    // Started: from here on nothing is a failed start.
+    systemd.notify(&format!(
+        "READY=1\nSTATUS=serving {} tools\nMAINPID={}",
+        service.published().tools.len(),
+        std::process::id()
+    ));
+    if let Some(every) = systemd.watchdog {
+        tokio::spawn(watchdog(systemd.notifier.clone(), every));
+    }
+    running
+        .accept_until_stopped(&bound, &mut signals, &mut sessions)
+        .await;
+    let left = running.stop(bound, http_task, sessions).await;
+    crate::logs::banner(&format!(
+        "stsd stopped ({left} calls cut off after the grace period)"
+    ));
+    Ok(())
+}
+
+/// What the daemon listens on, all bound before the service starts.
+struct Endpoints {
+    /// MCP over Streamable HTTP (`--listen`, `[http] listen`).
+    http: Option<crate::http::Bound>,
+    /// The Unix socket (bound here, or the one systemd passed).
+    socket: listener::Bound,
+    /// The Prometheus port (`[metrics] listen`) and its address.
+    metrics: Option<(String, tokio::net::TcpListener)>,
+}
+
+/// Binds every endpoint. The HTTP listener is bound before the socket appears: a bad [http]
+/// section fails the start before anything is created, and once the socket exists every
+/// endpoint takes connections (they wait in the backlog until the service is up).
+async fn bind_endpoints(
+    o: &DaemonOptions,
+    listen: Option<crate::systemd::ListenFd>,
+) -> Result<Endpoints, String> {
+    let http = match o.listen.as_ref().or(o.config.http.listen.as_ref()) {
         Some(addr) => Some(crate::http::bind(&o.config.http, addr).await?),
         None => None,
     };
-    let bound = match listen {
+    let socket = match listen {
         Some(fd) => listener::from_systemd(fd)?,
         None => listener::bind(&o.socket, o.config.daemon.socket_group)?,
     };
@@ -233,99 +309,114 @@ async fn serve(
         )),
         None => None,
     };
-    {
-        let managed = managed_catalog(&o)?;
-        let service = build_service_with(&o, Some(&managed))?;
-        let (changed, _) = broadcast::channel::<()>(16);
-        let exe = service.exec_options().spawner.exe_path();
-        service.start_gateway(std::path::Path::new(&exe), changed.clone())?;
-        let nofile = raise_nofile_limit();
-        crate::logs::banner(&banner(
-            &service,
-            &format!(
-                "stsd {} listening on {} (MCP 2026-07-28 and 2025-11-25, newline-delimited JSON-RPC){}; config: {}",
-                env!("CARGO_PKG_VERSION"),
-                bound.path.display(),
-                if from_systemd { ", socket from systemd" } else { "" },
-                o.config_source
-                    .path()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| "built-in defaults".into())
-            ),
-        ));
-        let d = &o.config.daemon;
-        // Connections must not use up the descriptors that calls need (worker sockets, fetch
-        // connections, the audit log): the bound is lowered to fit under the limit.
-        let reserve = 64 + 8 * o.pool as u64;
-        let fit = (nofile.saturating_sub(reserve) as usize).max(8);
-        if fit < d.max_connections {
-            tracing::warn!(
-                nofile,
-                configured = d.max_connections,
-                used = fit,
-                "max_connections lowered to fit the descriptor limit"
-            );
-        }
-        let registry = Registry::new(d.max_connections.min(fit), d.max_connections_per_uid);
-        let admin: Arc<dyn crate::transport::AdminHandler> = crate::admin::Admin::with_catalog(
-            service.clone(),
-            Some((managed.clone(), changed.clone())),
-        );
-        {
-            // Summaries of refused calls (audit_refusals_per_second) are written once their
-            // second is over, whether or not the principal comes back.
-            let service = service.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_secs(1));
-                loop {
-                    tick.tick().await;
-                    service.flush_audit_summaries(false);
-                }
-            });
-        }
-        if let Some((addr, l)) = metrics {
-            crate::logs::banner(&format!(
-                "metrics: Prometheus text on http://{addr}/metrics"
-            ));
-            tokio::spawn(serve_metrics(l, service.clone()));
-        }
-        // Remote MCP over Streamable HTTP, beside the socket, when an address is given.
-        let draining = CancellationToken::new();
-        let stop_all = CancellationToken::new();
-        let mut http_task = None;
-        if let Some(bound) = http_bound {
-            crate::logs::banner(bound.describe().trim_end());
-            http_task = Some(tokio::spawn(crate::http::serve(
-                bound,
-                service.clone(),
-                changed.clone(),
-                admin.clone(),
-                draining.clone(),
-                stop_all.clone(),
-            )));
-        }
-        let mut limits = Limits::from_config(d);
-        tracing::info!(
-            nofile,
-            max_connections = d.max_connections,
-            "connection limits in force"
-        );
-        let mut accept_backoff = Duration::ZERO;
+    Ok(Endpoints {
+        http,
+        socket,
+        metrics,
+    })
+}
 
-        let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-        let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-        let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
-        let mut sessions = tokio::task::JoinSet::new();
-        let mut allowed = o.config.daemon.allowed_uids.clone();
-        // Started: from here on nothing is a failed start.
-        systemd.notify(&format!(
-            "READY=1\nSTATUS=serving {} tools\nMAINPID={}",
-            service.published().tools.len(),
-            std::process::id()
-        ));
-        if let Some(every) = systemd.watchdog {
-            tokio::spawn(watchdog(systemd.notifier.clone(), every));
+/// The first line of the startup banner: version, socket, protocols, config.
+fn listening(o: &DaemonOptions, bound: &listener::Bound, from_systemd: bool) -> String {
+    format!(
+        "stsd {} listening on {} (MCP 2026-07-28 and 2025-11-25, newline-delimited JSON-RPC){}; config: {}",
+        env!("CARGO_PKG_VERSION"),
+        bound.path.display(),
+        if from_systemd { ", socket from systemd" } else { "" },
+        o.config_source
+            .path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "built-in defaults".into())
+    )
+}
+
+/// The connection registry. Connections must not use up the descriptors that calls need
+/// (worker sockets, fetch connections, the audit log): the bound is lowered to fit under the
+/// limit.
+fn connection_registry(o: &DaemonOptions, nofile: u64) -> Arc<Registry> {
+    let d = &o.config.daemon;
+    let reserve = 64 + 8 * o.pool as u64;
+    let fit = (nofile.saturating_sub(reserve) as usize).max(8);
+    if fit < d.max_connections {
+        tracing::warn!(
+            nofile,
+            configured = d.max_connections,
+            used = fit,
+            "max_connections lowered to fit the descriptor limit"
+        );
+    }
+    Registry::new(d.max_connections.min(fit), d.max_connections_per_uid)
+}
+
+/// Summaries of refused calls (audit_refusals_per_second) are written once their second is
+/// over, whether or not the principal comes back.
+fn spawn_audit_flusher(service: Arc<Service>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            service.flush_audit_summaries(false);
         }
+    });
+}
+
+/// The signals the daemon answers: SIGTERM and SIGINT stop it, SIGHUP reloads.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, String> {
+        let term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+        let int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+        let hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+        Ok(Signals { term, int, hup })
+    }
+}
+
+/// The daemon once started: what each session is handed, what SIGHUP reloads, and what the
+/// stop winds down.
+struct Running<'a> {
+    o: &'a DaemonOptions,
+    systemd: &'a crate::systemd::Systemd,
+    service: &'a Arc<Service>,
+    changed: &'a broadcast::Sender<()>,
+    admin: &'a Arc<dyn crate::transport::AdminHandler>,
+    registry: &'a Arc<Registry>,
+    /// Cancelled when the stop begins: the HTTP endpoint stops taking calls.
+    draining: CancellationToken,
+    /// Cancelled once calls in flight are done or cut off: every session ends.
+    stop_all: CancellationToken,
+}
+
+impl Running<'_> {
+    /// Remote MCP over Streamable HTTP, beside the socket, when an address is given.
+    fn spawn_http(&self, bound: Option<crate::http::Bound>) -> Option<JoinHandle<()>> {
+        let bound = bound?;
+        crate::logs::banner(bound.describe().trim_end());
+        Some(tokio::spawn(crate::http::serve(
+            bound,
+            self.service.clone(),
+            self.changed.clone(),
+            self.admin.clone(),
+            self.draining.clone(),
+            self.stop_all.clone(),
+        )))
+    }
+
+    /// Accepts connections on the socket, each served in a session of its own, and reloads
+    /// on SIGHUP, until SIGTERM or SIGINT.
+    async fn accept_until_stopped(
+        &self,
+        bound: &listener::Bound,
+        signals: &mut Signals,
+        sessions: &mut tokio::task::JoinSet<()>,
+    ) {
+        let mut limits = Limits::from_config(&self.o.config.daemon);
+        let mut allowed = self.o.config.daemon.allowed_uids.clone();
+        let mut accept_backoff = Duration::ZERO;
         loop {
             tokio::select! {
                 accepted = bound.listener.accept() => {
@@ -335,72 +426,89 @@ async fn serve(
                             stream
                         }
                         Err(e) => {
-                            // Out of descriptors (EMFILE/ENFILE) or a transient error: never
-                            // spin. Out of descriptors, the longest-idle session makes room.
-                            let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE));
-                            if out_of_fds && (0..8).filter(|_| registry.evict_one()).count() > 0 {
-                                accept_backoff = Duration::from_millis(5);
-                            } else {
-                                accept_backoff = (accept_backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
-                            }
-                            if accept_backoff >= Duration::from_secs(1) || !out_of_fds {
-                                tracing::warn!(error = %e, backoff_ms = accept_backoff.as_millis() as u64, "accept failed; backing off");
-                            }
-                            tokio::time::sleep(accept_backoff).await;
+                            accept_failed(&e, self.registry, &mut accept_backoff).await;
                             continue;
                         }
                     };
-                    let uid = match listener::check_peer(&stream, &allowed) {
-                        Ok(uid) => uid,
-                        Err(why) => {
-                            tracing::warn!(%why, "connection refused");
-                            refuse(&stream, &why);
-                            continue;
-                        }
-                    };
-                    let ticket = match registry.admit(uid) {
-                        Ok(t) => t,
-                        Err(why) => {
-                            tracing::warn!(%why, "connection refused");
-                            refuse(&stream, &why);
-                            continue;
-                        }
-                    };
-                    let handler = Handler::new(service.clone(), changed.clone(), Some(uid), "unix", ticket.closed.clone());
-                    let (stop, limits, admin) = (stop_all.clone(), limits.clone(), admin.clone());
-                    sessions.spawn(async move {
-                        let (r, w) = stream.into_split();
-                        let activity = ticket.activity.clone();
-                        tokio::select! {
-                            _ = mcp::serve(handler, r, w, limits, activity, Some(admin)) => {}
-                            _ = stop.cancelled() => {}
-                        }
-                        drop(ticket);
-                    });
+                    if let Some((uid, ticket)) = admit(&stream, &allowed, self.registry) {
+                        self.spawn_session(sessions, stream, uid, ticket, &limits);
+                    }
                 }
                 Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
-                _ = hup.recv() => {
-                    systemd.notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
-                    if reload(&o, &service, &changed) {
-                        let c = service.config();
-                        allowed = c.daemon.allowed_uids.clone();
-                        limits = Limits::from_config(&c.daemon);
+                _ = signals.hup.recv() => {
+                    if let Some((a, l)) = self.on_hup() {
+                        allowed = a;
+                        limits = l;
                     }
-                    systemd.notify(&format!(
-                        "READY=1\nSTATUS=serving {} tools",
-                        service.published().tools.len()
-                    ));
                 }
-                _ = term.recv() => break,
-                _ = int.recv() => break,
+                _ = signals.term.recv() => break,
+                _ = signals.int.recv() => break,
             }
         }
-        // Stop accepting, let in-flight calls finish within the grace period, then cut off
-        // the rest: each is answered CANCELLED and audited before its session goes.
-        systemd.notify("STOPPING=1\nSTATUS=stopping: finishing calls in flight");
+    }
+
+    /// Serves one admitted connection until it ends or the stop cuts it off.
+    fn spawn_session(
+        &self,
+        sessions: &mut tokio::task::JoinSet<()>,
+        stream: tokio::net::UnixStream,
+        uid: u32,
+        ticket: crate::transport::Ticket,
+        limits: &Limits,
+    ) {
+        let handler = Handler::new(
+            self.service.clone(),
+            self.changed.clone(),
+            Some(uid),
+            "unix",
+            ticket.closed.clone(),
+        );
+        let (stop, limits, admin) = (self.stop_all.clone(), limits.clone(), self.admin.clone());
+        sessions.spawn(async move {
+            let (r, w) = stream.into_split();
+            let activity = ticket.activity.clone();
+            tokio::select! {
+                _ = mcp::serve(handler, r, w, limits, activity, Some(admin)) => {}
+                _ = stop.cancelled() => {}
+            }
+            drop(ticket);
+        });
+    }
+
+    /// SIGHUP: tells systemd, reloads, tells systemd again. Some: the reloaded config's
+    /// allowed uids and connection limits, now in force.
+    fn on_hup(&self) -> Option<(Vec<u32>, Limits)> {
+        let systemd = self.systemd;
+        systemd.notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
+        let reloaded = reload(self.o, self.service, self.changed).then(|| {
+            let c = self.service.config();
+            (
+                c.daemon.allowed_uids.clone(),
+                Limits::from_config(&c.daemon),
+            )
+        });
+        systemd.notify(&format!(
+            "READY=1\nSTATUS=serving {} tools",
+            self.service.published().tools.len()
+        ));
+        reloaded
+    }
+
+    /// Stops accepting, lets in-flight calls finish within the grace period, then cuts off
+    /// the rest: each is answered CANCELLED and audited before its session goes. Returns how
+    /// many calls were cut off.
+    async fn stop(
+        &self,
+        bound: listener::Bound,
+        mut http_task: Option<JoinHandle<()>>,
+        mut sessions: tokio::task::JoinSet<()>,
+    ) -> usize {
+        let service = self.service;
+        self.systemd
+            .notify("STOPPING=1\nSTATUS=stopping: finishing calls in flight");
         drop(bound);
-        draining.cancel();
-        let grace = Duration::from_secs(o.config.daemon.shutdown_grace_seconds);
+        self.draining.cancel();
+        let grace = Duration::from_secs(self.o.config.daemon.shutdown_grace_seconds);
         let t0 = Instant::now();
         while service.in_flight() > 0 && t0.elapsed() < grace {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -420,16 +528,48 @@ async fn serve(
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
-        stop_all.cancel();
+        self.stop_all.cancel();
         sessions.shutdown().await;
         if let Some(t) = http_task.filter(|t| !t.is_finished()) {
             let _ = t.await;
         }
         service.shutdown();
-        crate::logs::banner(&format!(
-            "stsd stopped ({left} calls cut off after the grace period)"
-        ));
-        Ok(())
+        left
+    }
+}
+
+/// A failed accept: out of descriptors (EMFILE/ENFILE) or a transient error. Never spins:
+/// out of descriptors, the longest-idle session makes room; else the wait doubles.
+async fn accept_failed(e: &std::io::Error, registry: &Registry, accept_backoff: &mut Duration) {
+    let out_of_fds = matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE));
+    if out_of_fds && (0..8).filter(|_| registry.evict_one()).count() > 0 {
+        *accept_backoff = Duration::from_millis(5);
+    } else {
+        *accept_backoff =
+            (*accept_backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    }
+    if *accept_backoff >= Duration::from_secs(1) || !out_of_fds {
+        tracing::warn!(error = %e, backoff_ms = accept_backoff.as_millis() as u64, "accept failed; backing off");
+    }
+    tokio::time::sleep(*accept_backoff).await;
+}
+
+/// The peer's uid and its connection's ticket, or None: the connection is refused (logged,
+/// and the client told why).
+fn admit(
+    stream: &tokio::net::UnixStream,
+    allowed: &[u32],
+    registry: &Arc<Registry>,
+) -> Option<(u32, crate::transport::Ticket)> {
+    let admitted = listener::check_peer(stream, allowed)
+        .and_then(|uid| registry.admit(uid).map(|ticket| (uid, ticket)));
+    match admitted {
+        Ok(a) => Some(a),
+        Err(why) => {
+            tracing::warn!(%why, "connection refused");
+            refuse(stream, &why);
+            None
+        }
     }
 }
 

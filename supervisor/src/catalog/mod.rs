@@ -8,10 +8,11 @@ pub use tool::{input_schema, PublishedTool};
 use crate::approval::toolsets::Toolsets;
 use crate::approval::{requirement, ToolFacts};
 use crate::lifecycle::{state_of, State};
-use crate::store::Catalog;
+use crate::store::{Catalog, Entry as CatalogEntry};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use stsd_profiles::{resolve, Config};
+use stsd_profiles::{resolve, Config, Resolved};
+use stsd_protocol::ToolSpec;
 
 /// Where specs come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +91,80 @@ pub fn publish_any_state(sources: &[Source], config: &Config) -> Published {
         true,
         managed_dir(sources),
     )
+}
+
+/// Whether one valid spec is served, and resolved as what; else why it is withheld (the
+/// reason the admin listing, the banner and a refused call give).
+fn served(
+    cat: &Catalog,
+    e: &CatalogEntry,
+    spec: &ToolSpec,
+    config: &Config,
+    toolsets: &Toolsets,
+    any_state: bool,
+) -> Result<Resolved, String> {
+    if let Some(err) = e.validated.errors().next() {
+        return Err(format!(
+            "invalid: {err} (fix the spec; stsd check shows all)"
+        ));
+    }
+    let resolved = resolve(spec, config).map_err(|d| format!("invalid: {d}"))?;
+    match state_of(spec, &config.baseline.env()) {
+        (State::Active, _)
+            if config.daemon.require_local_pass
+                && !any_state
+                && !crate::local_pass::document(cat, e)
+                    .is_some_and(crate::local_pass::verified) =>
+        {
+            return Err(
+                "NOT_VERIFIED: draft:false without a Local Pass of this content (edited since, \
+                 or never passed): run stsd test --write, or stsd tools add|update"
+                    .to_string(),
+            );
+        }
+        (State::Active, _) => {}
+        _ if any_state => {}
+        (State::MissingRequirements, missing) => {
+            let env = config.baseline.env();
+            let why: Vec<String> = missing
+                .iter()
+                .map(|m| {
+                    if std::env::var_os(m).is_some() && !env.allows(m) {
+                        format!("{m} (set, but not in [baseline] env_allow)")
+                    } else {
+                        m.clone()
+                    }
+                })
+                .collect();
+            return Err(format!(
+                "MISSING_REQUIREMENTS: {}: set it in the daemon's environment, \
+                 named in [baseline] env_allow, then SIGHUP",
+                why.join(", ")
+            ));
+        }
+        (State::Draft, _) => {
+            return Err(
+                "DRAFT: run stsd test --write (records a Local Pass and sets draft: false), \
+                 or stsd tools add"
+                    .to_string(),
+            );
+        }
+        (state, _) => return Err(state.as_str().to_string()),
+    }
+    if let Some((id, only)) = &toolsets.only {
+        if !only.contains(&spec.name) {
+            return Err(format!(
+                "not in preset {id}: add it to the preset, or serve without --preset"
+            ));
+        }
+    }
+    if toolsets.get(&spec.name).is_some_and(|s| !s.enabled) {
+        return Err(
+            "disabled by a toolsets document: stsd tools enable NAME, or edit the document"
+                .to_string(),
+        );
+    }
+    Ok(resolved)
 }
 
 /// The tools of preset `id`, from `[daemon] presets_file` or a `default-tool-presets.json`
@@ -188,91 +263,14 @@ fn publish_catalog(
             continue;
         };
         let name = spec.name.clone();
-        if let Some(err) = e.validated.errors().next() {
-            out.withheld.push((
-                name,
-                format!("invalid: {err} (fix the spec; stsd check shows all)"),
-            ));
-            continue;
-        }
-        let resolved = match resolve(spec, config) {
+        let resolved = match served(cat, e, spec, config, toolsets, any_state) {
             Ok(r) => r,
-            Err(d) => {
-                out.withheld.push((name, format!("invalid: {d}")));
+            Err(why) => {
+                out.withheld.push((name, why));
                 continue;
             }
         };
-        match state_of(spec, &config.baseline.env()) {
-            (State::Active, _)
-                if config.daemon.require_local_pass
-                    && !any_state
-                    && !crate::local_pass::document(cat, e)
-                        .is_some_and(crate::local_pass::verified) =>
-            {
-                out.withheld.push((
-                    name,
-                    "NOT_VERIFIED: draft:false without a Local Pass of this content (edited since, \
-                     or never passed): run stsd test --write, or stsd tools add|update"
-                        .to_string(),
-                ));
-                continue;
-            }
-            (State::Active, _) => {}
-            _ if any_state => {}
-            (State::MissingRequirements, missing) => {
-                let env = config.baseline.env();
-                let why: Vec<String> = missing
-                    .iter()
-                    .map(|m| {
-                        if std::env::var_os(m).is_some() && !env.allows(m) {
-                            format!("{m} (set, but not in [baseline] env_allow)")
-                        } else {
-                            m.clone()
-                        }
-                    })
-                    .collect();
-                out.withheld.push((
-                    name,
-                    format!(
-                        "MISSING_REQUIREMENTS: {}: set it in the daemon's environment, \
-                         named in [baseline] env_allow, then SIGHUP",
-                        why.join(", ")
-                    ),
-                ));
-                continue;
-            }
-            (State::Draft, _) => {
-                out.withheld.push((
-                    name,
-                    "DRAFT: run stsd test --write (records a Local Pass and sets draft: false), \
-                     or stsd tools add"
-                        .to_string(),
-                ));
-                continue;
-            }
-            (state, _) => {
-                out.withheld.push((name, state.as_str().to_string()));
-                continue;
-            }
-        }
-        if let Some((id, only)) = &toolsets.only {
-            if !only.contains(&name) {
-                out.withheld.push((
-                    name,
-                    format!("not in preset {id}: add it to the preset, or serve without --preset"),
-                ));
-                continue;
-            }
-        }
         let switch = toolsets.get(&name);
-        if switch.is_some_and(|s| !s.enabled) {
-            out.withheld.push((
-                name,
-                "disabled by a toolsets document: stsd tools enable NAME, or edit the document"
-                    .to_string(),
-            ));
-            continue;
-        }
         let admin_published = managed.is_some_and(|m| cat.files[e.file].path.starts_with(m));
         let facts = ToolFacts::of_spec(spec, &resolved, admin_published);
         let approval = requirement(

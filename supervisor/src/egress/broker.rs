@@ -346,6 +346,9 @@ impl Broker {
         out.map_err(Failure::capped)
     }
 
+    /// Checks the request, then sends it hop by hop (each hop budgeted and recorded),
+    /// following redirects, until a final response is read. `current` is kept at the
+    /// method and URL being tried, for the record of a refusal.
     fn run(
         &self,
         policy: &Policy,
@@ -357,22 +360,46 @@ impl Broker {
     ) -> Result<Response, Failure> {
         let started = Instant::now();
         let deadline = deadline.min(started + Duration::from_millis(self.cfg.request_timeout_ms));
+        let slice = Slice {
+            start: req.start_index,
+            max_length: req.max_length,
+        };
+        let mut out = self.outgoing(req)?;
+        loop {
+            *current = (out.method.clone(), out.url.clone());
+            self.admit_hop(abort, records)?;
+            let (target, resp) = self.recorded_hop(policy, &out, deadline, abort, records)?;
+            let status = resp.status();
+            let location = resp.header("location").map(str::to_string);
+            let redirect = matches!(status, 301 | 302 | 303 | 307 | 308);
+            let Some(loc) = location.filter(|_| redirect) else {
+                let final_url = target.url.to_string();
+                return self.read_response(resp, final_url, &slice, deadline, records);
+            };
+            *current = (out.method.clone(), loc.clone());
+            self.follow_redirect(policy, &mut out, status, &target.url, &loc, records)?;
+            drop(resp);
+        }
+    }
+
+    /// The request as the first hop sends it: a known method, clean headers, a body within
+    /// the limit.
+    fn outgoing(&self, req: Request) -> Result<Outgoing, Failure> {
         let Request {
             method,
             url,
             headers,
             body,
-            start_index,
-            max_length,
+            ..
         } = req;
-        let mut method = method.trim().to_ascii_uppercase();
+        let method = method.trim().to_ascii_uppercase();
         if !METHODS.contains(&method.as_str()) {
             return Err(Failure::input(
                 "unsupported-method",
                 format!("{method:?}; use one of {METHODS:?}"),
             ));
         }
-        let mut headers = clean_headers(&headers)?;
+        let headers = clean_headers(&headers)?;
         if body.len() as u64 > self.cfg.max_request_body_bytes {
             return Err(Failure::denied(guard::refuse(
                 "request-body-too-large",
@@ -383,103 +410,114 @@ impl Broker {
                 ),
             )));
         }
-        let mut body = body;
-        let mut url = url;
-        let mut hops = 0u32;
-        loop {
-            *current = (method.clone(), url.clone());
-            if abort.is_aborted() {
-                return Err(cancelled());
-            }
-            // Every hop counts against the call's request budget.
-            if records.len() as u64 >= u64::from(self.cfg.max_requests_per_call) {
-                return Err(Failure::denied(guard::refuse(
-                    "too-many-requests",
-                    format!(
-                        "a call may make {} requests, redirects included",
-                        self.cfg.max_requests_per_call
-                    ),
-                )));
-            }
-            let mut rec = HopRecord {
-                method: method.clone(),
-                url: record_url(&url),
-                mode: policy.mode.as_str(),
-                ..HopRecord::default()
-            };
-            let t_hop = Instant::now();
-            let hop = Hop {
-                method: &method,
-                url: &url,
-                headers: &headers,
-                body: &body,
-            };
-            let outcome = self.hop(policy, &hop, deadline, abort, &mut rec);
-            rec.elapsed_ms = t_hop.elapsed().as_millis() as u64;
-            if let Err(f) = &outcome {
-                if f.code == Code::Security {
-                    rec.refused = Some(f.rule);
-                } else {
-                    rec.error = Some(f.rule.to_string());
-                }
-            }
-            records.push(rec);
-            let (target, resp) = outcome?;
-            let status = resp.status();
-            let location = resp.header("location").map(str::to_string);
-            let redirect = matches!(status, 301 | 302 | 303 | 307 | 308);
-            match location.filter(|_| redirect) {
-                Some(loc) => {
-                    *current = (method.clone(), loc.clone());
-                    let next = target.url.join(&loc).map_err(|e| {
-                        Failure::denied(guard::refuse("invalid-url", format!("redirect: {e}")))
-                    })?;
-                    hops += 1;
-                    if hops > self.cfg.max_redirects {
-                        records.push(HopRecord {
-                            method: method.clone(),
-                            url: record_url(next.as_str()),
-                            mode: policy.mode.as_str(),
-                            refused: Some("too-many-redirects"),
-                            ..HopRecord::default()
-                        });
-                        return Err(Failure::denied(guard::refuse(
-                            "too-many-redirects",
-                            format!("more than {} redirects", self.cfg.max_redirects),
-                        )));
-                    }
-                    // RFC 9110 §15.4: 303 becomes GET; so do 301/302 after a POST-like
-                    // method, as browsers (and the reference) do.
-                    let to_get = status == 303
-                        || (matches!(status, 301 | 302)
-                            && matches!(method.as_str(), "POST" | "PUT" | "PATCH"));
-                    if to_get && method != "HEAD" {
-                        method = "GET".into();
-                        body.clear();
-                        headers.retain(|(k, _)| !k.eq_ignore_ascii_case("content-type"));
-                    }
-                    // Across origins only content-neutral headers follow: a tool's API key in
-                    // any header must not reach whatever host a redirect names.
-                    if next.origin() != target.url.origin() {
-                        headers.retain(|(k, _)| {
-                            CROSS_ORIGIN_HEADERS
-                                .iter()
-                                .any(|c| k.eq_ignore_ascii_case(c))
-                        });
-                    }
-                    drop(resp);
-                    url = next.to_string();
-                }
-                None => {
-                    let final_url = target.url.to_string();
-                    let slice = Slice {
-                        start: start_index,
-                        max_length,
-                    };
-                    return self.read_response(resp, final_url, &slice, deadline, records);
-                }
+        Ok(Outgoing {
+            method,
+            url,
+            headers,
+            body,
+            redirects: 0,
+        })
+    }
+
+    /// Whether another hop may start: the caller is still there, and the call's request
+    /// budget (every hop counts) is not spent.
+    fn admit_hop(&self, abort: &Arc<Abort>, records: &[HopRecord]) -> Result<(), Failure> {
+        if abort.is_aborted() {
+            return Err(cancelled());
+        }
+        if records.len() as u64 >= u64::from(self.cfg.max_requests_per_call) {
+            return Err(Failure::denied(guard::refuse(
+                "too-many-requests",
+                format!(
+                    "a call may make {} requests, redirects included",
+                    self.cfg.max_requests_per_call
+                ),
+            )));
+        }
+        Ok(())
+    }
+
+    /// One hop ([`Broker::hop`]), timed, with its record appended (refused or failed ones
+    /// too).
+    fn recorded_hop(
+        &self,
+        policy: &Policy,
+        out: &Outgoing,
+        deadline: Instant,
+        abort: &Arc<Abort>,
+        records: &mut Vec<HopRecord>,
+    ) -> Result<(Target, ureq::Response), Failure> {
+        let mut rec = HopRecord {
+            method: out.method.clone(),
+            url: record_url(&out.url),
+            mode: policy.mode.as_str(),
+            ..HopRecord::default()
+        };
+        let t_hop = Instant::now();
+        let outcome = self.hop(policy, &out.hop(), deadline, abort, &mut rec);
+        rec.elapsed_ms = t_hop.elapsed().as_millis() as u64;
+        if let Err(f) = &outcome {
+            if f.code == Code::Security {
+                rec.refused = Some(f.rule);
+            } else {
+                rec.error = Some(f.rule.to_string());
             }
         }
+        records.push(rec);
+        outcome
+    }
+
+    /// Turns `out` into the request for the redirect's target `loc` (relative to `from`):
+    /// within the redirect limit (a refusal is recorded), as GET where the status says so,
+    /// with only content-neutral headers across origins.
+    fn follow_redirect(
+        &self,
+        policy: &Policy,
+        out: &mut Outgoing,
+        status: u16,
+        from: &url::Url,
+        loc: &str,
+        records: &mut Vec<HopRecord>,
+    ) -> Result<(), Failure> {
+        let next = from
+            .join(loc)
+            .map_err(|e| Failure::denied(guard::refuse("invalid-url", format!("redirect: {e}"))))?;
+        out.redirects += 1;
+        if out.redirects > self.cfg.max_redirects {
+            records.push(HopRecord {
+                method: out.method.clone(),
+                url: record_url(next.as_str()),
+                mode: policy.mode.as_str(),
+                refused: Some("too-many-redirects"),
+                ..HopRecord::default()
+            });
+            return Err(Failure::denied(guard::refuse(
+                "too-many-redirects",
+                format!("more than {} redirects", self.cfg.max_redirects),
+            )));
+        }
+        // RFC 9110 §15.4: 303 becomes GET; so do 301/302 after a POST-like
+        // method, as browsers (and the reference) do.
+        let to_get = status == 303
+            || (matches!(status, 301 | 302)
+                && matches!(out.method.as_str(), "POST" | "PUT" | "PATCH"));
+        if to_get && out.method != "HEAD" {
+            out.method = "GET".into();
+            out.body.clear();
+            out.headers
+                .retain(|(k, _)| !k.eq_ignore_ascii_case("content-type"));
+        }
+        // Across origins only content-neutral headers follow: a tool's API key in
+        // any header must not reach whatever host a redirect names.
+        if next.origin() != from.origin() {
+            out.headers.retain(|(k, _)| {
+                CROSS_ORIGIN_HEADERS
+                    .iter()
+                    .any(|c| k.eq_ignore_ascii_case(c))
+            });
+        }
+        out.url = next.to_string();
+        Ok(())
     }
 
     /// Checks, resolves and sends one hop; returns the response head (body unread).
@@ -731,6 +769,28 @@ impl Broker {
 struct Slice {
     start: u64,
     max_length: Option<u64>,
+}
+
+/// The request as it stands: each redirect followed rewrites it.
+struct Outgoing {
+    method: String,
+    url: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    /// Redirects followed so far.
+    redirects: u32,
+}
+
+impl Outgoing {
+    /// The next hop's request.
+    fn hop(&self) -> Hop<'_> {
+        Hop {
+            method: &self.method,
+            url: &self.url,
+            headers: &self.headers,
+            body: &self.body,
+        }
+    }
 }
 
 /// One hop's request.

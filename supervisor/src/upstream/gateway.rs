@@ -373,126 +373,162 @@ fn set_up(
     sink: &EventSink,
     observe: bool,
 ) -> Upstream {
-    let gw = &config.gateway;
     let cfg = Arc::new(u);
-    let failed = |error: String, secrets: SecretSet| {
-        tracing::error!(upstream = %cfg.id, error = %error, "upstream not started");
-        Upstream {
-            cfg: cfg.clone(),
-            conn: None,
-            error: Some(error),
-            secrets,
-            workspace: None,
-            proxy_port: None,
-            ids: None,
-            group: Err("not started".into()),
-            budget: Err("not started".into()),
-            _proxy: None,
-            _scratch: None,
-        }
+    let prepared = match prepare(config, &cfg, sink) {
+        Ok(p) => p,
+        Err((error, secrets)) => return not_started(&cfg, error, secrets),
     };
-    let resolved = match sources::resolve_upstream(&cfg, gw.secrets_dir.as_deref()) {
+    if !cfg.is_stdio() {
+        return start_http(cfg, prepared);
+    }
+    start_stdio(config, cfg, prepared, own_uid, stsd_exe, observe)
+}
+
+/// What every upstream gets before its transport matters: its resolved references, the
+/// secrets to mask, its egress proxy and its connection's options.
+struct Prepared {
+    /// The config the connection sees: references resolved.
+    live: Arc<UpstreamConfig>,
+    secrets: SecretSet,
+    proxy: Option<Arc<EgressProxy>>,
+    options: client::Options,
+}
+
+/// An upstream that could not be set up: logged, kept with its error, serving nothing.
+fn not_started(cfg: &Arc<UpstreamConfig>, error: String, secrets: SecretSet) -> Upstream {
+    tracing::error!(upstream = %cfg.id, error = %error, "upstream not started");
+    Upstream {
+        cfg: cfg.clone(),
+        conn: None,
+        error: Some(error),
+        secrets,
+        workspace: None,
+        proxy_port: None,
+        ids: None,
+        group: Err("not started".into()),
+        budget: Err("not started".into()),
+        _proxy: None,
+        _scratch: None,
+    }
+}
+
+/// Resolves the upstream's references (secrets, env, args, headers), starts its egress
+/// proxy and fills in its connection's options. Err: why not, and the secrets to mask it
+/// with.
+fn prepare(
+    config: &Config,
+    cfg: &Arc<UpstreamConfig>,
+    sink: &EventSink,
+) -> Result<Prepared, (String, SecretSet)> {
+    let gw = &config.gateway;
+    let resolved = match sources::resolve_upstream(cfg, gw.secrets_dir.as_deref()) {
         Ok(r) => r,
-        Err(e) => return failed(e, SecretSet::default()),
+        Err(e) => return Err((e, SecretSet::default())),
     };
     let secrets = SecretSet::from_values(resolved.secrets.iter().map(String::as_str));
-    // A networked stdio upstream, and every HTTP upstream, reach the world only through an
-    // egress proxy of their own with the fetch broker's rules; an HTTP upstream's own host
-    // is on its allowlist.
+    let proxy = match egress_proxy(config, cfg, sink) {
+        Ok(p) => p,
+        Err(e) => return Err((e, secrets)),
+    };
+    let mut options = client::Options::from_gateway(gw);
+    options.http_proxy = proxy.as_ref().map(|p| p.url());
+    options.secrets = secrets.clone();
+    // The connection sees the resolved values; `cfg` (reports, logs) keeps the references.
+    let mut live = (**cfg).clone();
+    live.args = resolved.args.clone();
+    live.env = resolved.env.clone();
+    live.headers = resolved.headers.clone();
+    Ok(Prepared {
+        live: Arc::new(live),
+        secrets,
+        proxy,
+        options,
+    })
+}
+
+/// The upstream's own egress proxy, when it reaches anything: a networked stdio upstream,
+/// and every HTTP upstream, reach the world only through an egress proxy of their own with
+/// the fetch broker's rules; an HTTP upstream's own host is on its allowlist. Each hop is
+/// logged and goes to the sink. Err: why it did not start.
+fn egress_proxy(
+    config: &Config,
+    cfg: &Arc<UpstreamConfig>,
+    sink: &EventSink,
+) -> Result<Option<Arc<EgressProxy>>, String> {
     let mut allow = cfg.network.clone();
     if let Some(h) = cfg.url.as_deref().and_then(|u| url::Url::parse(u).ok()) {
         if let Some(host) = h.host_str() {
             allow.push(host.trim_matches(['[', ']']).to_string());
         }
     }
-    let proxy = if allow.is_empty() {
-        None
-    } else {
-        let (id, sink) = (cfg.id.clone(), sink.clone());
-        let on_hop = Arc::new(move |hop: ProxyHop| {
-            tracing::info!(upstream = %id, host = %hop.host, allowed = hop.allowed, rule = ?hop.rule, "upstream egress");
-            if let Ok(mut v) = serde_json::to_value(&hop) {
-                v["event"] = Value::from("UpstreamEgress");
-                v["ts"] = Value::from(crate::store::now_ms());
-                sink(&v);
-            }
-        });
-        match EgressProxy::start(cfg.id.clone(), allow, &config.egress, on_hop) {
-            Ok(p) => Some(Arc::new(p)),
-            Err(e) => return failed(format!("egress proxy: {e}"), secrets),
-        }
-    };
-    let proxy_port = proxy.as_ref().map(|p| p.port());
-    let mut options = client::Options::from_gateway(gw);
-    options.http_proxy = proxy.as_ref().map(|p| p.url());
-    options.secrets = secrets.clone();
-    // The connection sees the resolved values; `cfg` (reports, logs) keeps the references.
-    let mut live = (*cfg).clone();
-    live.args = resolved.args.clone();
-    live.env = resolved.env.clone();
-    live.headers = resolved.headers.clone();
-    let live = Arc::new(live);
-    if !cfg.is_stdio() {
-        let launcher: client::Launcher =
-            Arc::new(|| Err("an HTTP upstream is not launched".to_string()));
-        return Upstream {
-            cfg,
-            conn: Some(Connection::start(live, launcher, options)),
-            error: None,
-            secrets,
-            workspace: None,
-            proxy_port,
-            ids: None,
-            group: Err("an HTTP upstream has no process".into()),
-            budget: Err("an HTTP upstream has no workspace".into()),
-            _proxy: proxy,
-            _scratch: None,
-        };
+    if allow.is_empty() {
+        return Ok(None);
     }
-    let mut scratch = None;
-    let workspace = match (&cfg.workspace, observe) {
-        (Some(w), _) => w.clone(),
-        (None, true) => state_dir(config).join("upstreams").join(&cfg.id),
-        (None, false) => {
-            let t = match tempfile::Builder::new().prefix("stsd-preview-").tempdir() {
-                Ok(t) => t,
-                Err(e) => return failed(format!("a preview workspace: {e}"), secrets),
-            };
-            let ws = t.path().join("ws");
-            scratch = Some(t);
-            ws
+    let (id, sink) = (cfg.id.clone(), sink.clone());
+    let on_hop = Arc::new(move |hop: ProxyHop| {
+        tracing::info!(upstream = %id, host = %hop.host, allowed = hop.allowed, rule = ?hop.rule, "upstream egress");
+        if let Ok(mut v) = serde_json::to_value(&hop) {
+            v["event"] = Value::from("UpstreamEgress");
+            v["ts"] = Value::from(crate::store::now_ms());
+            sink(&v);
         }
+    });
+    EgressProxy::start(cfg.id.clone(), allow, &config.egress, on_hop)
+        .map(|p| Some(Arc::new(p)))
+        .map_err(|e| format!("egress proxy: {e}"))
+}
+
+/// An HTTP upstream: no process, no workspace; its connection starts now.
+fn start_http(cfg: Arc<UpstreamConfig>, p: Prepared) -> Upstream {
+    let launcher: client::Launcher =
+        Arc::new(|| Err("an HTTP upstream is not launched".to_string()));
+    Upstream {
+        cfg,
+        conn: Some(Connection::start(p.live, launcher, p.options)),
+        error: None,
+        secrets: p.secrets,
+        workspace: None,
+        proxy_port: p.proxy.as_ref().map(|p| p.port()),
+        ids: None,
+        group: Err("an HTTP upstream has no process".into()),
+        budget: Err("an HTTP upstream has no workspace".into()),
+        _proxy: p.proxy,
+        _scratch: None,
+    }
+}
+
+/// A stdio upstream: its workspace (with its byte budget), the uid:gid it runs as, its
+/// control group, then its connection, which launches it confined.
+fn start_stdio(
+    config: &Arc<Config>,
+    cfg: Arc<UpstreamConfig>,
+    p: Prepared,
+    own_uid: Option<u32>,
+    stsd_exe: &Path,
+    observe: bool,
+) -> Upstream {
+    let (workspace, scratch) = match workspace_dir(config, &cfg, observe) {
+        Ok(w) => w,
+        Err(e) => return not_started(&cfg, e, p.secrets),
     };
-    let root = is_root();
-    let (uid, gid) = match own_uid {
-        Some(u) => (u, u),
-        None if root && config.gateway.upstream_uid_count > 0 => {
-            return failed(
-                format!(
-                    "no free uid in [gateway] upstream_uid_first {} .. +{}",
-                    config.gateway.upstream_uid_first, config.gateway.upstream_uid_count
-                ),
-                secrets,
-            )
-        }
-        None => (config.worker.uid, config.worker.gid),
+    let (uid, gid) = match run_as(config, own_uid) {
+        Ok(ids) => ids,
+        Err(e) => return not_started(&cfg, e, p.secrets),
     };
     if let Err(e) = super::spawn::prepare_workspace(&workspace, uid, gid) {
-        return failed(format!("workspace {}: {e}", workspace.display()), secrets);
+        return not_started(
+            &cfg,
+            format!("workspace {}: {e}", workspace.display()),
+            p.secrets,
+        );
     }
-    let bytes = cfg
-        .workspace_max_bytes
-        .unwrap_or(config.gateway.workspace_max_bytes);
-    let budget = if bytes == 0 {
-        Err("workspace_max_bytes = 0".to_string())
-    } else {
-        super::budget::mount(&workspace, bytes, uid, gid)
-    };
+    let budget = byte_budget(config, &cfg, &workspace, uid, gid);
     match &budget {
         // The tmpfs is a fresh, empty directory: it needs its tmp/ too.
         Ok(_) => {
             if let Err(e) = super::spawn::prepare_workspace(&workspace, uid, gid) {
-                return failed(format!("workspace {}: {e}", workspace.display()), secrets);
+                let error = format!("workspace {}: {e}", workspace.display());
+                return not_started(&cfg, error, p.secrets);
             }
         }
         Err(e) => {
@@ -502,12 +538,99 @@ fn set_up(
     let group = match crate::cgroup::for_upstream(&config.cgroups, &cfg) {
         Ok(Some(g)) => Ok(g),
         Ok(None) => Err(crate::cgroup::describe()),
-        Err(e) => return failed(e, secrets),
+        Err(e) => return not_started(&cfg, e, p.secrets),
     };
-    let (c, exe, ws) = (live.clone(), stsd_exe.to_path_buf(), workspace.clone());
-    let to_proxy = proxy.clone();
-    let joins = group.as_ref().ok().cloned();
-    let launcher: client::Launcher = Arc::new(move || {
+    let ids = super::spawn::Ids {
+        uid,
+        gid,
+        group: group.as_ref().ok().cloned(),
+    };
+    let launcher = stdio_launcher(&p, stsd_exe, &workspace, ids);
+    let proxy_port = p.proxy.as_ref().map(|p| p.port());
+    let conn = Connection::start(p.live, launcher, p.options);
+    Upstream {
+        cfg,
+        conn: Some(conn),
+        error: None,
+        secrets: p.secrets,
+        workspace: Some(workspace),
+        proxy_port,
+        ids: Some((uid, gid)),
+        group,
+        budget,
+        _proxy: p.proxy,
+        _scratch: scratch,
+    }
+}
+
+/// A stdio upstream's workspace: the configured one, else its own under the state
+/// directory; a preview's is temporary (the TempDir, removed when the preview ends).
+fn workspace_dir(
+    config: &Config,
+    cfg: &UpstreamConfig,
+    observe: bool,
+) -> Result<(PathBuf, Option<tempfile::TempDir>), String> {
+    match (&cfg.workspace, observe) {
+        (Some(w), _) => Ok((w.clone(), None)),
+        (None, true) => Ok((state_dir(config).join("upstreams").join(&cfg.id), None)),
+        (None, false) => {
+            let t = tempfile::Builder::new()
+                .prefix("stsd-preview-")
+                .tempdir()
+                .map_err(|e| format!("a preview workspace: {e}"))?;
+            Ok((t.path().join("ws"), Some(t)))
+        }
+    }
+}
+
+/// The uid:gid a stdio upstream runs as: its own (see `identity`), else `[worker]`'s; as
+/// root with `[gateway] upstream_uid_count` set and no uid free, none.
+fn run_as(config: &Config, own_uid: Option<u32>) -> Result<(u32, u32), String> {
+    let root = is_root();
+    match own_uid {
+        Some(u) => Ok((u, u)),
+        None if root && config.gateway.upstream_uid_count > 0 => Err(format!(
+            "no free uid in [gateway] upstream_uid_first {} .. +{}",
+            config.gateway.upstream_uid_first, config.gateway.upstream_uid_count
+        )),
+        None => Ok((config.worker.uid, config.worker.gid)),
+    }
+}
+
+/// The workspace's tmpfs of `workspace_max_bytes` (the upstream's, else `[gateway]`'s), or
+/// why it has none (0 turns it off).
+fn byte_budget(
+    config: &Config,
+    cfg: &UpstreamConfig,
+    workspace: &Path,
+    uid: u32,
+    gid: u32,
+) -> Result<super::budget::Budget, String> {
+    let bytes = cfg
+        .workspace_max_bytes
+        .unwrap_or(config.gateway.workspace_max_bytes);
+    if bytes == 0 {
+        Err("workspace_max_bytes = 0".to_string())
+    } else {
+        super::budget::mount(workspace, bytes, uid, gid)
+    }
+}
+
+/// What starts (and restarts) a stdio upstream: confined in its workspace, as `ids`, with
+/// a fresh channel to its egress proxy each time.
+fn stdio_launcher(
+    p: &Prepared,
+    stsd_exe: &Path,
+    workspace: &Path,
+    ids: super::spawn::Ids,
+) -> client::Launcher {
+    let (c, exe, ws) = (
+        p.live.clone(),
+        stsd_exe.to_path_buf(),
+        workspace.to_path_buf(),
+    );
+    let to_proxy = p.proxy.clone();
+    Arc::new(move || {
         // Each start gets a channel of its own to the proxy: the forwarder in the
         // upstream's network namespace hands its connections over it.
         let end = match &to_proxy {
@@ -520,27 +643,8 @@ fn set_up(
             }
             None => None,
         };
-        let ids = super::spawn::Ids {
-            uid,
-            gid,
-            group: joins.clone(),
-        };
-        super::spawn::command_as(&c, c.env.clone(), &ws, end, &exe, ids)
-    });
-    let conn = Connection::start(live, launcher, options);
-    Upstream {
-        cfg,
-        conn: Some(conn),
-        error: None,
-        secrets,
-        workspace: Some(workspace),
-        proxy_port,
-        ids: Some((uid, gid)),
-        group,
-        budget,
-        _proxy: proxy,
-        _scratch: scratch,
-    }
+        super::spawn::command_as(&c, c.env.clone(), &ws, end, &exe, ids.clone())
+    })
 }
 
 fn cgroup_report(g: &Result<Arc<crate::cgroup::Group>, String>) -> Value {

@@ -7,11 +7,14 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::ClientHandler;
+use std::future::Future;
+use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::process::Child;
+use tokio::io::DuplexStream;
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -145,12 +148,87 @@ fn cap(shared: &Shared) -> usize {
     usize::try_from(shared.cfg.max_output_bytes().saturating_add(LINE_SLACK)).unwrap_or(usize::MAX)
 }
 
+/// The stdio child with the tasks on its pipes. The fields drop in this order: the stdout
+/// pump and the stderr logger are aborted, then the child is killed.
+struct Proc {
+    pump: AbortOnDrop<pipes::PumpEnd>,
+    _stderr: AbortOnDrop<()>,
+    child: ChildGuard,
+}
+
+/// A child just started: its stdin and stdout for the session, its stderr being logged.
+struct Spawned {
+    child: ChildGuard,
+    pid: Option<u32>,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    stderr: AbortOnDrop<()>,
+}
+
+/// One session with a stdio upstream: start the child, initialize over its pipes, list its
+/// tools, serve until it goes, then say why it went.
 async fn stdio_session(
     shared: &Shared,
     launcher: &Launcher,
     opts: &Options,
     id: &Arc<str>,
 ) -> Result<Ended, String> {
+    let Spawned {
+        child,
+        pid,
+        stdin,
+        stdout,
+        stderr,
+    } = spawn(launcher, opts, id)?;
+    let cap = cap(shared);
+    let overflow = Arc::new(AtomicBool::new(false));
+    let (rmcp_read, pump) = start_pump(stdout, cap, &overflow, shared);
+    let mut proc = Proc {
+        pump,
+        _stderr: stderr,
+        child,
+    };
+    let transport =
+        AsyncRwTransport::<RoleClient, _, _>::new(rmcp_read, stdin).with_max_line_length(cap);
+    let changed = Arc::new(Notify::new());
+    let handler = Handler {
+        changed: changed.clone(),
+        id: id.clone(),
+    };
+    let ct = CancellationToken::new();
+    let _cancel = ct.clone().drop_guard();
+    let connecting = connect(handler, transport, ct.clone(), opts);
+    let running = initialize(&mut proc.child, connecting, &overflow, cap).await?;
+    let session = Arc::new(Session {
+        peer: running.peer().clone(),
+        pid,
+        lost: CancellationToken::new(),
+        overflow,
+        cap,
+    });
+    let tools = list_tools(&session.peer, opts).await?;
+    let ready_at = ready(shared, &session, tools, opts, id);
+    let quit = running.waiting();
+    tokio::pin!(quit);
+    let reason = serve_stdio(shared, &session, &mut proc, quit, &changed, opts, id).await;
+    session.lost.cancel();
+    shared.set_session(None);
+    let reason = settle_exit(&mut proc.child, reason).await;
+    tracing::warn!(upstream = &**id, pid, reason = %reason, "upstream exited");
+    emit(
+        opts,
+        &ConnEvent::Exited {
+            reason: reason.clone(),
+        },
+    );
+    Ok(Ended {
+        up_for: ready_at.elapsed(),
+        error: reason,
+    })
+}
+
+/// Starts the child with its three pipes, and logs its stderr.
+fn spawn(launcher: &Launcher, opts: &Options, id: &Arc<str>) -> Result<Spawned, String> {
     let mut cmd = launcher()?;
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -166,16 +244,30 @@ async fn stdio_session(
         return Err("cannot start: no pipes".to_owned());
     };
     tracing::info!(upstream = &**id, pid, "upstream started");
-    let _stderr = AbortOnDrop(tokio::spawn(pipes::log_stderr(
+    let stderr = AbortOnDrop(tokio::spawn(pipes::log_stderr(
         stderr,
         id.clone(),
         opts.secrets.clone(),
     )));
+    Ok(Spawned {
+        child,
+        pid,
+        stdin,
+        stdout,
+        stderr,
+    })
+}
 
-    let cap = cap(shared);
-    let overflow = Arc::new(AtomicBool::new(false));
+/// Pumps the child's stdout, lines capped at `cap`, into the stream rmcp reads; a line over
+/// the cap sets `overflow` before that stream ends.
+fn start_pump(
+    stdout: ChildStdout,
+    cap: usize,
+    overflow: &Arc<AtomicBool>,
+    shared: &Shared,
+) -> (DuplexStream, AbortOnDrop<pipes::PumpEnd>) {
     let (rmcp_read, pump_write) = tokio::io::duplex(64 * 1024);
-    let mut pump = AbortOnDrop(tokio::spawn({
+    let pump = AbortOnDrop(tokio::spawn({
         let (overflow, read) = (overflow.clone(), shared.stdout_bytes.clone());
         async move {
             let mut pump_write = pump_write;
@@ -189,65 +281,67 @@ async fn stdio_session(
             end
         }
     }));
+    (rmcp_read, pump)
+}
 
-    let transport =
-        AsyncRwTransport::<RoleClient, _, _>::new(rmcp_read, stdin).with_max_line_length(cap);
-    let changed = Arc::new(Notify::new());
-    let handler = Handler {
-        changed: changed.clone(),
-        id: id.clone(),
-    };
-    let ct = CancellationToken::new();
-    let _cancel = ct.clone().drop_guard();
+/// `initialize` (the `connecting` future), raced against the child's exit; a failure says
+/// why in the child's terms where it can (an overflow, the exit status).
+async fn initialize(
+    child: &mut ChildGuard,
+    connecting: impl Future<Output = Result<RunningService<RoleClient, Handler>, String>>,
+    overflow: &AtomicBool,
+    cap: usize,
+) -> Result<RunningService<RoleClient, Handler>, String> {
     let running = tokio::select! {
-        r = connect(handler, transport, ct.clone(), opts) => r,
+        r = connecting => r,
         status = child.0.wait() => Err(match status {
             Ok(s) => exit_reason("exited during initialize", s),
             Err(e) => format!("lost during initialize: {e}"),
         }),
     };
-    let running = match running {
-        Ok(r) => r,
-        Err(e) if overflow.load(Ordering::SeqCst) => {
-            return Err(format!(
-                "wrote a message longer than {cap} bytes during initialize ({e})"
-            ))
-        }
-        Err(e) if e.starts_with("SANDBOX_UNAVAILABLE") => return Err(e),
+    match running {
+        Ok(r) => Ok(r),
+        Err(e) if overflow.load(Ordering::SeqCst) => Err(format!(
+            "wrote a message longer than {cap} bytes during initialize ({e})"
+        )),
+        Err(e) if e.starts_with("SANDBOX_UNAVAILABLE") => Err(e),
         Err(e) => {
             // The session may have noticed the closed pipe before the exit: the exit status
             // says more (a confinement that failed, above all).
             match tokio::time::timeout(Duration::from_millis(500), child.0.wait()).await {
-                Ok(Ok(s)) => return Err(exit_reason(&e, s)),
-                _ => return Err(e),
+                Ok(Ok(s)) => Err(exit_reason(&e, s)),
+                _ => Err(e),
             }
         }
-    };
-    let session = Arc::new(Session {
-        peer: running.peer().clone(),
-        pid,
-        lost: CancellationToken::new(),
-        overflow,
-        cap,
-    });
-    let tools = list_tools(&session.peer, opts).await?;
-    let ready_at = ready(shared, &session, tools, opts, id);
-    let quit = running.waiting();
-    tokio::pin!(quit);
+    }
+}
+
+/// Serves the session until the child exits, its stdout closes or floods, the MCP session
+/// ends or the connection breaks, refreshing the tool list when told and on a timer;
+/// returns why it ended.
+async fn serve_stdio<Q: Future>(
+    shared: &Shared,
+    session: &Session,
+    proc: &mut Proc,
+    mut quit: Pin<&mut Q>,
+    changed: &Notify,
+    opts: &Options,
+    id: &Arc<str>,
+) -> String {
+    let cap = session.cap;
     let mut relist =
         tokio::time::interval_at(tokio::time::Instant::now() + opts.relist, opts.relist);
     relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-
-    let mut reason = loop {
+    loop {
         tokio::select! {
-            status = child.0.wait() => break match status {
+            status = proc.child.0.wait() => break match status {
                 Ok(s) => format!("exited: {s}"),
                 Err(e) => format!("lost: {e}"),
             },
-            end = &mut pump.0 => {
+            end = &mut proc.pump.0 => {
                 if matches!(end, Ok(pipes::PumpEnd::Overflow)) {
                     session.lost.cancel();
-                    pipes::kill(&mut child.0);
+                    pipes::kill(&mut proc.child.0);
                     break format!("wrote a message longer than {cap} bytes (output flood); killed");
                 }
                 break "closed its stdout".to_owned();
@@ -258,31 +352,22 @@ async fn stdio_session(
             // A redefinition the upstream does not announce is still caught.
             _ = relist.tick() => refresh(shared, &session.peer, opts, id).await,
         }
-    };
-    session.lost.cancel();
-    shared.set_session(None);
-    // Prefer the exit status to "closed its stdout" when the child is going anyway.
-    if !reason.starts_with("exited") {
-        if let Ok(Ok(status)) =
-            tokio::time::timeout(Duration::from_millis(500), child.0.wait()).await
-        {
-            reason = exit_reason(&reason, status);
-        } else {
-            pipes::kill(&mut child.0);
-            let _ = tokio::time::timeout(Duration::from_secs(2), child.0.wait()).await;
-        }
     }
-    tracing::warn!(upstream = &**id, pid, reason = %reason, "upstream exited");
-    emit(
-        opts,
-        &ConnEvent::Exited {
-            reason: reason.clone(),
-        },
-    );
-    Ok(Ended {
-        up_for: ready_at.elapsed(),
-        error: reason,
-    })
+}
+
+/// Prefers the exit status to "closed its stdout" when the child is going anyway; a child
+/// that is not going is killed.
+async fn settle_exit(child: &mut ChildGuard, reason: String) -> String {
+    if reason.starts_with("exited") {
+        return reason;
+    }
+    if let Ok(Ok(status)) = tokio::time::timeout(Duration::from_millis(500), child.0.wait()).await {
+        exit_reason(&reason, status)
+    } else {
+        pipes::kill(&mut child.0);
+        let _ = tokio::time::timeout(Duration::from_secs(2), child.0.wait()).await;
+        reason
+    }
 }
 
 async fn http_session(
