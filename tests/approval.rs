@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use stsd_tests::harness::{text, Daemon};
+use stsd_tests::harness::{is_error, text, Daemon};
 use stsd_tests::{is_root, stsd_bin};
 
 fn catalog(dir: &std::path::Path) -> String {
@@ -270,13 +270,13 @@ fn a_toolsets_document_disables_and_gates_tools_and_sighup_applies_a_change() {
     assert!(!n.iter().any(|(t, _)| t == "plain"), "{n:?}");
     assert!(n.contains(&("cmdYes".to_string(), true)), "{n:?}");
     let mut c = d.connect();
+    // A disabled tool is refused with why (and audited), not taken for an unknown name.
     c.call(1, "plain", json!({}));
     let r = c.response();
     assert!(
-        r["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("unknown tool"),
+        is_error(&r)
+            && text(&r)
+                .starts_with("TOOL_WITHHELD: plain is not served: disabled by a toolsets document"),
         "{r}"
     );
     c.call(2, "cmdYes", json!({}));

@@ -66,14 +66,13 @@ pub fn call(
         Ok(v) => v,
         Err(e) => return fail(e),
     };
-    let Some(schema) = listed["tools"]
+    // The listed schema types `--arg` values. A tool not listed is still called: whether it
+    // runs, and why not (unknown, withheld, refused), is the daemon's to say, as for any door.
+    let schema = listed["tools"]
         .as_array()
         .and_then(|t| t.iter().find(|t| t["name"] == tool))
         .map(|t| t["inputSchema"].clone())
-    else {
-        eprintln!("stsd: the daemon serves no tool named {tool}");
-        return ExitCode::from(EXIT_USAGE);
-    };
+        .unwrap_or(Value::Null);
     let mut args = Map::new();
     if let Some(text) = args_json {
         match crate::cli_run::args_object(text) {

@@ -364,17 +364,7 @@ impl Service {
         console: ConsoleSink,
     ) -> Result<ToolReply, CallFailure> {
         let published = self.published();
-        let target = match self.own_tool(&published, name) {
-            Some(t) => Target::Own(t),
-            // Not one of stsd's own: a wrapped upstream tool, or nothing.
-            None => match (self.gateway(), self.wrapped_tool(name)) {
-                (Some(gw), Some(tool)) => Target::Wrapped {
-                    gw,
-                    tool: Box::new(tool),
-                },
-                _ => return Err(CallFailure::UnknownTool(name.to_string())),
-            },
-        };
+        let target = self.target(&published, name)?;
         self.inflight.fetch_add(1, Ordering::SeqCst);
         let _inflight = InFlight(&self.inflight);
         let mut door = Door {
@@ -410,6 +400,44 @@ impl Service {
 
     pub(crate) fn next_call_id(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// What a call of `name` runs: one of stsd's own tools, else a wrapped upstream tool,
+    /// else a tool known but withheld (refused with why, and audited), else nothing.
+    fn target<'p>(&self, published: &'p Published, name: &str) -> Result<Target<'p>, CallFailure> {
+        if let Some(t) = self.own_tool(published, name) {
+            return Ok(Target::Own(t));
+        }
+        if let (Some(gw), Some(tool)) = (self.gateway(), self.wrapped_tool(name)) {
+            return Ok(Target::Wrapped {
+                gw,
+                tool: Box::new(tool),
+            });
+        }
+        match self.withheld(published, name) {
+            Some(why) => Ok(Target::Withheld {
+                name: name.to_string(),
+                why,
+            }),
+            None => Err(CallFailure::UnknownTool(name.to_string())),
+        }
+    }
+
+    /// Why a tool the serving doors know is not served: one of stsd's own (disabled, a
+    /// draft, not verified, ...) or a wrapped one (over `max_risk`, flagged, shadowed).
+    fn withheld(&self, published: &Published, name: &str) -> Option<String> {
+        let exposure = self.config().gateway.exposure;
+        if exposure != Exposure::Upstream {
+            if let Some((_, why)) = published.withheld.iter().find(|(n, _)| n == name) {
+                return Some(why.clone());
+            }
+        }
+        if exposure == Exposure::Own {
+            return None;
+        }
+        let exposed = self.gateway()?.exposed();
+        let w = exposed.withheld.iter().find(|w| w.alias == name)?;
+        Some(format!("{} (upstream {})", w.why, w.upstream))
     }
 
     /// One of stsd's own tools, when the exposure serves them.

@@ -122,7 +122,7 @@ async fn approve(
     target: &Target<'_>,
     record: &mut AuditRecord,
 ) -> Option<ToolReply> {
-    let (req, template) = target.approval();
+    let (req, template) = target.approval()?;
     if !req.required {
         if req.overrode_spec {
             record.approval = Some(ApprovalRecord {

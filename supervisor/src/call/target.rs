@@ -24,6 +24,13 @@ pub enum Target<'a> {
         gw: Arc<Gateway>,
         tool: Box<WrappedTool>,
     },
+    /// A tool the serving doors know but do not serve (disabled, a draft, not verified, over
+    /// an upstream's `max_risk`, flagged by the scan, shadowed): refused at the check with
+    /// TOOL_WITHHELD and why, and audited like any other refusal.
+    Withheld {
+        name: String,
+        why: String,
+    },
 }
 
 /// A call that passed its check: what it will run with.
@@ -47,6 +54,7 @@ impl Target<'_> {
         match self {
             Target::Own(t) => &t.spec.name,
             Target::Wrapped { tool, .. } => &tool.alias,
+            Target::Withheld { name, .. } => name,
         }
     }
 
@@ -100,6 +108,19 @@ impl Target<'_> {
                 });
                 (r, secrets)
             }
+            // Nothing of it runs, so no secret of its is known: its arguments are recorded
+            // bounded, as every record's are.
+            Target::Withheld { name, .. } => (
+                AuditRecord::arrived(
+                    call_id,
+                    caller,
+                    String::new(),
+                    name.clone(),
+                    String::new(),
+                    Value::Object(args.clone()),
+                ),
+                SecretSet::default(),
+            ),
         }
     }
 
@@ -139,12 +160,17 @@ impl Target<'_> {
                     .map_err(|e| ToolReply::error(Code::InvalidInput, &e))?;
                 Ok(Checked::Wrapped { args })
             }
+            Target::Withheld { name, why } => Err(ToolReply::error(
+                Code::ToolWithheld,
+                &format!("{name} is not served: {why}"),
+            )),
         }
     }
 
-    /// Whether the call needs approval first, and the spec's prompt template.
-    pub fn approval(&self) -> (&Requirement, Option<&str>) {
-        match self {
+    /// Whether the call needs approval first, and the spec's prompt template (None: nothing
+    /// of it runs, so there is nothing to approve).
+    pub fn approval(&self) -> Option<(&Requirement, Option<&str>)> {
+        Some(match self {
             Target::Own(t) => (
                 &t.approval,
                 t.spec
@@ -153,7 +179,8 @@ impl Target<'_> {
                     .and_then(|h| h.prompt_template.as_deref()),
             ),
             Target::Wrapped { tool, .. } => (&tool.approval, None),
-        }
+            Target::Withheld { .. } => return None,
+        })
     }
 
     /// Runs the checked call and answers (unmasked: the pipeline masks).
