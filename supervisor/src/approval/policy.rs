@@ -139,11 +139,21 @@ fn matches(rule: &ApprovalRule, t: &ToolFacts) -> bool {
 pub fn requirement(t: &ToolFacts, toolset: Option<bool>, cfg: &ApprovalConfig) -> Requirement {
     let rule_idx = cfg.rules.iter().position(|r| matches(r, t));
     let rule = rule_idx.map(|i| &cfg.rules[i]);
-    // The operator's say: a `true` from any switch wins over a `false`.
-    let switches = [
-        (rule.and_then(|r| r.require), Source::Rule),
-        (toolset, Source::Toolset),
-    ];
+    // The operator's say. Seeds 002 and 003: a tool's own flag (`requiresApproval`, in a
+    // toolsets document that lists it) decides over a global strategy, so `false` exempts
+    // it from a rule that does not name it. Switches that name the tool (its toolsets flag,
+    // a rule whose `tools` lists it) decide first, a `true` among them winning over a
+    // `false`; a broad rule (by category, risk or capability) only when none of them speaks.
+    let names_tool = rule.is_some_and(|r| !r.tools.is_empty());
+    let rule_switch = (rule.and_then(|r| r.require), Source::Rule);
+    let toolset_switch = (toolset, Source::Toolset);
+    let switches: Vec<(Option<bool>, Source)> = if names_tool {
+        vec![rule_switch, toolset_switch]
+    } else if toolset.is_some() {
+        vec![toolset_switch]
+    } else {
+        vec![rule_switch]
+    };
     let tighten = switches.iter().find(|(v, _)| *v == Some(true)).map(|s| s.1);
     let loosen = switches
         .iter()
@@ -434,6 +444,38 @@ mod tests {
         // Not required: nothing to consult.
         let r = requirement(&facts(false), None, &c);
         assert_eq!((r.required, r.strategy), (false, StrategyKind::Approve));
+    }
+
+    /// Issue 32, from seeds 002 and 003: a tool's own `requiresApproval: false` exempts it
+    /// from a global rule (one that does not name it); a rule that names it is the tool's
+    /// own switch too, and then a `true` wins. The spec's REQUIRED is not lifted by either.
+    #[test]
+    fn a_tools_own_false_exempts_it_from_a_global_rule_but_not_from_one_naming_it() {
+        let global = |require: bool| ApprovalConfig {
+            rules: vec![ApprovalRule {
+                require: Some(require),
+                reason: Some("global deny".into()),
+                ..ApprovalRule::default()
+            }],
+            ..ApprovalConfig::default()
+        };
+        let r = requirement(&facts(false), Some(false), &global(true));
+        assert_eq!((r.required, r.source), (false, Source::Unset));
+        // Without a word of its own, the global rule holds.
+        let r = requirement(&facts(false), None, &global(true));
+        assert_eq!((r.required, r.source), (true, Source::Rule));
+        // The tool's own true holds against a global false.
+        let r = requirement(&facts(false), Some(true), &global(false));
+        assert_eq!((r.required, r.source), (true, Source::Toolset));
+        // A rule naming the tool: both are its own switches, and true wins.
+        let r = requirement(&facts(false), Some(false), &cfg(Some(true), false));
+        assert_eq!((r.required, r.source), (true, Source::Rule));
+        // The spec's REQUIRED stays (the switch is refused, as the table says).
+        let r = requirement(&facts(true), Some(false), &global(true));
+        assert_eq!(
+            (r.required, r.source, r.refused_override),
+            (true, Source::Spec, true)
+        );
     }
 
     #[test]

@@ -55,8 +55,32 @@ impl PublishedTool {
         config: &Config,
     ) -> PublishedTool {
         let facts = ToolFacts::of_spec(spec, &resolved, false);
-        let approval = requirement(&facts, None, &config.approval);
+        let flag = toolsets_flag(&spec.name, config);
+        let approval = requirement(&facts, flag, &config.approval);
         PublishedTool::new(spec.clone(), tool_id, resolved, approval)
+    }
+}
+
+/// The config's toolsets documents' `requiresApproval` for one tool, as the daemon would
+/// read it: a tool run outside the daemon (`stsd run`, `stsd test`, the publish gate) is
+/// gated as the daemon would gate it. A document that does not load fails closed: the tool
+/// is taken to need approval, and the error is said.
+fn toolsets_flag(name: &str, config: &Config) -> Option<bool> {
+    let paths = &config.daemon.toolsets;
+    if paths.is_empty() {
+        return None;
+    }
+    // Other names in the documents are tools of a catalog not loaded here.
+    match crate::approval::toolsets::load(paths, &|_| true) {
+        Ok(t) => t.get(name).and_then(|s| s.requires_approval),
+        Err(errors) => {
+            tracing::warn!(
+                tool = %name,
+                errors = %errors.join("; "),
+                "the toolsets documents do not load: the tool is taken to need approval"
+            );
+            Some(true)
+        }
     }
 }
 
