@@ -112,7 +112,8 @@ impl Daemon {
         let audit = dir.path().join("audit.jsonl");
         let config = dir.path().join("stsd.toml");
         // `slow` spins on Date.now(), which the default step budget would stop in ~100 ms.
-        // `extra_config` may open `[baseline]` (first): its keys join the harness's own.
+        // `extra_config` may open `[baseline]` (first): its keys join the harness's own (its
+        // `max_steps` replaces the harness's).
         let (baseline, extra_config) = match extra_config.strip_prefix("[baseline]\n") {
             Some(rest) => match rest.find("\n[") {
                 Some(i) => (&rest[..=i], &rest[i + 1..]),
@@ -123,7 +124,7 @@ impl Daemon {
         let extra_config = with_prime_off(&with_spawn_mode(extra_config));
         let _ = std::fs::write(
             &config,
-            format!("[baseline]\nmax_steps = 1000000000000\nenv_allow = [\"STSD_TEST_*\", \"STSD_HOSTILE_SECRET\"]\n{baseline}\n[daemon]\naudit_log = \"{}\"\ncatalog_dir = \"{}\"\n{}{extra_config}", audit.display(), dir.path().join("managed").display(), if extra_config.contains("require_local_pass") { "" } else { LOCAL_PASS_KNOB }),
+            format!("[baseline]\n{}env_allow = [\"STSD_TEST_*\", \"STSD_HOSTILE_SECRET\"]\n{baseline}\n[daemon]\naudit_log = \"{}\"\ncatalog_dir = \"{}\"\n{}{extra_config}", if baseline.contains("max_steps") { "" } else { "max_steps = 1000000000000\n" }, audit.display(), dir.path().join("managed").display(), if extra_config.contains("require_local_pass") { "" } else { LOCAL_PASS_KNOB }),
         );
         // `STSD_TEST_BINARY` in `env` runs that binary instead of the build's (the test of a
         // binary replaced on disk under a running daemon).
@@ -144,11 +145,9 @@ impl Daemon {
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // A daemon asked to log keeps its log, for tests that read it.
-        if env.iter().any(|(k, _)| *k == "STSD_LOG") {
-            if let Ok(f) = std::fs::File::create(dir.path().join("stderr.log")) {
-                cmd.stderr(f);
-            }
+        // The daemon's log, for tests that read it and for a start that fails.
+        if let Ok(f) = std::fs::File::create(dir.path().join("stderr.log")) {
+            cmd.stderr(f);
         }
         if let Some(c) = catalog {
             cmd.args(["--catalog", c]);
@@ -183,10 +182,16 @@ impl Daemon {
     pub fn wait_for_socket(&self) {
         let t0 = Instant::now();
         while UnixStream::connect(&self.socket).is_err() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "daemon did not start"
-            );
+            if t0.elapsed() > Duration::from_secs(20) {
+                let log = self
+                    .dir
+                    .as_ref()
+                    .and_then(|d| std::fs::read_to_string(d.path().join("stderr.log")).ok())
+                    .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!("daemon did not start; its log ends:\n{}", tail.join("\n"));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }

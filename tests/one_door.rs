@@ -11,13 +11,26 @@ use std::process::{Command, Stdio};
 use stsd_tests::harness::{is_error, text, Daemon};
 use stsd_tests::stsd_bin;
 
-/// (tool, arguments, the outcome every door must give: "OK" or the error code).
-const CASES: [(&str, &str, &str); 5] = [
-    ("twice", r#"{"n": 21}"#, "OK"),
-    ("twice", r#"{"n": "x"}"#, "INVALID_INPUT"),
-    ("spin", "{}", "TIMEOUT"),
-    ("gatedNo", "{}", "APPROVAL_REJECTED"),
-    ("gatedYes", "{}", "OK"),
+/// (tool, arguments, the outcome at the doors that serve agents (MCP on the socket, `stsd
+/// call`, HTTP, `stsd mcp`), the outcome at the operator's doors on a file (`stsd run`,
+/// `stsd test`)): "OK" or the error code. They differ only for a tool that is not served
+/// (disabled, a draft): serving is what the operator's doors exist to earn, so they run the
+/// file they are given, with every other step of the call the same.
+const CASES: [(&str, &str, &str, &str); 12] = [
+    ("twice", r#"{"n": 21}"#, "OK", "OK"),
+    ("twice", r#"{"n": "x"}"#, "INVALID_INPUT", "INVALID_INPUT"),
+    ("gatedNo", "{}", "APPROVAL_REJECTED", "APPROVAL_REJECTED"),
+    ("gatedYes", "{}", "OK", "OK"),
+    // Seeds 002/003: the tool's own `requiresApproval: false` exempts it from a global rule.
+    ("exempt", "{}", "OK", "OK"),
+    ("off", "{}", "TOOL_WITHHELD", "OK"),
+    ("drafty", "{}", "TOOL_WITHHELD", "OK"),
+    // Every limit that ends a call.
+    ("spin", "{}", "STEP_LIMIT", "STEP_LIMIT"),
+    ("sorts", "{}", "TIMEOUT", "TIMEOUT"),
+    ("hog", "{}", "MEMORY_LIMIT", "MEMORY_LIMIT"),
+    ("big", "{}", "OUTPUT_LIMIT", "OUTPUT_LIMIT"),
+    ("twice", r#"{"n": 2}"#, "OK", "OK"),
 ];
 
 /// The catalog: each spec's testCases are its cases above, in order (`stsd test --case N`).
@@ -26,7 +39,7 @@ fn catalog(dir: &Path) -> PathBuf {
         let cases: Vec<Value> = CASES
             .iter()
             .filter(|c| c.0 == name)
-            .map(|(_, args, want)| {
+            .map(|(_, args, _, want)| {
                 let mut c = json!({"name": format!("{name} {args}"),
                                    "arguments": serde_json::from_str::<Value>(args).unwrap_or_default()});
                 if *want != "OK" {
@@ -41,19 +54,38 @@ fn catalog(dir: &Path) -> PathBuf {
                "testCases": cases})
     };
     let n = json!([{"name": "n", "type": "INTEGER", "required": true, "description": "", "testValue": "21"}]);
+    let mut exempt = spec("exempt", "return 'ran';", json!([]));
+    exempt["category"] = json!("OPS");
+    let mut drafty = spec("drafty", "return 'ran';", json!([]));
+    drafty["draft"] = json!(true);
     let specs = json!([
         spec("twice", "return n * 2;", n),
-        spec("spin", "while (true) {}", json!([])),
         spec("gatedNo", "return 'ran';", json!([])),
         spec("gatedYes", "return 'ran';", json!([])),
+        exempt,
+        spec("off", "return 'ran';", json!([])),
+        drafty,
+        // The step budget (the default, 5,000,000) ends a bare loop in well under a second.
+        spec("spin", "while (true) {}", json!([])),
+        // Native sorting spends the deadline between two steps: the clock ends it.
+        spec("sorts", "const a = []; for (let i = 0; i < 300000; i++) a.push(i * 7919 % 300007); while (true) { a.slice().sort(); }", json!([])),
+        spec("hog", "const a = []; while (true) { a.push('x'.repeat(1 << 20) + a.length); }", json!([])),
+        spec("big", "return 'x'.repeat(4 << 20);", json!([])),
     ]);
     let path = dir.join("one-door.json");
     std::fs::write(&path, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let toolsets = json!({"mediaType": "application/vnd.cjson-toolsets+json",
+        "schema": "https://schema.cjson.dev/0/toolsets/cjson-toolsets-0.1.0-SNAPSHOT.schema.json",
+        "toolsets": [{"id": "door", "kind": "builtin", "tools": [
+            {"name": "off", "enabled": false},
+            {"name": "exempt", "requiresApproval": false}]}]});
+    std::fs::write(dir.join("toolsets.json"), toolsets.to_string())
+        .unwrap_or_else(|e| panic!("{e}"));
     path
 }
 
-/// The policy every door shares: a one-second deadline, one tool always refused, one always
-/// approved by a command approver.
+/// The policy every door shares: one tool always refused,
+/// one always approved by a command approver, and a global rule (by category) that refuses.
 const POLICY: &str = r#"[[approval.rule]]
 tools = ["gatedNo"]
 require = true
@@ -65,18 +97,37 @@ tools = ["gatedYes"]
 require = true
 strategy = "command"
 command = ["/bin/sh", "-c", "cat >/dev/null; echo '{\"approved\": true, \"reason\": \"fine\"}'"]
+
+[[approval.rule]]
+category = "OPS"
+require = true
+strategy = "reject"
+reason = "global deny"
 "#;
 
+/// The toolsets document (`--toolsets` for the daemon, `[daemon] toolsets` without it).
+fn toolsets(cat: &Path) -> String {
+    cat.with_file_name("toolsets.json").display().to_string()
+}
+
+/// A one-second deadline and the default step budget.
+const BASELINE: &str = "[baseline]
+timeout_seconds = 1
+max_steps = 5000000
+";
+
 /// A config of its own for a door that runs without the daemon.
-fn cli_config(dir: &Path, door: &str) -> (PathBuf, PathBuf) {
+fn cli_config(dir: &Path, cat: &Path, door: &str) -> (PathBuf, PathBuf) {
     let audit = dir.join(format!("{door}-audit.jsonl"));
     let config = dir.join(format!("{door}.toml"));
     std::fs::write(
         &config,
         format!(
-            "[baseline]\ntimeout_seconds = 1\nmax_steps = 1000000000000\n[daemon]\naudit_log = \"{}\"\nrequire_local_pass = false\ncatalog_dir = \"{}\"\n{POLICY}",
+            "{BASELINE}[daemon]\naudit_log = \"{}\"\nrequire_local_pass = false\ncatalog_dir = \"{}\"\ntoolsets = [\"{}\"]\n{}",
             audit.display(),
-            dir.join(format!("{door}-managed")).display()
+            dir.join(format!("{door}-managed")).display(),
+            toolsets(cat),
+            POLICY
         ),
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -124,13 +175,13 @@ fn socket_door(dir: tempfile::TempDir, cat: &Path) -> (Vec<String>, Vec<Value>) 
     let d = Daemon::start_with(
         dir,
         2,
-        &format!("[baseline]\ntimeout_seconds = 1\n{POLICY}"),
+        &format!("{BASELINE}{POLICY}"),
         &cat.display().to_string(),
-        &[],
+        &["--toolsets", &toolsets(cat)],
     );
     let mut c = d.connect();
     let mut got = Vec::new();
-    for (i, (tool, args, _)) in CASES.iter().enumerate() {
+    for (i, (tool, args, _, _)) in CASES.iter().enumerate() {
         c.call(
             i as u64,
             tool,
@@ -215,14 +266,15 @@ fn http_door(dir: tempfile::TempDir, cat: &Path) -> (Vec<String>, Vec<Value>) {
         dir,
         2,
         &format!(
-            "[baseline]\ntimeout_seconds = 1\n{POLICY}\n[http]\ntokens_file = \"{}\"\n",
+            "{BASELINE}{}\n[http]\ntokens_file = \"{}\"\n",
+            POLICY,
             tokens.display()
         ),
         &cat.display().to_string(),
-        &["--listen", &listen],
+        &["--listen", &listen, "--toolsets", &toolsets(cat)],
     );
     let mut got = Vec::new();
-    for (i, (tool, args, _)) in CASES.iter().enumerate() {
+    for (i, (tool, args, _, _)) in CASES.iter().enumerate() {
         let r = http_call(port, &token, i, tool, args);
         got.push(code_of_text(is_error(&r), &text(&r)));
     }
@@ -233,29 +285,35 @@ fn call_door(dir: tempfile::TempDir, cat: &Path) -> (Vec<String>, Vec<Value>) {
     let d = Daemon::start_with(
         dir,
         2,
-        &format!("[baseline]\ntimeout_seconds = 1\n{POLICY}"),
+        &format!("{BASELINE}{POLICY}"),
         &cat.display().to_string(),
-        &[],
+        &["--toolsets", &toolsets(cat)],
     );
     let mut got = Vec::new();
-    for (tool, args, _) in CASES {
+    for (tool, args, _, _) in CASES {
         let out = Command::new(stsd_bin())
             .args(["call", tool, "--json", "--args-json", args, "--socket"])
             .arg(&d.socket)
             .output()
             .unwrap_or_else(|e| panic!("{e}"));
-        let v: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{tool} {args}: {e}: {} {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
         got.push(code_of_json(&v));
     }
     (got, records(&d.audit))
 }
 
 fn run_door(dir: &Path, cat: &Path) -> (Vec<String>, Vec<Value>) {
-    let (config, audit) = cli_config(dir, "run");
+    let (config, audit) = cli_config(dir, cat, "run");
     let mut got = Vec::new();
-    for (tool, args, _) in CASES {
+    for (tool, args, _, _) in CASES {
         let out = Command::new(stsd_bin())
+            .env("STSD_STATE_DIR", dir.join("state"))
             .arg("run")
             .arg(cat)
             .args(["--tool", tool, "--json", "--args-json", args, "--config"])
@@ -275,13 +333,19 @@ fn run_door(dir: &Path, cat: &Path) -> (Vec<String>, Vec<Value>) {
 }
 
 fn test_door(dir: &Path, cat: &Path) -> (Vec<String>, Vec<Value>) {
-    let (config, audit) = cli_config(dir, "test");
+    let (config, audit) = cli_config(dir, cat, "test");
     let mut by_name = std::collections::HashMap::new();
-    for case in ["0", "1"] {
+    let most = CASES
+        .iter()
+        .map(|c| CASES.iter().filter(|d| d.0 == c.0).count())
+        .max()
+        .unwrap_or(0);
+    for case in 0..most {
         let out = Command::new(stsd_bin())
+            .env("STSD_STATE_DIR", dir.join("state"))
             .arg("test")
             .arg(cat)
-            .args(["--json", "--case", case, "--config"])
+            .args(["--json", "--case", &case.to_string(), "--config"])
             .arg(&config)
             .output()
             .unwrap_or_else(|e| panic!("{e}"));
@@ -301,7 +365,7 @@ fn test_door(dir: &Path, cat: &Path) -> (Vec<String>, Vec<Value>) {
     }
     let got = CASES
         .iter()
-        .map(|(tool, args, _)| {
+        .map(|(tool, args, _, _)| {
             by_name
                 .get(&format!("{tool} {args}"))
                 .cloned()
@@ -312,8 +376,9 @@ fn test_door(dir: &Path, cat: &Path) -> (Vec<String>, Vec<Value>) {
 }
 
 fn stdio_door(dir: &Path, cat: &Path) -> (Vec<String>, Vec<Value>) {
-    let (config, audit) = cli_config(dir, "stdio");
+    let (config, audit) = cli_config(dir, cat, "stdio");
     let mut child = Command::new(stsd_bin())
+        .env("STSD_STATE_DIR", dir.join("state"))
         .arg("mcp")
         .arg("--config")
         .arg(&config)
@@ -329,7 +394,7 @@ fn stdio_door(dir: &Path, cat: &Path) -> (Vec<String>, Vec<Value>) {
     let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
     let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("no stdout")));
     let mut got = Vec::new();
-    for (i, (tool, args, _)) in CASES.iter().enumerate() {
+    for (i, (tool, args, _, _)) in CASES.iter().enumerate() {
         let line = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
             "params": {"name": tool, "arguments": serde_json::from_str::<Value>(args).unwrap_or_default(),
                        "_meta": stsd_tests::harness::meta()}});
@@ -357,7 +422,6 @@ fn stdio_door(dir: &Path, cat: &Path) -> (Vec<String>, Vec<Value>) {
 fn every_door_gives_the_same_decision_and_one_audit_record() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let cat = catalog(dir.path());
-    let want: Vec<String> = CASES.iter().map(|c| c.2.to_string()).collect();
     let mut doors: Vec<(&str, Vec<String>, Vec<Value>)> = Vec::new();
     let (g, r) = socket_door(tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")), &cat);
     doors.push(("MCP on the socket", g, r));
@@ -371,30 +435,51 @@ fn every_door_gives_the_same_decision_and_one_audit_record() {
     doors.push(("stsd run", g, r));
     let (g, r) = test_door(dir.path(), &cat);
     doors.push(("stsd test", g, r));
-    let mut reference: Option<Vec<Value>> = None;
-    for (door, got, recs) in &doors {
+    // The first four serve agents, the last two are the operator's doors on a file.
+    let mut reference: [Option<Vec<Value>>; 2] = [None, None];
+    for (k, (door, got, recs)) in doors.iter().enumerate() {
+        let group = usize::from(k >= 4);
+        let want: Vec<&str> = CASES
+            .iter()
+            .map(|c| if group == 0 { c.2 } else { c.3 })
+            .collect();
         assert_eq!(got, &want, "{door}: the decisions");
-        // Exactly one record per call (`stsd test` runs case 0 of every spec, then case 1).
+        // Exactly one record per call (`stsd test` runs case 0 of every spec, then case 1...).
         assert_eq!(recs.len(), CASES.len(), "{door}: {recs:#?}");
         let key = |p: &Value| format!("{} {}", p["name"], p["code"]);
         let mut proj: Vec<Value> = recs.iter().map(projection).collect();
         proj.sort_by_key(key);
         let mut expected: Vec<String> = CASES
             .iter()
-            .map(|(tool, _, code)| {
+            .zip(&want)
+            .map(|(c, code)| {
                 let c = if *code == "OK" {
-                    Value::Null
+                    json!(c.0).to_string() + " null"
                 } else {
-                    json!(code)
+                    format!("{} {}", json!(c.0), json!(code))
                 };
-                format!("{} {}", json!(tool), c)
+                c
             })
             .collect();
         expected.sort();
         assert_eq!(proj.iter().map(key).collect::<Vec<_>>(), expected, "{door}");
-        match &reference {
-            None => reference = Some(proj),
-            Some(first) => assert_eq!(&proj, first, "{door} records differ from the socket's"),
+        match &reference[group] {
+            None => reference[group] = Some(proj),
+            Some(first) => assert_eq!(
+                &proj, first,
+                "{door}: records differ from its group's first door"
+            ),
         }
     }
+    // Across the two groups, the records of every case both decide alike are equal.
+    let alike = |p: &&Value| CASES.iter().any(|c| p["name"] == json!(c.0) && c.2 == c.3);
+    let [Some(serving), Some(operator)] = &reference else {
+        panic!("no door ran");
+    };
+    let serving: Vec<&Value> = serving.iter().filter(alike).collect();
+    let operator: Vec<&Value> = operator.iter().filter(alike).collect();
+    assert_eq!(
+        serving, operator,
+        "the serving doors' records and the operator's differ"
+    );
 }

@@ -617,17 +617,28 @@ def test_a_wrapped_tool_gets_the_same_decisions_through_every_mcp_door(tmp_path)
     decisions and codes, and one audit record per call with the same fields."""
     from httpkit import add_token, client as http_client, free_port, wait_ready
     base = (hostile("w", "crash") + hostile("g", "crash", "approval_default = true\n")
+            + hostile("r", "crash", 'max_risk = "L0"\n')
             + '[approval]\ndefault_strategy = "reject"\n')
+    # r's tools are above its max_risk: withheld, and a call says so (audited) at every door.
     cases = [("w__echo", {"text": "hi"}, "OK"), ("w__echo", {"text": 42}, "INVALID_INPUT"),
-             ("g__echo", {"text": "hi"}, "APPROVAL_REJECTED")]
+             ("g__echo", {"text": "hi"}, "APPROVAL_REJECTED"), ("r__echo", {"text": "hi"}, "TOOL_WITHHELD")]
 
     async def run_cases(c) -> list[str]:
         with anyio.fail_after(60):
             while not {"w__echo", "g__echo"} <= {t.name for t in (await c.list_tools()).tools}:
                 await anyio.sleep(0.2)
+        assert "r__echo" not in {t.name for t in (await c.list_tools()).tools}
         out = []
         for tool, args, _ in cases:
-            r = await c.call_tool(tool, args)
+            # Until r has listed its tools, its names are unknown (a protocol error, not
+            # audited): wait for the gateway to know them.
+            with anyio.fail_after(60):
+                while True:
+                    try:
+                        r = await c.call_tool(tool, args)
+                        break
+                    except Exception:
+                        await anyio.sleep(0.2)
             out.append(text_of(r).split(":")[0] if r.is_error else "OK")
         return out
 
