@@ -303,3 +303,39 @@ fn the_walker_finds_a_planted_cycle() {
     );
     assert_eq!(paths.len(), 3, "{paths:?}");
 }
+
+/// Every folder of every crate's source is named in that crate's README (as `name/`), so
+/// the README is a map a reader can trust.
+#[test]
+fn every_source_folder_is_named_in_its_crates_readme() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut missing = Vec::new();
+    for krate in ["supervisor", "worker", "protocol", "profiles"] {
+        let readme = std::fs::read_to_string(root.join(krate).join("README.md"))
+            .unwrap_or_else(|e| panic!("{krate}/README.md: {e}"));
+        let mut stack = vec![root.join(krate).join("src")];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+                let p = e.unwrap_or_else(|e| panic!("{e}")).path();
+                if !p.is_dir() {
+                    continue;
+                }
+                let name = p
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .to_string();
+                // A module's unit tests live in a `tests` folder beside it.
+                if name != "tests" && !readme.contains(&format!("{name}/")) {
+                    missing.push(format!("{krate}: {}", p.display()));
+                }
+                stack.push(p);
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "folders no README names:\n{}",
+        missing.join("\n")
+    );
+}

@@ -1,6 +1,6 @@
 //! Stdio upstreams run confined: `stsd upstream-exec` around small programs (sh, Debian's
 //! python3.11, node), started exactly as the gateway starts them (the argv and environment
-//! of `upstream::spawn::command_as`), and probed from inside: the filesystem walls, the
+//! of `gateway::command_as`), and probed from inside: the filesystem walls, the
 //! process state, the refused escape calls, the network, and the fail-closed exit.
 
 #![allow(clippy::unwrap_used)]
@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use stsd::upstream::spawn;
+use stsd::gateway as spawn;
 use stsd_profiles::upstream::UpstreamConfig;
 use stsd_tests::stsd_bin;
 

@@ -190,7 +190,7 @@ pub fn build(cat: &Catalog, config: &Config, env: &dyn EnvSource) -> Report {
 /// pointing at a sibling ("call listAllowedDirectories first") is a workflow, not an
 /// injection (the bundled catalog does it 17 times); the gateway looks for it across servers.
 fn poisoning(spec: &ToolSpec) -> Vec<Diagnostic> {
-    use crate::upstream::scan::scan_text;
+    use crate::gateway::scan_text;
     let others: &[&str] = &[];
     let mut hits = scan_text("/name", &spec.name, others);
     hits.extend(scan_text("/description", &spec.description, others));

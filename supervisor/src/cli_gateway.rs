@@ -141,7 +141,7 @@ pub fn check(
         .iter()
         .map(|t| t.spec.name.clone())
         .collect();
-    let report = match stsd::upstream::preview::run(
+    let report = match stsd::gateway::preview(
         config,
         only,
         &own,

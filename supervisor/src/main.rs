@@ -134,7 +134,7 @@ fn upstream_exec() -> ExitCode {
                     args,
                 }),
             ..
-        }) => stsd::upstream::spawn::exec_main(&profile, &program, &args),
+        }) => stsd::gateway::exec_main(&profile, &program, &args),
         Ok(_) => {
             eprintln!(
                 "SANDBOX_UNAVAILABLE: usage: stsd upstream-exec --profile JSON -- PROGRAM [ARGS..]"

@@ -126,7 +126,7 @@ pub fn served_tools(service: &Service) -> Vec<Tool> {
 
 /// A wrapped upstream tool as `tools/list` serves it: its alias, its (possibly overridden)
 /// description, its input schema unchanged, its annotations, and stsd's scores in `_meta`.
-pub fn wrapped_tool(t: &crate::upstream::expose::WrappedTool) -> Tool {
+pub fn wrapped_tool(t: &crate::gateway::WrappedTool) -> Tool {
     let schema: JsonObject = match &t.input_schema {
         Value::Object(m) => m.clone(),
         _ => JsonObject::new(),
@@ -143,7 +143,7 @@ pub fn wrapped_tool(t: &crate::upstream::expose::WrappedTool) -> Tool {
         tool.output_schema = Some(Arc::new(o.clone()));
     }
     let mut meta = MetaObject::new();
-    if let Value::Object(m) = crate::upstream::call::tool_meta(t) {
+    if let Value::Object(m) = crate::gateway::tool_meta(t) {
         meta.0.extend(m);
     }
     tool.with_meta(meta)

@@ -44,9 +44,9 @@ pub struct Service {
     /// Cancelled when the daemon cuts off the calls that outlived the shutdown grace period.
     cut: tokio_util::sync::CancellationToken,
     /// External MCP servers re-exposed beside the own tools (the daemon starts it).
-    gateway: RwLock<Option<Arc<crate::upstream::Gateway>>>,
+    gateway: RwLock<Option<Arc<crate::gateway::Gateway>>>,
     /// The fingerprint ledger (state directory), shared with the gateway.
-    ledger: Option<Arc<crate::upstream::ledger::Ledger>>,
+    ledger: Option<Arc<crate::gateway::Ledger>>,
 }
 
 /// What a config reload did.
@@ -122,8 +122,7 @@ impl Service {
         let published = publish_with_toolsets(&sources, &config, &all_toolsets)
             .map_err(|errors| format!("toolsets:\n  {}", errors.join("\n  ")))?;
         let ledger =
-            crate::upstream::ledger::Ledger::open(crate::upstream::gateway::ledger_path(&config))
-                .map(Arc::new)?;
+            crate::gateway::Ledger::open(crate::gateway::ledger_path(&config)).map(Arc::new)?;
         let pool = Pool::start(opts.clone(), pool_size);
         let service = Arc::new(Service {
             ledger: Some(ledger),
@@ -258,8 +257,8 @@ impl Service {
                     continue;
                 }
             };
-            if seen.status == crate::upstream::ledger::Status::Mismatch {
-                let ev = crate::upstream::events::RiskEvent::HashLedgerMismatch {
+            if seen.status == crate::gateway::LedgerStatus::Mismatch {
+                let ev = crate::gateway::RiskEvent::HashLedgerMismatch {
                     id: id.clone(),
                     upstream: "stsd".into(),
                     tool: t.spec.name.clone(),
@@ -272,7 +271,7 @@ impl Service {
                     let _ = log.append_value(&v);
                 }
             }
-            if seen.state == crate::upstream::ledger::State::Active {
+            if seen.state == crate::gateway::LedgerState::Active {
                 kept.push(t);
             } else {
                 p.withheld.push((
@@ -300,7 +299,7 @@ impl Service {
     }
 
     /// The ledger (own specs and upstream tools share it).
-    pub fn ledger(&self) -> Option<Arc<crate::upstream::ledger::Ledger>> {
+    pub fn ledger(&self) -> Option<Arc<crate::gateway::Ledger>> {
         self.ledger.clone()
     }
 
@@ -449,7 +448,7 @@ impl Service {
     }
 
     /// The gateway, once the daemon has started it.
-    pub fn gateway(&self) -> Option<Arc<crate::upstream::Gateway>> {
+    pub fn gateway(&self) -> Option<Arc<crate::gateway::Gateway>> {
         self.gateway
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -464,13 +463,13 @@ impl Service {
         changed: tokio::sync::broadcast::Sender<()>,
     ) -> Result<(), String> {
         let config = self.config();
-        let declared = crate::upstream::sources::declared(&config, &self.toolsets_for(&config))
+        let declared = crate::gateway::declared(&config, &self.toolsets_for(&config))
             .map_err(|e| format!("upstreams:\n  {}", e.join("\n  ")))?;
         if declared.is_empty() {
             return Ok(());
         }
         let weak = Arc::downgrade(self);
-        let sink: crate::upstream::gateway::EventSink = Arc::new(move |v: &Value| {
+        let sink: crate::gateway::EventSink = Arc::new(move |v: &Value| {
             if let Some(me) = weak.upgrade() {
                 if let Some(log) = &me.audit {
                     if let Err(e) = log.append_value(v) {
@@ -483,7 +482,7 @@ impl Service {
             .ledger
             .clone()
             .ok_or("the fingerprint ledger is not open")?;
-        let gw = crate::upstream::Gateway::start(
+        let gw = crate::gateway::Gateway::start(
             config, declared, stsd_exe, ledger, changed, sink, true,
         )?;
         gw.set_own(self.own_names());
@@ -504,7 +503,7 @@ impl Service {
     }
 
     /// The wrapped upstream tools as served (none when the exposure is own tools only).
-    pub fn wrapped(&self) -> Vec<crate::upstream::expose::WrappedTool> {
+    pub fn wrapped(&self) -> Vec<crate::gateway::WrappedTool> {
         match (self.gateway(), self.config().gateway.exposure) {
             (Some(g), Exposure::Both | Exposure::Upstream) => g.exposed().tools.clone(),
             _ => Vec::new(),
@@ -512,7 +511,7 @@ impl Service {
     }
 
     /// A served wrapped tool by name (none when the exposure is own tools only).
-    fn wrapped_tool(&self, name: &str) -> Option<crate::upstream::expose::WrappedTool> {
+    fn wrapped_tool(&self, name: &str) -> Option<crate::gateway::WrappedTool> {
         match self.config().gateway.exposure {
             Exposure::Both | Exposure::Upstream => self.gateway()?.get(name),
             Exposure::Own => None,
@@ -615,7 +614,7 @@ fn own_fingerprint(t: &PublishedTool) -> String {
         "openWorldHint": t.open_world,
         "stsd/toolSafety": t.tool_safety_json.clone(),
     });
-    crate::upstream::ledger::fingerprint(
+    crate::gateway::fingerprint(
         &t.spec.name,
         Some(&t.spec.description),
         Some(&t.input_schema),

@@ -178,7 +178,7 @@ impl Admin {
                 json!({
                     "upstreams": g.upstreams.len(),
                     "connected": g.upstreams.iter().filter(|u| u.conn.as_ref().is_some_and(|c|
-                        c.state() == crate::upstream::client::ConnState::Ready)).count(),
+                        c.state() == crate::gateway::ConnState::Ready)).count(),
                     "toolsServed": e.tools.len(),
                     "toolsWithheld": e.withheld.len(),
                 })

@@ -121,7 +121,7 @@ fn apply_document(
         let id = set.get("id").and_then(Value::as_str).unwrap_or_default();
         let kind = set.get("kind").and_then(Value::as_str).unwrap_or_default();
         if kind == "mcp" {
-            // An external MCP server: the gateway reads it (upstream::sources).
+            // An external MCP server: the gateway reads it (gateway::sources).
             continue;
         }
         if kind != "builtin" {

@@ -9,8 +9,8 @@ use crate::audit::{AuditRecord, CallMetrics, UpstreamAudit};
 use crate::catalog::tool::PublishedTool;
 use crate::exec::dispatch::{Dispatch, Take};
 use crate::exec::{self, job};
-use crate::upstream::expose::WrappedTool;
-use crate::upstream::Gateway;
+use crate::gateway::Gateway;
+use crate::gateway::WrappedTool;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use stsd_profiles::Config;
@@ -156,7 +156,7 @@ impl Target<'_> {
                 })
             }
             Target::Wrapped { tool, .. } => {
-                crate::upstream::call::check_against_input_schema(tool, &args)
+                crate::gateway::check_against_input_schema(tool, &args)
                     .map_err(|e| ToolReply::error(Code::InvalidInput, &e))?;
                 Ok(Checked::Wrapped { args })
             }
@@ -346,7 +346,7 @@ async fn run_wrapped(
     match result {
         Ok(r) => {
             tracing::info!(target: "mcp.tool.done", call_id, upstream = %tool.upstream, tool = %tool.tool, ms, is_error = r.is_error.unwrap_or(false), "mcp.tool.done");
-            crate::upstream::call::reply_of(&r, secrets)
+            crate::gateway::reply_of(&r, secrets)
         }
         Err((code, message)) => {
             tracing::warn!(target: "mcp.tool.crash", call_id, upstream = %tool.upstream, tool = %tool.tool, ms, code = %code, error = %secrets.mask(&message), "mcp.tool.crash");

@@ -613,7 +613,7 @@ impl Broker {
 
     /// Parses and checks `url` under `policy` and resolves it to the only addresses it may be
     /// connected to (every rule of the guard, the host overrides and the trusted ranges). The
-    /// upstreams' egress proxy (`upstream::proxy`) goes through here too.
+    /// upstreams' egress proxy (`gateway::proxy`) goes through here too.
     pub(crate) fn check_and_resolve(
         &self,
         policy: &Policy,

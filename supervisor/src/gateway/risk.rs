@@ -326,7 +326,10 @@ pub fn advertises_write<'a>(tools: impl IntoIterator<Item = Option<&'a Annotatio
         .any(|a| a.and_then(|a| a.read_only) != Some(true))
 }
 
-/// The side-effect scope of a tool, when the operator or a catalog states it.
+/// The side-effect scope of a tool, when the operator or a catalog states it. Seed 001
+/// scores it; nothing states it yet (no config key, no catalog field), so only the tests
+/// build it: noticed in issue 32, for the gateway's issue (36) to give it a source.
+#[allow(dead_code)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SideEffect {

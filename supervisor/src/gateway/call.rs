@@ -1,13 +1,11 @@
 //! The parts of a wrapped upstream tool's call the pipeline (`crate::call`) uses: the
 //! argument check against the upstream's (unchanged) input schema, the reply as stsd
-//! answers it, the audit record's upstream member, the `_meta` it is listed with.
+//! answers it, the `_meta` it is listed with.
 
 use super::expose::WrappedTool;
 use crate::call::vocab::{mask_value, ToolReply};
 use serde_json::{json, Map, Value};
 use stsd_protocol::Code;
-
-pub use crate::audit::UpstreamAudit;
 
 /// Checks `args` against the tool's input schema (compiled when it was exposed); the error
 /// names the JSON pointer.

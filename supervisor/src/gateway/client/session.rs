@@ -544,7 +544,7 @@ fn publish(shared: &Shared, tools: Vec<Tool>, opts: &Options, id: &str) {
 /// the upstream (so nothing of it ran) leads with SANDBOX_UNAVAILABLE.
 fn exit_reason(what: &str, status: std::process::ExitStatus) -> String {
     let reason = format!("{what}; exited: {status}");
-    if crate::upstream::spawn::is_sandbox_unavailable(status.code()) {
+    if crate::gateway::spawn::is_sandbox_unavailable(status.code()) {
         format!(
             "SANDBOX_UNAVAILABLE: the upstream could not be confined (its stderr, in the log, \
              says why); {reason}"

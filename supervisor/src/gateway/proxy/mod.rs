@@ -205,7 +205,7 @@ impl EgressProxy {
     }
 
     /// Serves the connections a stdio upstream's forwarder hands over `channel` (the
-    /// supervisor's end of the pair made by `upstream::spawn::ProxyEnd::pair`), until the
+    /// supervisor's end of the pair made by `spawn::ProxyEnd::pair`), until the
     /// forwarder closes it or the proxy stops.
     pub fn attach(&self, channel: std::os::fd::OwnedFd) -> io::Result<()> {
         let _entered = self.runtime.enter();
@@ -223,10 +223,6 @@ impl EgressProxy {
     /// The address to give the upstream as `HTTP_PROXY`/`HTTPS_PROXY`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
-    }
-
-    pub fn stop(&self) {
-        self.stop.cancel();
     }
 }
 

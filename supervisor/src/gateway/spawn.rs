@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use stsd_profiles::baseline::WorkerConfig;
-use stsd_profiles::os::process::{self, ProcessLimits, ProcessProfile, EXIT_SANDBOX_UNAVAILABLE};
+use stsd_profiles::os::process::{ProcessLimits, ProcessProfile, EXIT_SANDBOX_UNAVAILABLE};
 use stsd_profiles::upstream::UpstreamConfig;
 
 /// PATH when the config gives none.
@@ -69,17 +69,6 @@ impl Default for Ids {
     }
 }
 
-/// [`command_as`] with [`Ids::default`].
-pub fn command(
-    cfg: &UpstreamConfig,
-    env: BTreeMap<String, String>,
-    workspace: &Path,
-    proxy: Option<ProxyEnd>,
-    stsd_exe: &Path,
-) -> Result<tokio::process::Command, String> {
-    command_as(cfg, env, workspace, proxy, stsd_exe, Ids::default())
-}
-
 /// Lets the child inherit `fd` (close-on-exec everywhere else: a concurrent spawn of another
 /// upstream never gets it). Runs between fork and exec.
 fn inherit(fd: &OwnedFd) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
@@ -101,7 +90,7 @@ fn inherit(fd: &OwnedFd) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 
 /// route around the proxy), whose forwarder hands connections over `proxy`'s channel.
 ///
 /// stdin, stdout and stderr are piped; the child is killed when the handle is dropped, and it
-/// leads a process group of its own, so [`kill_group`] also reaches what it spawned.
+/// leads a process group of its own, so `client::pipes::kill` also reaches what it spawned.
 /// `stsd_exe` is the stsd binary (the daemon's held exe path).
 ///
 /// Spawn it from a thread that lives as long as the upstream should (a runtime worker
@@ -166,23 +155,6 @@ pub fn command_as(
     Ok(cmd)
 }
 
-/// What `upstream-exec` will let `cfg`'s program read (for `stsd upstream check`): its
-/// command resolved on the upstream's PATH (the config's, else [`DEFAULT_PATH`]), then
-/// `stsd_profiles::os::process::derive_read_paths`. The workspace comes on top of these.
-pub fn read_paths(cfg: &UpstreamConfig) -> Result<Vec<std::path::PathBuf>, String> {
-    let program = cfg
-        .command
-        .as_deref()
-        .ok_or_else(|| format!("upstream {}: not a stdio upstream", cfg.id))?;
-    let path_var = cfg.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
-    let resolved = process::resolve_program(program, Some(std::ffi::OsStr::new(path_var)))?;
-    Ok(process::derive_read_paths(
-        &resolved,
-        &cfg.args,
-        &cfg.read_paths,
-    ))
-}
-
 /// The upstream's whole environment (see [`command_as`]).
 pub fn environment(
     env: BTreeMap<String, String>,
@@ -214,16 +186,6 @@ pub fn environment(
         out.insert("NODE_USE_ENV_PROXY".into(), "1".into());
     }
     out
-}
-
-/// SIGKILL to the upstream's whole process group (it leads one, see [`command_as`]): what
-/// it spawned (npx runs the server as a child) goes with it.
-pub fn kill_group(child: &tokio::process::Child) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) with a negative pid signals the group our own child leads; the
-        // child is not reaped yet (we hold its handle), so the group id is still its own.
-        unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
-    }
 }
 
 /// `stsd upstream-exec --profile <JSON> -- <program> <args..>`: applies the profile and
@@ -404,28 +366,19 @@ mod tests {
     }
 
     #[test]
-    fn read_paths_resolve_the_command_on_the_upstreams_path() {
-        let l = read_paths(&stdio("sh", &[])).unwrap();
-        assert!(l.contains(&std::path::PathBuf::from("/usr")));
-        assert!(!l.iter().any(|p| p.starts_with("/etc/passwd")));
-        let mut cfg = stdio("sh", &[]);
-        cfg.env.insert("PATH".into(), "/nonexistent".into());
-        assert!(read_paths(&cfg).is_err());
-    }
-
-    #[test]
     fn a_url_upstream_has_no_command() {
         let cfg = UpstreamConfig {
             id: "h".into(),
             url: Some("https://x".into()),
             ..Default::default()
         };
-        assert!(command(
+        assert!(command_as(
             &cfg,
             BTreeMap::new(),
             Path::new("/w"),
             None,
-            Path::new("/s")
+            Path::new("/s"),
+            Ids::default()
         )
         .is_err());
     }

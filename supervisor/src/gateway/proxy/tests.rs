@@ -505,7 +505,7 @@ async fn dropping_the_proxy_closes_the_listener_and_every_tunnel() {
         .unwrap();
     let proxy_port = s.proxy.port();
     let Setup { proxy, hops, .. } = &mut s;
-    proxy.stop();
+    proxy.stop.cancel();
     let mut rest = Vec::new();
     tokio::time::timeout(WAIT, c.read_to_end(&mut rest))
         .await

@@ -3,7 +3,7 @@
 //! scored, scanned and looked up in the ledger; nothing is served, the ledger is not
 //! written, and every upstream is stopped before the report is returned.
 
-use super::gateway::{ledger_path, EventSink, Gateway};
+use super::front::{ledger_path, EventSink, Gateway};
 use super::ledger::Ledger;
 use serde_json::Value;
 use std::sync::Arc;

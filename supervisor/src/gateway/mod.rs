@@ -1,0 +1,54 @@
+//! The gateway (seed 001): external MCP servers, called upstreams, connected, confined,
+//! scored, scanned, fingerprinted and re-exposed as wrapped tools beside stsd's own. One name
+//! for the subsystem: the gateway; an upstream is a server it connects to, a wrapped tool
+//! one of an upstream's tools as the gateway serves it.
+//!
+//! This file is its one front: the rest of stsd (and the binary, and the tests) use the
+//! names re-exported here, never a module inside.
+//!
+//! - `front`: [`Gateway`], the running gateway: its upstreams, its exposure, its calls.
+//! - `sources`: which upstreams a config and its toolsets documents declare.
+//! - `risk`: server and tool scores, floors, composition, HITL mitigation.
+//! - `scan`: the description-poisoning scan.
+//! - `ledger`: the fingerprint ledger (NEW / UNCHANGED / MISMATCH), persisted (stsd's own
+//!   tools are fingerprinted in it too).
+//! - `shadow`: the composition shadowing rules R1-R3.
+//! - `expose`: what is served: the scores, the scan, the ledger and the rules applied.
+//! - `events`: the structured risk events (ServerRiskComputed, ...), logged and audited.
+//! - `call`: a wrapped tool's schema check, reply and `_meta`.
+//! - `client`: one connection to one upstream (rmcp client), restarted with backoff.
+//! - `proxy`: the egress proxy a networked upstream reaches the world through.
+//! - `spawn`: how a stdio upstream is started, confined (`stsd upstream-exec`).
+//! - `identity`: the uid each stdio upstream runs as (one of its own, when root).
+//! - `budget`: the workspace's byte budget (a tmpfs of its own, when root).
+//! - `preview`: `stsd gateway preview`, the exposure a config would give, without serving.
+
+mod budget;
+mod call;
+mod client;
+mod events;
+mod expose;
+mod front;
+mod identity;
+mod ledger;
+mod preview;
+mod proxy;
+mod risk;
+mod scan;
+mod shadow;
+mod sources;
+mod spawn;
+
+pub use call::tool_meta;
+pub(crate) use call::{check_against_input_schema, reply_of};
+pub use client::ConnState;
+pub use events::RiskEvent;
+pub use expose::WrappedTool;
+pub use front::{ledger_path, EventSink, Gateway};
+pub use ledger::{fingerprint, Ledger, State as LedgerState, Status as LedgerStatus};
+pub use preview::run as preview;
+pub use scan::scan_text;
+pub use sources::declared;
+// The confinement of a stdio upstream: `stsd upstream-exec` runs `exec_main`; the tests
+// probe the rest directly.
+pub use spawn::{command_as, exec_main, prepare_workspace, Ids, ProxyEnd};
