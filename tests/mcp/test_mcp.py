@@ -77,8 +77,11 @@ def test_list_call_errors_and_console_through_the_daemon(daemon: Daemon, mode: s
 
         with pytest.raises(MCPError):
             await c.call_tool("no-such-tool", {})
-        with pytest.raises(MCPError):
-            await c.call_tool("a-draft", {})
+        # A known tool that is not served says why (and is audited); an unknown name is a
+        # protocol error.
+        r = await c.call_tool("a-draft", {})
+        assert r.is_error is True and text_of(r).startswith("TOOL_WITHHELD: a-draft is not served: DRAFT"), text_of(r)
+        assert r.meta["stsd/errorCode"] == "TOOL_WITHHELD"
 
     anyio.run(session, daemon.mcp_command(), mode, body)
 
