@@ -231,6 +231,12 @@ pub struct DaemonConfig {
     /// principal and second; past it they are counted into one `refusals-summarised` record
     /// a second. 0: every refusal written.
     pub audit_refusals_per_second: u32,
+    /// What a call gets when its audit record cannot be written (the log's filesystem full
+    /// or failing): `auto` refuses (AUDIT_UNAVAILABLE) the calls of tools that need approval,
+    /// write files or reach the network (and wrapped upstream tools), and serves the rest;
+    /// `refuse` refuses every call; `serve` serves every call unrecorded. Each unrecorded
+    /// call is counted, with one WARN a minute.
+    pub audit_on_failure: AuditOnFailure,
     /// Calls a second one principal (an HTTP principal, else a local uid) may make, own and
     /// wrapped tools together; past it a call is refused OVERLOADED with the wait. 0: no
     /// limit (the default: a local agent is bounded by the pool and the queue).
@@ -282,6 +288,7 @@ impl Default for DaemonConfig {
             audit_max_bytes: 256 << 20,
             audit_keep: 4,
             audit_refusals_per_second: 20,
+            audit_on_failure: AuditOnFailure::Auto,
             calls_per_second: 0,
             call_burst: 0,
             admin_uids: Vec::new(),
@@ -316,6 +323,11 @@ pub struct WorkerConfig {
     /// The zygote is replaced by a freshly exec'd one after this many forks, so that
     /// workers do not share one address-space layout forever.
     pub zygote_max_forks: u32,
+    /// How long a running zygote may take to answer a fork request, in milliseconds
+    /// (a fork takes about one). Past it the zygote is taken for hung (stopped, or spinning):
+    /// it is killed and replaced, and the call is served by the next one. A new zygote's
+    /// first answer includes its own start and gets ten seconds.
+    pub fork_timeout_ms: u64,
     /// One-shot: a call of a tool has pool workers primed for that tool's next calls
     /// (confined to its posture, its globals bound and its body compiled, before any
     /// argument exists). Each primed worker still serves one call.
@@ -325,6 +337,16 @@ pub struct WorkerConfig {
     /// the first zygote 13 to 16 ms, which a daemon's workers repay many times and one `stsd
     /// run` does not: it turns this off.
     pub huge_code: bool,
+}
+
+/// `[daemon] audit_on_failure`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditOnFailure {
+    #[default]
+    Auto,
+    Refuse,
+    Serve,
 }
 
 /// `[worker] spawn`.
@@ -346,6 +368,7 @@ impl Default for WorkerConfig {
             reuse_max_parked: None,
             spawn: SpawnMode::Zygote,
             zygote_max_forks: 1000,
+            fork_timeout_ms: 1000,
             prime: true,
             huge_code: true,
         }

@@ -48,9 +48,14 @@ pub enum Code {
     UpstreamLost,
     /// The upstream answered with an error, or with something that is not MCP.
     UpstreamError,
-    /// The tool is withheld by the gateway: its fingerprint changed since it was approved
-    /// (AWAITING_REREVIEW), it was revoked, or a blocking poisoning hit.
+    /// The tool is known but not served: disabled, a draft, not verified, missing
+    /// requirements, over an upstream's `max_risk`, its fingerprint changed since it was
+    /// approved (AWAITING_REREVIEW), revoked, or a blocking poisoning hit. The message says why.
     ToolWithheld,
+    /// The call's audit record could not be written (the log's filesystem is full or
+    /// failing), and the operator's `audit_on_failure` refuses such calls rather than run them
+    /// unrecorded.
+    AuditUnavailable,
 }
 
 impl Code {
@@ -82,10 +87,11 @@ impl Code {
             Code::UpstreamLost => "UPSTREAM_LOST",
             Code::UpstreamError => "UPSTREAM_ERROR",
             Code::ToolWithheld => "TOOL_WITHHELD",
+            Code::AuditUnavailable => "AUDIT_UNAVAILABLE",
         }
     }
 
-    pub const ALL: [Code; 26] = [
+    pub const ALL: [Code; 27] = [
         Code::SpecParse,
         Code::SpecInvariant,
         Code::ResolverReject,
@@ -112,6 +118,7 @@ impl Code {
         Code::UpstreamLost,
         Code::UpstreamError,
         Code::ToolWithheld,
+        Code::AuditUnavailable,
     ];
 
     /// The code for its stable spelling.

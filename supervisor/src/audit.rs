@@ -10,6 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 #[derive(Debug, Clone, Serialize)]
@@ -137,7 +138,21 @@ pub struct AuditLog {
     inner: Mutex<LogFile>,
     /// Refusals past a per-principal budget, summarised (see [`Refusals`]).
     refusals: Refusals,
+    /// Records that could not be written, calls refused for it, and when that was last said.
+    failures: Failures,
 }
+
+/// The audit log failing (a full disk): counted, and said in one WARN a minute.
+#[derive(Default)]
+struct Failures {
+    lost: std::sync::atomic::AtomicU64,
+    refused: std::sync::atomic::AtomicU64,
+    said: Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+/// Free bytes the audit log's filesystem must have for a call that must be recorded to run:
+/// well over one record (arguments are bounded by `audit_max_params_bytes`, 64 KiB).
+pub const AUDIT_FREE_MARGIN: u64 = 256 * 1024;
 
 /// Refusals (calls answered with an error before any worker, upstream or approver had
 /// them) written one by one up to `per_second` a principal each second; past that they are
@@ -234,6 +249,8 @@ struct LogFile {
     /// Rotated files kept (`audit.jsonl.1` newest .. `.N`); the one past them is deleted.
     keep: usize,
     rotations: u64,
+    /// A failed write's fragment may still end the file.
+    torn: bool,
 }
 
 /// The audit log's size and rotations, for `/metrics`.
@@ -241,6 +258,10 @@ struct LogFile {
 pub struct AuditStats {
     pub bytes: u64,
     pub rotations: u64,
+    /// Records that could not be written.
+    pub failures: u64,
+    /// Calls refused AUDIT_UNAVAILABLE.
+    pub refused: u64,
 }
 
 /// `path` with `.n` appended (`audit.jsonl.1`).
@@ -315,8 +336,10 @@ impl AuditLog {
                 max_bytes: 0,
                 keep: 0,
                 rotations: 0,
+                torn: false,
             }),
             refusals: Refusals::default(),
+            failures: Failures::default(),
         })
     }
 
@@ -365,7 +388,49 @@ impl AuditLog {
         AuditStats {
             bytes: g.size,
             rotations: g.rotations,
+            failures: self.failures.lost.load(Ordering::Relaxed),
+            refused: self.failures.refused.load(Ordering::Relaxed),
         }
+    }
+
+    /// Whether a record can be written now: the log's filesystem has room for one with a
+    /// margin. Asked before a call that must be recorded runs (`audit_on_failure`).
+    pub fn writable(&self) -> Result<(), String> {
+        let g = self.lock();
+        // The filesystem the open file is on (the path may be a link to another).
+        room(nix::sys::statvfs::fstatvfs(&g.file), &g.path)
+    }
+
+    /// A record that could not be written: counted, and said at most once a minute (with
+    /// how many since), not once per call.
+    pub fn lost(&self, e: &std::io::Error) {
+        let n = self.failures.lost.fetch_add(1, Ordering::Relaxed) + 1;
+        self.say(n, &e.to_string());
+    }
+
+    /// A call refused AUDIT_UNAVAILABLE: counted, and said as [`AuditLog::lost`] is.
+    pub fn refused(&self, why: &str) {
+        self.failures.refused.fetch_add(1, Ordering::Relaxed);
+        let n = self.failures.lost.load(Ordering::Relaxed);
+        self.say(n, why);
+    }
+
+    fn say(&self, lost: u64, why: &str) {
+        let mut said = self.failures.said.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        if said.is_some_and(|(at, _)| now.duration_since(at) < std::time::Duration::from_secs(60)) {
+            return;
+        }
+        let since = said.map_or(lost, |(_, before)| lost - before.min(lost));
+        *said = Some((now, lost));
+        tracing::warn!(
+            path = %self.path().display(),
+            error = why,
+            records_lost = lost,
+            records_lost_this_minute = since,
+            calls_refused = self.failures.refused.load(Ordering::Relaxed),
+            "the audit log cannot be written ([daemon] audit_on_failure decides what calls get)"
+        );
     }
 
     /// Opens `path` afresh and writes there from now on (SIGHUP, after logrotate renamed the
@@ -421,9 +486,21 @@ impl AuditLog {
                 tracing::error!(error = %e, path = %g.path.display(), "cannot rotate the audit log");
             }
         }
-        g.file.write_all(&line)?;
+        if g.torn {
+            // A write that failed earlier left a fragment the repair could not cut then.
+            repair_torn_tail(&mut g.file)?;
+            g.torn = false;
+        }
+        if let Err(e) = g.file.write_all(&line).and_then(|_| g.file.flush()) {
+            // A full disk cuts a write at a block boundary: cut the fragment now, so the next
+            // record never lands on it (every line parses); if that fails too, before the
+            // next write.
+            g.torn = repair_torn_tail(&mut g.file).is_err();
+            g.size = g.file.metadata().map_or(g.size, |m| m.len());
+            return Err(e);
+        }
         g.size += line.len() as u64;
-        g.file.flush()
+        Ok(())
     }
 }
 
@@ -586,6 +663,37 @@ pub fn append_configured(config: &stsd_profiles::Config, rec: &AuditRecord) {
     // No tail repair here: a daemon may be appending to the same log right now.
     if let Err(e) = append_line(path, rec) {
         eprintln!("stsd: audit log {}: {e}", path.display());
+    }
+}
+
+/// Whether the filesystem holding `path` has room for a record, with a margin.
+pub fn free_room(path: &Path) -> Result<(), String> {
+    // The file when it exists (through a link, if it is one), else its directory.
+    let at = if path.exists() {
+        path
+    } else {
+        path.parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+    };
+    room(nix::sys::statvfs::statvfs(at), path)
+}
+
+fn room(v: nix::Result<nix::sys::statvfs::Statvfs>, path: &Path) -> Result<(), String> {
+    match v {
+        Ok(v) => {
+            let free = v.blocks_available() * v.fragment_size();
+            if free < AUDIT_FREE_MARGIN {
+                Err(format!(
+                    "the filesystem of {} has {free} bytes free, under the {AUDIT_FREE_MARGIN} \
+                     a record needs",
+                    path.display()
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        Err(e) => Err(format!("the audit log {}: {e}", path.display())),
     }
 }
 

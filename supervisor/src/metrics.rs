@@ -84,6 +84,8 @@ impl Metrics {
             "waiting": g.waiting,
             "approvalsPending": g.approvals_pending,
             "toolsServed": g.tools_served,
+            "audit": {"bytes": g.audit.bytes, "rotations": g.audit.rotations,
+                      "failures": g.audit.failures, "refused": g.audit.refused},
         })
     }
 
@@ -176,6 +178,18 @@ impl Metrics {
                 "counter",
                 "Audit log rotations since start ([daemon] audit_max_bytes).",
                 g.audit.rotations,
+            ),
+            (
+                "stsd_audit_failures_total",
+                "counter",
+                "Audit records that could not be written since start (a full or failing disk).",
+                g.audit.failures,
+            ),
+            (
+                "stsd_audit_refused_total",
+                "counter",
+                "Calls refused AUDIT_UNAVAILABLE since start ([daemon] audit_on_failure).",
+                g.audit.refused,
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}");

@@ -23,6 +23,7 @@ use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use stsd_profiles::approval::StrategyKind;
+use stsd_profiles::baseline::AuditOnFailure;
 use stsd_protocol::envvar::SecretSet;
 use stsd_protocol::Code;
 
@@ -84,6 +85,10 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
         );
         return finish(door, record, &secrets, t0, reply);
     }
+    // Record: a call that must be recorded runs only while its record can be written.
+    if let Some(reply) = unrecordable(door, &target) {
+        return finish(door, record, &secrets, t0, reply);
+    }
     // Execute.
     let reply = target.execute(checked, door, &mut record, &secrets).await;
     finish(door, record, &secrets, t0, reply)
@@ -107,6 +112,35 @@ pub fn run_blocking(
             Err(e) => ToolReply::error(Code::SandboxUnavailable, &format!("no runtime: {e}")),
         },
     }
+}
+
+/// The refusal of a call that must be recorded (`[daemon] audit_on_failure`) while the audit
+/// log's filesystem has no room for its record; None to go on.
+fn unrecordable(door: &Door<'_>, target: &Target<'_>) -> Option<ToolReply> {
+    let must = match door.config.daemon.audit_on_failure {
+        AuditOnFailure::Serve => false,
+        AuditOnFailure::Refuse => true,
+        AuditOnFailure::Auto => target.has_effects(),
+    };
+    if !must {
+        return None;
+    }
+    let room = match &door.audit {
+        Audit::Log(Some(log)) => log.writable().inspect_err(|e| log.refused(e)),
+        Audit::Log(None) => Ok(()),
+        Audit::Configured => door
+            .config
+            .daemon
+            .audit_log
+            .as_deref()
+            .map_or(Ok(()), crate::audit::free_room),
+    };
+    room.err().map(|e| {
+        ToolReply::error(
+            Code::AuditUnavailable,
+            &format!("not run: its audit record could not be written: {e}"),
+        )
+    })
 }
 
 /// Resolves when `flag` is set (the caller went away).
@@ -228,7 +262,7 @@ fn finish(
     match door.audit {
         Audit::Log(Some(log)) => {
             if let Err(e) = log.append(&record) {
-                tracing::error!(error = %e, "audit log write failed");
+                log.lost(&e);
             }
         }
         Audit::Log(None) => {}

@@ -50,6 +50,23 @@ impl Target<'_> {
         matches!(self, Target::Own(_))
     }
 
+    /// Whether the call can change the world beyond its reply: it needs approval, writes
+    /// files, deletes, or reaches the network. A wrapped upstream tool may do anything.
+    /// (`audit_on_failure = "auto"` refuses such a call when it cannot be recorded.)
+    pub fn has_effects(&self) -> bool {
+        match self {
+            Target::Own(t) => {
+                let caps = &t.resolved.tool_safety.capabilities;
+                t.approval.required
+                    || caps.file_write
+                    || caps.destructive
+                    || caps.network.mode != stsd_protocol::NetworkMode::Blocked
+            }
+            Target::Wrapped { .. } => true,
+            Target::Withheld { .. } => false,
+        }
+    }
+
     pub fn name(&self) -> &str {
         match self {
             Target::Own(t) => &t.spec.name,
