@@ -168,7 +168,19 @@ impl Daemon {
                 });
             }
         }
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("{e}"));
+        // A binary the test just copied can be busy for a moment: another test thread's
+        // fork holds the copy's (close-on-exec) descriptor until its child execs (ETXTBSY).
+        let mut tries = 0;
+        let child = loop {
+            match cmd.spawn() {
+                Ok(c) => break c,
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
         let d = Daemon {
             child,
             socket,

@@ -1197,3 +1197,36 @@ fn huge_code_off_leaves_the_code_in_small_pages() {
     assert!(maps.contains(" r-xp "), "no code mapping read: {maps}");
     assert!(code_memfds(zygote).is_empty(), "{maps}");
 }
+
+/// Issue 33 item 7: a zygote that is alive but does not answer (SIGSTOP) is taken for hung
+/// after `[worker] fork_timeout_ms`, killed and replaced, and the calls that needed a worker
+/// meanwhile are served by the next zygote: none fails, none is called a crash. Before: it
+/// was replaced only after 10 s, and calls that never ran failed as WORKER_CRASHED.
+#[test]
+fn a_hung_zygote_is_replaced_and_no_call_fails() {
+    let d = Daemon::start(1, "[worker]\nfork_timeout_ms = 300\n");
+    let mut c = d.connect();
+    c.call(1, "echo-console", json!({ "text": "warm" }));
+    assert!(!is_error(&c.response()));
+    let hung = wait_for_zygote(&d, None);
+    // SAFETY: kill(2) with a pid read from /proc that is the daemon's child.
+    unsafe { libc::kill(hung, libc::SIGSTOP) };
+    let mut answers = Vec::new();
+    for i in 0..4u64 {
+        c.call(10 + i, "echo-console", json!({ "text": format!("n{i}") }));
+        let r = c.response();
+        answers.push((is_error(&r), text(&r)));
+    }
+    let replaced = wait_for_zygote(&d, Some(hung));
+    // In case it is still there: let it go (it is killed if it is not already).
+    // SAFETY: as above.
+    unsafe { libc::kill(hung, libc::SIGCONT) };
+    let want: Vec<(bool, String)> = (0..4).map(|i| (false, format!("echo: n{i}"))).collect();
+    assert_eq!(answers, want, "calls while the zygote hung");
+    assert_ne!(replaced, hung);
+    let recs = d.audit_records();
+    assert!(
+        recs.iter().all(|r| r["outcome"] == "OK"),
+        "a call failed: {recs:?}"
+    );
+}

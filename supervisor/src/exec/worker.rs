@@ -486,10 +486,13 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
         proc,
         socket,
         maker_cpu_ns,
-    } = opts
-        .spawner
-        .spawn(urgent)
-        .map_err(|e| CallError::new(Code::WorkerCrashed, format!("cannot start a worker: {e}")))?;
+    } = opts.spawner.spawn(urgent).map_err(|e| {
+        // The tool never ran: not a crash of it.
+        CallError::new(
+            Code::SandboxUnavailable,
+            format!("cannot start a worker (the tool did not run): {e}"),
+        )
+    })?;
     // A worker for the pool waits as background work, whatever the zygote's standing was
     // when it forked (a call's urgent fork may have been under way).
     if !urgent {
@@ -520,8 +523,8 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
     };
     if let Some(p) = problem {
         return Err(CallError::new(
-            Code::WorkerCrashed,
-            format!("worker protocol error: {p}"),
+            Code::SandboxUnavailable,
+            format!("a worker did not start (the tool did not run): {p}"),
         ));
     }
     w.spawn_us = t0.elapsed().as_micros() as u64;

@@ -25,8 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use stsd_protocol::frames::{ForkReply, ZYGOTE_CODE_FD, ZYGOTE_CODE_OFFER};
 
-/// How long a zygote may take to answer a fork request (its first includes its own start).
-const FORK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new zygote may take to answer its first fork request (it includes its own
+/// start). Later requests get `[worker] fork_timeout_ms`.
+const FIRST_FORK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often an idle manager checks that its zygote is still alive.
 const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 
@@ -124,6 +125,7 @@ impl Zygote {
             uid: cfg.uid,
             gid: cfg.gid,
             max_forks: cfg.zygote_max_forks.max(1),
+            fork_timeout: Duration::from_millis(cfg.fork_timeout_ms.max(1)),
             huge_code: cfg.huge_code,
             live: None,
             pid: pid.clone(),
@@ -227,6 +229,8 @@ struct Manager {
     uid: u32,
     gid: u32,
     max_forks: u32,
+    /// `[worker] fork_timeout_ms`: a running zygote that takes longer is hung (replaced).
+    fork_timeout: Duration,
     /// `[worker] huge_code`: the zygote is asked for it (`--huge-code`).
     huge_code: bool,
     live: Option<Live>,
@@ -282,7 +286,8 @@ impl Manager {
         self.prioritise(urgent);
         let l = self.live.as_mut()?;
         l.forks += 1;
-        match ask(l, &mut self.code) {
+        let within = Budget::of(l, self.fork_timeout, urgent, &self.policy);
+        match ask(l, &mut self.code, &within) {
             Ok(s) => Some(Ok(s)),
             Err(e) => {
                 tracing::warn!(error = %e, "the zygote did not fork a worker; replacing it");
@@ -386,7 +391,8 @@ impl Manager {
                 continue;
             };
             l.forks += 1;
-            match ask(l, &mut self.code) {
+            let within = Budget::of(l, self.fork_timeout, urgent, &self.policy);
+            match ask(l, &mut self.code, &within) {
                 Ok(s) => return Ok(s),
                 Err(e) => {
                     tracing::warn!(error = %e, "the zygote did not fork a worker; replacing it");
@@ -399,13 +405,49 @@ impl Manager {
     }
 }
 
-/// Asks `l`'s zygote for one worker and takes its socket. A code memfd the zygote offered
-/// first (see `ZYGOTE_CODE_OFFER`) is kept in `code`.
-fn ask(l: &Live, code: &mut Option<OwnedFd>) -> std::io::Result<Spawned> {
+/// How long a zygote may take to answer the fork request just counted. A new zygote's first
+/// answer includes its start. After that, while a call waits for a worker, a zygote slower
+/// than `[worker] fork_timeout_ms` is hung (stopped, or spinning); a fork for the pool alone
+/// may take longer (it runs as background work, which a busy machine starves), until a call
+/// starts waiting: the budget is read again as the answer is awaited.
+struct Budget<'a> {
+    asked: Instant,
+    first: bool,
+    running: Duration,
+    urgent: bool,
+    policy: &'a Policy,
+}
+
+impl Budget<'_> {
+    fn of<'a>(l: &Live, running: Duration, urgent: bool, policy: &'a Policy) -> Budget<'a> {
+        Budget {
+            asked: Instant::now(),
+            first: l.forks <= 1,
+            running,
+            urgent,
+            policy,
+        }
+    }
+
+    /// The deadline as it stands now.
+    fn until(&self) -> Instant {
+        let within = if self.first {
+            FIRST_FORK_TIMEOUT
+        } else if self.urgent || self.policy.lock().urgent_waiting > 0 {
+            self.running
+        } else {
+            FIRST_FORK_TIMEOUT
+        };
+        self.asked + within
+    }
+}
+
+/// Asks `l`'s zygote for one worker and takes its socket, within `budget`. A code memfd the
+/// zygote offered first (see `ZYGOTE_CODE_OFFER`) is kept in `code`.
+fn ask(l: &Live, code: &mut Option<OwnedFd>, budget: &Budget<'_>) -> std::io::Result<Spawned> {
     send(l.ctrl.as_raw_fd(), b"F", MsgFlags::MSG_NOSIGNAL).map_err(std::io::Error::from)?;
-    let until = Instant::now() + FORK_TIMEOUT;
     loop {
-        let (buf, n, fds) = next_record(l, until)?;
+        let (buf, n, fds) = next_record(l, budget)?;
         if &buf[..n] == ZYGOTE_CODE_OFFER {
             if let [fd] = &fds[..] {
                 // Kept well above the fds a child's exec places (as ExeFile is).
@@ -425,10 +467,14 @@ fn ask(l: &Live, code: &mut Option<OwnedFd>) -> std::io::Result<Spawned> {
 /// The next record from `l`'s zygote, with the descriptors it carried.
 fn next_record(
     l: &Live,
-    until: Instant,
+    budget: &Budget<'_>,
 ) -> std::io::Result<([u8; ForkReply::BYTES + 1], usize, Vec<OwnedFd>)> {
     loop {
-        let left = until.saturating_duration_since(Instant::now());
+        // Polled in slices: a call that starts waiting shortens the budget.
+        let left = budget
+            .until()
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(50));
         if left.is_zero() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
