@@ -447,3 +447,38 @@ fn a_client_that_disconnects_during_a_fetch_is_noticed_at_once() {
     assert_eq!(recs.len(), 1, "no record within 3 s");
     assert_eq!(recs[0]["error"]["code"], "CANCELLED", "{}", recs[0]);
 }
+
+/// Issue 33 item 8: a SIGHUP that reads the config while it is being rewritten (empty for a
+/// moment) is refused; before, it took the empty file as "all defaults" and moved the audit
+/// log away. The call after it is audited where it was.
+#[test]
+fn a_reload_of_an_empty_config_is_refused_and_the_audit_log_stays() {
+    let d = Daemon::start(1, "");
+    let config = d.dir().join("stsd.toml");
+    let kept = std::fs::read_to_string(&config).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&config, "").unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(d.pid(), libc::SIGHUP) };
+    let t0 = Instant::now();
+    let log = loop {
+        let log = d.log();
+        if log.contains("reloaded (SIGHUP)") || log.contains("SIGHUP: config refused") {
+            break log;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no reload outcome:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(log.contains("holds no setting"), "{log}");
+    std::fs::write(&config, kept).unwrap_or_else(|e| panic!("{e}"));
+    let mut c = d.connect();
+    c.call(1, "echo-console", json!({"text": "still here"}));
+    let _ = c.response();
+    let recs = d.audit_records();
+    assert!(
+        recs.iter().any(|r| r["name"] == "echo-console"),
+        "the call's record is not in the audit log it had: {recs:?}"
+    );
+}

@@ -292,8 +292,7 @@ fn files_below(root: &std::path::Path) -> Vec<String> {
 /// Issue 31 item 1: a tool name sent on the admin channel is checked against the one
 /// grammar before anything is named after it (before: `stsd/tools/add` of a spec named
 /// `../../../../tmp/x/PWNED` wrote `/tmp/x/PWNED.json` as the daemon's uid, and `rollback`
-/// of such a name renamed files of any directory). And a symlink planted in the managed
-/// catalog's `specs/` or `history/` is never followed.
+/// of such a name renamed files of any directory). And no file is named after a tool.
 #[test]
 fn a_tool_name_never_leaves_the_managed_catalog() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -332,57 +331,28 @@ fn a_tool_name_never_leaves_the_managed_catalog() {
     assert!(!std::path::Path::new("/tmp/stsd-test-PWNED.json").exists());
     assert!(!std::path::Path::new("/abs").exists());
 
-    // A symlink planted as a tool's history directory: an update that keeps the current
-    // version there fails rather than write through it.
-    let managed = root.join("managed");
+    // The managed catalog is kept in the state store: no file is named after a tool (the
+    // older layout's specs/ and history/ are gone), so there is nothing a planted link could
+    // redirect.
     let out = tools_cli(&d, &["add"], Some(&spec("v1", "v1 hello ann")));
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    std::os::unix::fs::symlink(&outside, managed.join("history/greeter"))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let out = tools_cli(
+    assert!(tools_cli(
         &d,
         &["update", "greeter"],
-        Some(&spec("v2", "v2 hello ann")),
-    );
-    assert!(!out.status.success(), "an update wrote through a symlink");
-    assert_eq!(files_below(&outside), vec!["victim.json".to_string()]);
-    assert_eq!(greet(&d), "v1 hello bo");
-    std::fs::remove_file(managed.join("history/greeter")).unwrap_or_else(|e| panic!("{e}"));
-
-    // A symlink planted in history/ as the newest earlier version: rollback moves the link
-    // itself into specs/ (which then holds a link, not a copy of the target), never the file
-    // it points to; and the current version planted as a symlink is moved aside the same way
-    // by an update.
-    std::fs::create_dir(managed.join("history/greeter")).unwrap_or_else(|e| panic!("{e}"));
-    std::os::unix::fs::symlink(
-        outside.join("victim.json"),
-        managed.join("history/greeter/99999999999999999999.json"),
+        Some(&spec("v2", "v2 hello ann"))
     )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let _ = tools_cli(&d, &["rollback", "greeter"], None);
-    assert!(managed.join("specs/greeter.json").is_symlink());
-    let out = tools_cli(
-        &d,
-        &["update", "greeter"],
-        Some(&spec("v3", "v3 hello ann")),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!managed.join("specs/greeter.json").is_symlink());
-    assert_eq!(greet(&d), "v3 hello bo");
-    assert_eq!(
-        std::fs::read_to_string(outside.join("victim.json"))
-            .ok()
-            .as_deref(),
-        Some("untouched")
-    );
+    .status
+    .success());
+    assert!(tools_cli(&d, &["rollback", "greeter"], None)
+        .status
+        .success());
+    assert_eq!(greet(&d), "v1 hello bo");
+    let managed = root.join("managed");
+    assert!(!managed.join("specs").exists() && !managed.join("history").exists());
     assert_eq!(files_below(&outside), vec!["victim.json".to_string()]);
 }
 
@@ -501,4 +471,67 @@ fn the_stdio_bridge_carries_mcp_only() {
     let mut c = d.connect();
     c.send(9, "stsd/status", json!({}));
     assert!(c.response()["result"]["pool"].is_object());
+}
+
+/// Issue 33 item 5: a kill -9 in the middle of `tools update` leaves exactly one committed
+/// version served, never none and never one withheld for re-review. Two points, each a real
+/// SIGKILL of the daemon (`STSD_TEST_CRASH_AT`, test builds only):
+/// - `store-install`: the old version moved to the history, the new one not yet written
+///   (the older file layout lost the tool here);
+/// - `admin-installed`: the new version stored, the daemon not yet republished nor the
+///   ledger told (the older layout left it AWAITING_REREVIEW).
+#[test]
+fn a_kill_in_the_middle_of_an_update_serves_one_committed_version() {
+    let gate = "require_local_pass = true\n";
+    for (point, after) in [
+        ("store-install", "v1 hello bo"),
+        ("admin-installed", "v2 hello bo"),
+    ] {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let d = Daemon::start_in(dir, 1, gate, CATALOG);
+        assert!(tools_cli(&d, &["add"], Some(&spec("v1", "v1 hello ann")))
+            .status
+            .success());
+        assert_eq!(greet(&d), "v1 hello bo");
+        let dir = d.kill9();
+        let mut d = Daemon::launch_env(
+            dir,
+            1,
+            gate,
+            Some(CATALOG),
+            &[],
+            None,
+            &[("STSD_TEST_CRASH_AT", point)],
+        );
+        let out = tools_cli(
+            &d,
+            &["update", "greeter"],
+            Some(&spec("v2", "v2 hello ann")),
+        );
+        assert!(!out.status.success(), "{point}: the daemon did not die");
+        let t0 = std::time::Instant::now();
+        while d.is_running() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{point}: still running"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let dir = d.kill9();
+        let d = Daemon::start_in(dir, 1, gate, CATALOG);
+        assert_eq!(greet(&d), after, "{point}: after the restart");
+        // The history is whole: an update and a rollback come back to what was served.
+        assert!(tools_cli(
+            &d,
+            &["update", "greeter"],
+            Some(&spec("v3", "v3 hello ann"))
+        )
+        .status
+        .success());
+        assert_eq!(greet(&d), "v3 hello bo");
+        assert!(tools_cli(&d, &["rollback", "greeter"], None)
+            .status
+            .success());
+        assert_eq!(greet(&d), after, "{point}: after the rollback");
+    }
 }

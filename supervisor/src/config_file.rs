@@ -49,8 +49,57 @@ impl ConfigSource {
             None => Ok((Config::default(), None)),
         }
     }
+
+    /// [`ConfigSource::load`] for a reload (SIGHUP): a file that holds no setting at all is
+    /// refused, not taken as "all defaults". An editor or a deploy tool rewriting the file in
+    /// place leaves it empty for a moment, and a daemon reading it then would move its audit
+    /// log and drop every rule. (Replace config files atomically: write beside, then rename.)
+    pub fn reload(&self) -> Result<(Config, Option<PathBuf>), String> {
+        if let Some(p) = self.path() {
+            let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            if holds_no_setting(&text) {
+                return Err(format!(
+                    "{}: the file holds no setting (empty, or being rewritten): refused; \
+                     replace config files atomically (write beside, then rename)",
+                    p.display()
+                ));
+            }
+        }
+        self.load()
+    }
+}
+
+/// Nothing but blank lines and comments.
+fn holds_no_setting(text: &str) -> bool {
+    text.lines()
+        .map(str::trim)
+        .all(|l| l.is_empty() || l.starts_with('#'))
 }
 
 fn load_file(p: &Path) -> Result<Config, String> {
     Config::load(p).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Issue 33 item 8: a reload of an empty (or comment-only) file is refused; a start
+    /// takes it as the defaults, as before.
+    #[test]
+    fn a_reload_refuses_a_file_with_no_setting() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("stsd.toml");
+        let src = ConfigSource::Explicit(p.clone());
+        for empty in ["", "\n\n", "# being rewritten\n  \n"] {
+            std::fs::write(&p, empty).unwrap();
+            assert!(src.load().is_ok());
+            let e = src.reload().unwrap_err();
+            assert!(e.contains("holds no setting"), "{e}");
+        }
+        std::fs::write(&p, "[daemon]\naudit_log = \"/tmp/x.jsonl\"\n").unwrap();
+        let (c, _) = src.reload().unwrap();
+        assert_eq!(c.daemon.audit_log, Some(PathBuf::from("/tmp/x.jsonl")));
+    }
 }

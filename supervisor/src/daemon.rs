@@ -63,7 +63,8 @@ fn runtime_threads(configured: usize, cpus: usize) -> usize {
     }
 }
 
-/// The managed catalog of the daemon.
+/// The managed catalog of the daemon, in the state store (opened, and the older layout's
+/// files imported into it once).
 fn managed_catalog(o: &DaemonOptions) -> Result<Arc<crate::managed::Managed>, String> {
     let dir = o
         .config
@@ -71,14 +72,31 @@ fn managed_catalog(o: &DaemonOptions) -> Result<Arc<crate::managed::Managed>, St
         .catalog_dir
         .clone()
         .unwrap_or_else(crate::managed::default_dir);
-    crate::managed::Managed::open(&dir)
-        .map(Arc::new)
-        .map_err(|e| format!("cannot open the managed catalog: {e}"))
+    let store = crate::state::Store::open(&crate::state::path(&o.config))
+        .map_err(|e| format!("cannot open the state store: {e}"))?;
+    let ledger = crate::gateway::ledger_path(&o.config);
+    if let Some(got) = crate::state::import::once(&store, &dir, &ledger)? {
+        if !got.kept.is_empty() {
+            tracing::info!(
+                store = %store.path().display(),
+                tools = got.tools,
+                history = got.history,
+                switches = got.switches,
+                ledger = got.ledger,
+                kept = %got.kept.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+                "imported the older state files into the store (kept, renamed)"
+            );
+        }
+    }
+    Ok(Arc::new(crate::managed::Managed::new(
+        Arc::new(store),
+        &dir,
+    )))
 }
 
 fn build_service_with(
     o: &DaemonOptions,
-    managed: Option<&crate::managed::Managed>,
+    managed: Option<&Arc<crate::managed::Managed>>,
 ) -> Result<Arc<Service>, String> {
     let audit_path = o
         .config
@@ -94,11 +112,10 @@ fn build_service_with(
         })
         .map_err(|e| format!("cannot open the audit log {}: {e}", audit_path.display()))?;
     let opts = ExecOptions::new(o.worker_exe.clone(), &o.config)?;
-    let mut toolsets = o.toolsets.clone();
+    let toolsets = o.toolsets.clone();
     let mut sources = o.sources.clone();
     if let Some(m) = managed {
-        sources.push(Source::Managed(m.specs_dir()));
-        toolsets.push(m.toolsets_path());
+        sources.push(Source::Managed(crate::catalog::ManagedSource(m.clone())));
     }
     Service::new(
         o.config.clone(),
@@ -582,7 +599,7 @@ const CUT_OFF_WAIT: Duration = Duration::from_secs(5);
 /// is refused with a log line naming why, and the old one stays in force. True when the new
 /// config is in force.
 fn reload(o: &DaemonOptions, service: &Arc<Service>, changed: &broadcast::Sender<()>) -> bool {
-    let loaded = o.config_source.load().map(|(mut c, path)| {
+    let loaded = o.config_source.reload().map(|(mut c, path)| {
         if let Some(p) = &o.preset {
             c.daemon.preset = Some(p.clone());
         }

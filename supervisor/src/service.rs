@@ -121,8 +121,17 @@ impl Service {
         all_toolsets.extend(toolsets.iter().cloned());
         let published = publish_with_toolsets(&sources, &config, &all_toolsets)
             .map_err(|errors| format!("toolsets:\n  {}", errors.join("\n  ")))?;
-        let ledger =
-            crate::gateway::Ledger::open(crate::gateway::ledger_path(&config)).map(Arc::new)?;
+        // The ledger is kept in the state store, beside the managed catalog; without one,
+        // in its file.
+        let store = sources.iter().find_map(|s| match s {
+            Source::Managed(m) => Some(m.0.store()),
+            _ => None,
+        });
+        let ledger = match store {
+            Some(store) => crate::gateway::Ledger::in_store(store),
+            None => crate::gateway::Ledger::open(crate::gateway::ledger_path(&config)),
+        }
+        .map(Arc::new)?;
         let pool = Pool::start(opts.clone(), pool_size);
         let service = Arc::new(Service {
             ledger: Some(ledger),
@@ -285,6 +294,35 @@ impl Service {
         }
         p.tools = kept;
         p
+    }
+
+    /// The ledger's approval of one of stsd's own tools as `doc` will publish it: its id,
+    /// and the entry as the store keeps it (None when own specs are not fingerprinted, or
+    /// the document is not one valid spec). An admin change commits it with the document in
+    /// one transaction, then [`Service::adopt_approval`] takes it in.
+    pub fn own_approval(&self, doc: &[u8]) -> Option<(String, String)> {
+        let ledger = self.ledger.as_ref()?;
+        let config = self.config();
+        if !config.gateway.ledger_own_specs {
+            return None;
+        }
+        let file = crate::store::SpecFile::parse(std::path::Path::new("managed.json"), doc, true)
+            .ok()??;
+        let cat = crate::store::Catalog::load_with(&[], vec![file]);
+        let e = cat.entries.first()?;
+        let spec = e.validated.spec.as_ref()?;
+        let resolved = stsd_profiles::resolve(spec, &config).ok()?;
+        let t = PublishedTool::of_spec(spec, e.tool_id.clone(), resolved, &config);
+        let id = format!("stsd/{}", t.spec.name);
+        let (_, json) = ledger.approving(&id, &own_fingerprint(&t));
+        Some((id, json))
+    }
+
+    /// Takes in a ledger approval committed by an admin change (see [`Service::own_approval`]).
+    pub fn adopt_approval(&self, id: &str, json: &str) {
+        if let (Some(ledger), Ok(e)) = (&self.ledger, serde_json::from_str(json)) {
+            ledger.adopt(id, e);
+        }
     }
 
     /// An operator published this tool through the admin channel (add, update, rollback):

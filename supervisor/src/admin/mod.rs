@@ -539,13 +539,37 @@ impl Admin {
                     }
                 }
                 let doc = self.gate(spec).await?;
-                managed.install(&name, &doc).map_err(|e| (GATE_FAILED, e))?;
+                // The document and the ledger's approval of it: one transaction, so a kill
+                // at any point leaves the old version served or the new one, never the new
+                // one withheld for re-review.
+                let bytes = serde_json::to_vec(&doc).map_err(|e| (GATE_FAILED, e.to_string()))?;
+                let approval = self.service.own_approval(&bytes);
+                let row = approval
+                    .as_ref()
+                    .map(|(id, entry)| crate::state::LedgerRow { id, entry });
+                managed
+                    .install(&name, &doc, row)
+                    .map_err(|e| (GATE_FAILED, e))?;
+                // The old layout left the tool withheld for re-review when killed here.
+                crate::state::crash_point("admin-installed");
+                if let Some((id, entry)) = &approval {
+                    self.service.adopt_approval(id, entry);
+                }
                 self.republish_accepting(changed, name.as_str())?;
                 Ok(json!({"name": name.as_str(), "published": true}))
             }
             "stsd/tools/rollback" => {
                 let name = name_param(params)?;
-                managed.rollback(&name).map_err(|e| (NO_SUCH, e))?;
+                let mut approval = None;
+                managed
+                    .rollback(&name, |doc| {
+                        approval = self.service.own_approval(doc);
+                        approval.clone()
+                    })
+                    .map_err(|e| (NO_SUCH, e))?;
+                if let Some((id, entry)) = &approval {
+                    self.service.adopt_approval(id, entry);
+                }
                 self.republish_accepting(changed, name.as_str())?;
                 Ok(json!({"name": name.as_str(), "rolledBack": true}))
             }

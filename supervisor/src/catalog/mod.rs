@@ -19,10 +19,28 @@ use stsd_protocol::ToolSpec;
 pub enum Source {
     Bundled,
     Path(PathBuf),
-    /// The managed catalog's specs (what the admin channel published): read like a path,
-    /// and its tools start gated when they write, delete or reach the network
-    /// (`approval::policy::gated_by_default`).
-    Managed(PathBuf),
+    /// The managed catalog (what the admin channel published, in the state store): its
+    /// tools start gated when they write, delete or reach the network
+    /// (`approval::policy::gated_by_default`), and its switches disable tools.
+    Managed(ManagedSource),
+}
+
+/// The managed catalog as a source: one is equal only to itself.
+#[derive(Clone)]
+pub struct ManagedSource(pub std::sync::Arc<crate::managed::Managed>);
+
+impl PartialEq for ManagedSource {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ManagedSource {}
+
+impl std::fmt::Debug for ManagedSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 /// The catalog as served: ACTIVE specs, sorted by name (a stable order).
@@ -58,6 +76,20 @@ pub fn publish_with_toolsets(
             .iter()
             .any(|e| e.validated.spec.as_ref().is_some_and(|s| s.name == name))
     })?;
+    // The operator's switches from the admin channel.
+    if let Some(m) = managed(sources) {
+        for name in m.disabled() {
+            toolsets
+                .tools
+                .entry(name)
+                .or_insert_with(|| crate::approval::toolsets::Switch {
+                    enabled: true,
+                    requires_approval: None,
+                    from: Vec::new(),
+                })
+                .enabled = false;
+        }
+    }
     if let Some(id) = &config.daemon.preset {
         toolsets.only = Some((id.clone(), preset_tools(sources, config, id)?));
     }
@@ -66,7 +98,7 @@ pub fn publish_with_toolsets(
         config,
         &toolsets,
         false,
-        managed_dir(sources),
+        managed_dir(sources).as_deref(),
     ))
 }
 
@@ -77,7 +109,7 @@ pub fn publish(sources: &[Source], config: &Config) -> Published {
         config,
         &Toolsets::default(),
         false,
-        managed_dir(sources),
+        managed_dir(sources).as_deref(),
     )
 }
 
@@ -89,7 +121,7 @@ pub fn publish_any_state(sources: &[Source], config: &Config) -> Published {
         config,
         &Toolsets::default(),
         true,
-        managed_dir(sources),
+        managed_dir(sources).as_deref(),
     )
 }
 
@@ -218,26 +250,34 @@ fn preset_tools(
 }
 
 /// The managed catalog's specs directory, when it is a source.
-fn managed_dir(sources: &[Source]) -> Option<&Path> {
+fn managed(sources: &[Source]) -> Option<&crate::managed::Managed> {
     sources.iter().find_map(|s| match s {
-        Source::Managed(p) => Some(p.as_path()),
+        Source::Managed(m) => Some(&*m.0),
         _ => None,
     })
+}
+
+/// Where the managed catalog's spec files are named (see [`crate::managed`]).
+fn managed_dir(sources: &[Source]) -> Option<PathBuf> {
+    managed(sources).map(|m| m.specs_dir())
 }
 
 fn load_catalog(sources: &[Source]) -> Catalog {
     let paths: Vec<PathBuf> = sources
         .iter()
         .filter_map(|s| match s {
-            Source::Path(p) | Source::Managed(p) => Some(p.clone()),
-            Source::Bundled => None,
+            Source::Path(p) => Some(p.clone()),
+            Source::Bundled | Source::Managed(_) => None,
         })
         .collect();
-    let extra = if sources.contains(&Source::Bundled) {
+    let mut extra: Vec<crate::store::SpecFile> = if sources.contains(&Source::Bundled) {
         crate::bundled::examples().into_iter().collect()
     } else {
         Vec::new()
     };
+    if let Some(m) = managed(sources) {
+        extra.extend(m.spec_files());
+    }
     Catalog::load_with(&paths, extra)
 }
 

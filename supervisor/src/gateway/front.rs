@@ -55,18 +55,12 @@ pub struct Gateway {
     observe: bool,
 }
 
-/// The state directory: `[gateway] state_dir`, else `STSD_STATE_DIR`, else /var/lib/stsd
-/// (root) or $XDG_STATE_HOME/stsd (~/.local/state/stsd).
+/// The state directory (see [`crate::state::dir`]).
 pub fn state_dir(config: &Config) -> PathBuf {
-    if let Some(d) = &config.gateway.state_dir {
-        return d.clone();
-    }
-    if let Some(d) = std::env::var_os("STSD_STATE_DIR").filter(|v| !v.is_empty()) {
-        return PathBuf::from(d);
-    }
-    crate::paths::default_state_dir()
+    crate::state::dir(config)
 }
 
+/// The ledger file of the older layout (the store holds the ledger since; imported once).
 pub fn ledger_path(config: &Config) -> PathBuf {
     state_dir(config).join("ledger.json")
 }

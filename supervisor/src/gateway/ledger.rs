@@ -181,6 +181,9 @@ const COALESCE_MS: i64 = 60 * 60 * 1000;
 pub struct Ledger {
     path: PathBuf,
     data: Mutex<Data>,
+    /// Where it is kept: the state store (the daemon's), or a file of its own (older state
+    /// directories, read by `stsd upstream check` before a daemon imported them).
+    store: Option<std::sync::Arc<crate::state::Store>>,
 }
 
 impl Ledger {
@@ -213,7 +216,55 @@ impl Ledger {
         Ok(Ledger {
             path,
             data: Mutex::new(data),
+            store: None,
         })
+    }
+
+    /// The ledger kept in the state store: each change one transaction, of the entries it
+    /// changed only.
+    pub fn in_store(store: std::sync::Arc<crate::state::Store>) -> Result<Ledger, String> {
+        let (tools, servers) = store.ledger()?;
+        let mut data = Data::default();
+        for (id, entry) in tools {
+            let e: Entry = serde_json::from_str(&entry).map_err(|e| {
+                format!(
+                    "ledger entry {id:?} in {}: not a ledger entry ({e})",
+                    store.path().display()
+                )
+            })?;
+            data.tools.insert(id, e);
+        }
+        for (id, ms) in servers {
+            data.servers.insert(id, ServerUse { last_used_ms: ms });
+        }
+        Ok(Ledger {
+            path: store.path().to_path_buf(),
+            data: Mutex::new(data),
+            store: Some(store),
+        })
+    }
+
+    /// The entry that approves `fp` for `id` now (its first and last sightings kept), as
+    /// the store keeps it: for a change that installs a tool and approves it in one
+    /// transaction. [`Ledger::adopt`] takes it in once that transaction committed.
+    pub fn approving(&self, id: &str, fp: &str) -> (Entry, String) {
+        let now = crate::store::now_ms();
+        let first = self.lock().tools.get(id).map_or(now, |e| e.first_seen_ms);
+        let e = Entry {
+            approved: fp.to_string(),
+            state: State::Active,
+            pending: None,
+            first_seen_ms: first,
+            last_seen_ms: now,
+            approved_at_ms: now,
+        };
+        let json = serde_json::to_string(&e).unwrap_or_default();
+        (e, json)
+    }
+
+    /// Takes in an entry already committed to the store (see [`Ledger::approving`]).
+    pub fn adopt(&self, id: &str, e: Entry) {
+        self.lock().tools.insert(id.to_string(), e);
     }
 
     pub fn path(&self) -> &Path {
@@ -236,7 +287,10 @@ impl Ledger {
         let mut next = guard.clone();
         let (out, dirty) = change(&mut next)?;
         if dirty {
-            self.save(&next)?;
+            match &self.store {
+                Some(store) => save_changes(store, &guard, &next)?,
+                None => self.save(&next)?,
+            }
             *guard = next;
         }
         Ok(out)
@@ -385,6 +439,29 @@ impl Ledger {
     pub fn last_used(&self, upstream_id: &str) -> Option<i64> {
         self.lock().servers.get(upstream_id).map(|s| s.last_used_ms)
     }
+}
+
+/// The entries and server uses that differ between `before` and `after`, in one transaction.
+fn save_changes(store: &crate::state::Store, before: &Data, after: &Data) -> Result<(), String> {
+    let mut tools: Vec<(String, Option<String>)> = Vec::new();
+    for (id, e) in &after.tools {
+        if before.tools.get(id) != Some(e) {
+            let json = serde_json::to_string(e).map_err(|e| format!("ledger {id}: {e}"))?;
+            tools.push((id.clone(), Some(json)));
+        }
+    }
+    for id in before.tools.keys() {
+        if !after.tools.contains_key(id) {
+            tools.push((id.clone(), None));
+        }
+    }
+    let servers: Vec<(String, i64)> = after
+        .servers
+        .iter()
+        .filter(|(id, s)| before.servers.get(*id).map(|b| b.last_used_ms) != Some(s.last_used_ms))
+        .map(|(id, s)| (id.clone(), s.last_used_ms))
+        .collect();
+    store.write_ledger(&tools, &servers)
 }
 
 fn unknown(id: &str) -> String {

@@ -1,0 +1,240 @@
+//! The first start on a state directory in the older layout (loose files) brings them into
+//! the store in one transaction, checks what it wrote against what it read, and keeps the old
+//! files renamed (`*.imported`), never deleted:
+//!
+//! - the managed catalog directory: `specs/NAME.json` (served versions), `history/NAME/*`
+//!   (earlier versions, oldest first), `toolsets.json` (the operator's switches);
+//! - the fingerprint ledger, `ledger.json`.
+//!
+//! A store that has imported once (its `meta` says so) is never imported into again.
+
+use super::Store;
+use rusqlite::{params, OptionalExtension};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+const DONE: &str = "imported";
+
+/// What an import brought in.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Imported {
+    pub tools: usize,
+    pub history: usize,
+    pub switches: usize,
+    pub ledger: usize,
+    /// The files and directories kept, renamed.
+    pub kept: Vec<PathBuf>,
+}
+
+/// One older file set, read whole before anything is written.
+struct Old {
+    tools: Vec<(String, Vec<u8>)>,
+    history: Vec<(String, Vec<u8>)>,
+    disabled: Vec<String>,
+    ledger: Vec<(String, String)>,
+    servers: Vec<(String, i64)>,
+}
+
+fn json_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && !p
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("import {}: {e}", path.display()))
+}
+
+/// Reads the older layout's files (none of them is required).
+fn read_old(catalog_dir: &Path, ledger: &Path) -> Result<Old, String> {
+    let mut old = Old {
+        tools: Vec::new(),
+        history: Vec::new(),
+        disabled: Vec::new(),
+        ledger: Vec::new(),
+        servers: Vec::new(),
+    };
+    for p in json_files(&catalog_dir.join("specs")) {
+        let Some(name) = p.file_stem().map(|s| s.to_string_lossy().to_string()) else {
+            continue;
+        };
+        old.tools.push((name, read(&p)?));
+    }
+    let mut tools: Vec<PathBuf> = std::fs::read_dir(catalog_dir.join("history"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    tools.sort();
+    for dir in tools {
+        let name = dir
+            .file_name()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default();
+        // Zero-padded timestamps: the names sort oldest first.
+        for p in json_files(&dir) {
+            old.history.push((name.clone(), read(&p)?));
+        }
+    }
+    let toolsets = catalog_dir.join("toolsets.json");
+    if toolsets.is_file() {
+        let v: Value = serde_json::from_slice(&read(&toolsets)?)
+            .map_err(|e| format!("import {}: {e}", toolsets.display()))?;
+        for set in v["toolsets"].as_array().into_iter().flatten() {
+            for t in set["tools"].as_array().into_iter().flatten() {
+                if t["enabled"] == false {
+                    if let Some(n) = t["name"].as_str() {
+                        old.disabled.push(n.to_string());
+                    }
+                }
+            }
+        }
+    }
+    if ledger.is_file() {
+        let v: Value = serde_json::from_slice(&read(ledger)?)
+            .map_err(|e| format!("import {}: not a ledger: {e}", ledger.display()))?;
+        for (id, e) in v["tools"].as_object().into_iter().flatten() {
+            old.ledger.push((id.clone(), e.to_string()));
+        }
+        for (id, s) in v["servers"].as_object().into_iter().flatten() {
+            if let Some(ms) = s["lastUsedMs"].as_i64() {
+                old.servers.push((id.clone(), ms));
+            }
+        }
+    }
+    Ok(old)
+}
+
+/// Imports the older layout into `store` once. Returns None when the store has imported
+/// before (or there was nothing to import and that is now recorded).
+pub fn once(store: &Store, catalog_dir: &Path, ledger: &Path) -> Result<Option<Imported>, String> {
+    if store.meta(DONE)?.is_some() {
+        return Ok(None);
+    }
+    let old = read_old(catalog_dir, ledger)?;
+    let at = super::sql(store.path());
+    let now = crate::store::now_ms();
+    let mut got = Imported {
+        tools: old.tools.len(),
+        history: old.history.len(),
+        switches: old.disabled.len(),
+        ledger: old.ledger.len(),
+        kept: Vec::new(),
+    };
+    let imported = store.write(|tx| {
+        // Two processes starting on one state directory: the first imports, the other
+        // finds it done (the check is inside the write transaction, which serialises them).
+        let done: Option<String> = tx
+            .query_row("SELECT value FROM meta WHERE key = ?1", [DONE], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(&at)?;
+        if done.is_some() {
+            return Ok(false);
+        }
+        for (name, doc) in &old.history {
+            tx.execute(
+                "INSERT INTO tool_history (name, doc, retired_ms) VALUES (?1, ?2, ?3)",
+                params![name, doc, now],
+            )
+            .map_err(&at)?;
+        }
+        for (name, doc) in &old.tools {
+            tx.execute(
+                "INSERT OR REPLACE INTO tools (name, doc, installed_ms) VALUES (?1, ?2, ?3)",
+                params![name, doc, now],
+            )
+            .map_err(&at)?;
+        }
+        for name in &old.disabled {
+            tx.execute(
+                "INSERT OR REPLACE INTO switches (name, enabled) VALUES (?1, 0)",
+                [name],
+            )
+            .map_err(&at)?;
+        }
+        for (id, entry) in &old.ledger {
+            tx.execute(
+                "INSERT OR REPLACE INTO ledger (id, entry) VALUES (?1, ?2)",
+                params![id, entry],
+            )
+            .map_err(&at)?;
+        }
+        for (id, ms) in &old.servers {
+            tx.execute(
+                "INSERT OR REPLACE INTO ledger_servers (id, last_used_ms) VALUES (?1, ?2)",
+                params![id, ms],
+            )
+            .map_err(&at)?;
+        }
+        // Verified before it counts as done: what the store holds is what was read.
+        let count = |table: &str| -> Result<usize, String> {
+            tx.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n as usize)
+            .map_err(&at)
+        };
+        let held = (
+            count("tools")?,
+            count("tool_history")?,
+            count("switches")?,
+            count("ledger")?,
+        );
+        let read = (
+            old.tools.len(),
+            old.history.len(),
+            old.disabled.len(),
+            old.ledger.len(),
+        );
+        if held != read {
+            return Err(format!(
+                "import into {}: read (tools, history, switches, ledger) {read:?}, the store \
+                 holds {held:?}: nothing imported",
+                store.path().display()
+            ));
+        }
+        let summary = serde_json::json!({"ms": now, "tools": read.0, "history": read.1,
+                                         "switches": read.2, "ledger": read.3});
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES (?1, ?2)",
+            params![DONE, summary.to_string()],
+        )
+        .map_err(&at)?;
+        Ok(true)
+    })?;
+    if !imported {
+        return Ok(None);
+    }
+    // Kept, out of the way: a later reader of the old layout sees no stale catalog.
+    for p in [
+        catalog_dir.join("specs"),
+        catalog_dir.join("history"),
+        catalog_dir.join("toolsets.json"),
+        ledger.to_path_buf(),
+    ] {
+        if p.exists() {
+            let mut to = p.as_os_str().to_os_string();
+            to.push(".imported");
+            let to = PathBuf::from(to);
+            std::fs::rename(&p, &to)
+                .map_err(|e| format!("import: keep {} as {}: {e}", p.display(), to.display()))?;
+            got.kept.push(to);
+        }
+    }
+    Ok(Some(got))
+}

@@ -1,0 +1,167 @@
+//! The store's own suite: each change whole or not at all, the history in order, the
+//! switches, the ledger, the schema version, and the import of the older layout.
+
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+fn temp() -> (tempfile::TempDir, Store) {
+    let d = tempfile::tempdir().unwrap();
+    let s = Store::open(&d.path().join("state/stsd.db")).unwrap();
+    (d, s)
+}
+
+#[test]
+fn install_keeps_the_history_and_rollback_restores_it() {
+    let (_d, s) = temp();
+    s.install("t", b"v1", None).unwrap();
+    s.install("t", b"v2", None).unwrap();
+    s.install("t", b"v3", None).unwrap();
+    assert_eq!(s.tools().unwrap(), vec![("t".to_string(), b"v3".to_vec())]);
+    let h: Vec<Vec<u8>> = s
+        .history("t")
+        .unwrap()
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(h, vec![b"v1".to_vec(), b"v2".to_vec()]);
+    let back = s.rollback("t", |_| None).unwrap();
+    assert_eq!(back, b"v2");
+    assert_eq!(s.tools().unwrap(), vec![("t".to_string(), b"v2".to_vec())]);
+    assert_eq!(s.history("t").unwrap().len(), 1);
+    s.remove("t").unwrap();
+    assert!(s.tools().unwrap().is_empty());
+    assert!(!s.has_tool("t").unwrap());
+    // Removed goes to the history: rollback brings it back.
+    assert_eq!(s.rollback("t", |_| None).unwrap(), b"v2");
+    assert!(s.remove("nope").is_err());
+    assert!(s.rollback("nope", |_| None).is_err());
+}
+
+#[test]
+fn an_install_and_its_ledger_approval_commit_together() {
+    let (_d, s) = temp();
+    s.install(
+        "t",
+        b"v1",
+        Some(LedgerRow {
+            id: "stsd/t",
+            entry: "{\"a\":1}",
+        }),
+    )
+    .unwrap();
+    let (tools, _) = s.ledger().unwrap();
+    assert_eq!(tools, vec![("stsd/t".to_string(), "{\"a\":1}".to_string())]);
+    s.write_ledger(
+        &[("stsd/t".into(), None), ("u/x".into(), Some("{}".into()))],
+        &[("u".into(), 42)],
+    )
+    .unwrap();
+    let (tools, servers) = s.ledger().unwrap();
+    assert_eq!(tools, vec![("u/x".to_string(), "{}".to_string())]);
+    assert_eq!(servers, vec![("u".to_string(), 42)]);
+}
+
+#[test]
+fn a_failed_change_leaves_nothing_of_itself() {
+    let (_d, s) = temp();
+    s.install("t", b"v1", None).unwrap();
+    // A rollback whose ledger row cannot be written (no such table) fails whole.
+    let r = s.write(|tx| {
+        retire(tx, "t", 1).map_err(|e| e.to_string())?;
+        Err::<(), _>("stopped half-way".to_string())
+    });
+    assert!(r.is_err());
+    assert_eq!(s.tools().unwrap(), vec![("t".to_string(), b"v1".to_vec())]);
+    assert!(s.history("t").unwrap().is_empty());
+}
+
+#[test]
+fn switches_disable_and_enable() {
+    let (_d, s) = temp();
+    s.set_enabled("a", false).unwrap();
+    s.set_enabled("b", false).unwrap();
+    s.set_enabled("a", true).unwrap();
+    assert_eq!(s.disabled().unwrap(), vec!["b".to_string()]);
+}
+
+#[test]
+fn a_store_of_a_newer_schema_is_refused_and_reopening_migrates_nothing_twice() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("stsd.db");
+    drop(Store::open(&p).unwrap());
+    let s = Store::open(&p).unwrap();
+    s.install("t", b"v1", None).unwrap();
+    drop(s);
+    {
+        let c = Connection::open(&p).unwrap();
+        c.pragma_update(None, "user_version", 99).unwrap();
+    }
+    let e = Store::open(&p).unwrap_err();
+    assert!(e.contains("newer than this stsd reads"), "{e}");
+}
+
+#[test]
+fn the_older_layout_is_imported_once_verified_and_kept() {
+    let d = tempfile::tempdir().unwrap();
+    let cat = d.path().join("catalog");
+    std::fs::create_dir_all(cat.join("specs")).unwrap();
+    std::fs::create_dir_all(cat.join("history/t")).unwrap();
+    std::fs::write(cat.join("specs/t.json"), b"{\"v\": 3}").unwrap();
+    std::fs::write(cat.join("specs/u.json"), b"{\"v\": 1}").unwrap();
+    std::fs::write(
+        cat.join("history/t/00000000000000000001.json"),
+        b"{\"v\": 1}",
+    )
+    .unwrap();
+    std::fs::write(
+        cat.join("history/t/00000000000000000002.json"),
+        b"{\"v\": 2}",
+    )
+    .unwrap();
+    std::fs::write(
+        cat.join("toolsets.json"),
+        br#"{"toolsets": [{"id": "stsd-operator", "kind": "builtin", "tools": [{"name": "u", "enabled": false}]}]}"#,
+    )
+    .unwrap();
+    let ledger = d.path().join("ledger.json");
+    std::fs::write(
+        &ledger,
+        br#"{"version": 1, "tools": {"stsd/t": {"approved": "ab", "state": "ACTIVE", "pending": null, "firstSeenMs": 1, "lastSeenMs": 2, "approvedAtMs": 3}}, "servers": {"up": {"lastUsedMs": 7}}}"#,
+    )
+    .unwrap();
+    let s = Store::open(&d.path().join("stsd.db")).unwrap();
+    let got = import::once(&s, &cat, &ledger).unwrap().unwrap();
+    assert_eq!(
+        (got.tools, got.history, got.switches, got.ledger),
+        (2, 2, 1, 1)
+    );
+    assert_eq!(
+        s.tools().unwrap(),
+        vec![
+            ("t".to_string(), b"{\"v\": 3}".to_vec()),
+            ("u".to_string(), b"{\"v\": 1}".to_vec())
+        ]
+    );
+    let h: Vec<Vec<u8>> = s
+        .history("t")
+        .unwrap()
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(h, vec![b"{\"v\": 1}".to_vec(), b"{\"v\": 2}".to_vec()]);
+    assert_eq!(s.disabled().unwrap(), vec!["u".to_string()]);
+    let (tools, servers) = s.ledger().unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(servers, vec![("up".to_string(), 7)]);
+    // The old files are kept, renamed; a second start imports nothing.
+    assert!(cat.join("specs.imported/t.json").is_file());
+    assert!(cat.join("history.imported").is_dir());
+    assert!(cat.join("toolsets.json.imported").is_file());
+    assert!(d.path().join("ledger.json.imported").is_file());
+    assert!(!cat.join("specs").exists());
+    assert_eq!(import::once(&s, &cat, &ledger).unwrap(), None);
+    // And the ledger reads back through the ledger's own type.
+    let l = crate::gateway::Ledger::in_store(std::sync::Arc::new(s)).unwrap();
+    assert_eq!(l.get("stsd/t").map(|e| e.approved), Some("ab".to_string()));
+}
