@@ -72,7 +72,7 @@ fn managed_catalog(o: &DaemonOptions) -> Result<Arc<crate::managed::Managed>, St
         .catalog_dir
         .clone()
         .unwrap_or_else(crate::managed::default_dir);
-    let store = crate::state::Store::open(&crate::state::path(&o.config))
+    let store = crate::state::Store::of_config(&o.config)
         .map_err(|e| format!("cannot open the state store: {e}"))?;
     let ledger = crate::gateway::ledger_path(&o.config);
     if let Some(got) = crate::state::import::once(&store, &dir, &ledger)? {
@@ -219,6 +219,34 @@ pub fn run(mut o: DaemonOptions) -> Result<(), String> {
     result
 }
 
+/// With a shared store (PostgreSQL), another replica's change (a tool added, a switch, a
+/// ledger approval) is read in: the ledger and the catalog again, and clients told.
+fn follow_replicas(
+    managed: &Arc<crate::managed::Managed>,
+    service: &Arc<Service>,
+    changed: &broadcast::Sender<()>,
+) {
+    let store = managed.store();
+    if !store.shared() {
+        return;
+    }
+    // Weak: the store's listener must not keep the service (which holds the store) alive.
+    let (service, changed) = (Arc::downgrade(service), changed.clone());
+    store.on_change(Box::new(move || {
+        let Some(s) = service.upgrade() else {
+            return;
+        };
+        s.refresh_ledger();
+        match s.reload() {
+            Ok(true) => {
+                let _ = changed.send(());
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(errors = %e.join("; "), "a replica's change did not reload"),
+        }
+    }));
+}
+
 /// The daemon's life: start (every error here is a failed start), serve, stop.
 async fn serve(
     o: DaemonOptions,
@@ -229,6 +257,10 @@ async fn serve(
     // A configured approval-state key that cannot be used stops the start, not the first
     // call that needs approval.
     crate::approval::mcp::configured_key(&o.config.approval)?;
+    // Before the socket exists: a SIGHUP (a reload right after the start) that arrived
+    // before the handlers would end the daemon (the default action) once the socket
+    // answers. Handled from the first moment a client can reach it, it waits its turn.
+    let mut signals = Signals::install()?;
     let Endpoints {
         http: http_bound,
         socket: bound,
@@ -237,6 +269,7 @@ async fn serve(
     let managed = managed_catalog(&o)?;
     let service = build_service_with(&o, Some(&managed))?;
     let (changed, _) = broadcast::channel::<()>(16);
+    follow_replicas(&managed, &service, &changed);
     let exe = service.exec_options().spawner.exe_path();
     service.start_gateway(std::path::Path::new(&exe), changed.clone())?;
     let nofile = raise_nofile_limit();
@@ -269,7 +302,6 @@ async fn serve(
         max_connections = o.config.daemon.max_connections,
         "connection limits in force"
     );
-    let mut signals = Signals::install()?;
     let mut sessions = tokio::task::JoinSet::new();
     // Started: from here on nothing is a failed start.
     systemd.notify(&format!(
