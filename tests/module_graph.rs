@@ -118,6 +118,54 @@ fn paths_after(code: &str, heads: &[&str]) -> Vec<(String, Vec<String>)> {
             }
             segs.push(chars[s..i].iter().collect());
         }
+        // A group, `head::a::{b, c::D}`: one path per item (its leading segments).
+        if i + 2 < chars.len() && chars[i] == ':' && chars[i + 1] == ':' && chars[i + 2] == '{' {
+            let open = i + 2;
+            let mut depth = 0;
+            let mut close = open;
+            for (k, ch) in chars.iter().enumerate().skip(open) {
+                match ch {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            close = k;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let inner: String = chars[open + 1..close].iter().collect();
+            let mut level = 0;
+            let mut item = String::new();
+            let mut items = Vec::new();
+            for ch in inner.chars() {
+                match ch {
+                    '{' => level += 1,
+                    '}' => level -= 1,
+                    ',' if level == 0 => items.push(std::mem::take(&mut item)),
+                    _ if level == 0 => item.push(ch),
+                    _ => {}
+                }
+            }
+            items.push(item);
+            for it in items {
+                let it = it.trim();
+                let lead: Vec<String> = it
+                    .split("::")
+                    .map(|p| p.split_whitespace().next().unwrap_or_default().to_string())
+                    .take_while(|p| !p.is_empty() && p.chars().all(is_ident) && p != "self")
+                    .collect();
+                let mut path = segs.clone();
+                path.extend(lead);
+                if !path.is_empty() {
+                    out.push((head.clone(), path));
+                }
+            }
+            i = close + 1;
+            continue;
+        }
         if !segs.is_empty() {
             out.push((head, segs));
         }
@@ -302,6 +350,17 @@ fn the_walker_finds_a_planted_cycle() {
         &["crate", "super", "x"],
     );
     assert_eq!(paths.len(), 3, "{paths:?}");
+    // A group names each of its items.
+    let paths = paths_after("use super::{rows::Old, Store, x::{a, b}};", &["super"]);
+    let got: Vec<Vec<String>> = paths.into_iter().map(|(_, p)| p).collect();
+    assert_eq!(
+        got,
+        vec![
+            vec!["rows".to_string(), "Old".to_string()],
+            vec!["Store".to_string()],
+            vec!["x".to_string()]
+        ]
+    );
 }
 
 /// Every folder of every crate's source is named in that crate's README (as `name/`), so

@@ -3,12 +3,17 @@
 //! `stsd/ledger/approve`, `stsd/ledger/revoke`. An approval or a revocation re-publishes at
 //! once (stsd's own tools and the upstreams' alike) and tells subscribed clients.
 
-use super::{Admin, NO_SUCH};
+use super::codes::NO_SUCH;
 use crate::service::Service;
 use serde_json::{json, Value};
 
-pub(super) fn call(admin: &Admin, method: &str, params: &Value) -> Result<Value, (i32, String)> {
-    let service = &admin.service;
+/// One gateway method; `republish` re-publishes the catalog and tells clients.
+pub(super) fn call(
+    service: &Service,
+    method: &str,
+    params: &Value,
+    republish: &dyn Fn() -> Result<(), (i32, String)>,
+) -> Result<Value, (i32, String)> {
     match method {
         "stsd/upstream/list" => Ok(upstreams(service)),
         "stsd/ledger/list" => {
@@ -43,11 +48,7 @@ pub(super) fn call(admin: &Admin, method: &str, params: &Value) -> Result<Value,
             r.map_err(|e| (NO_SUCH, e))?;
             tracing::info!(id, approve, "ledger decision");
             // Re-publish both halves: the id may name an own spec or an upstream tool.
-            if let Some((_, changed)) = &admin.managed {
-                admin.republish(changed)?;
-            } else {
-                let _ = service.reload();
-            }
+            republish()?;
             if let Some(gw) = service.gateway() {
                 gw.recompute();
             }

@@ -84,9 +84,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use stsd_protocol::ToolName;
 
-/// JSON-RPC error codes of the admin channel.
-pub const NOT_ALLOWED: i32 = -32001;
-pub const NO_SUCH: i32 = -32002;
+pub use codes::{GATE_FAILED, NOT_ALLOWED, NO_SUCH};
 
 pub struct Admin {
     service: Arc<Service>,
@@ -99,6 +97,7 @@ pub struct Admin {
     )>,
 }
 
+mod codes;
 mod gateway;
 
 impl Admin {
@@ -297,7 +296,17 @@ impl Admin {
             }
             m if m.starts_with("stsd/upstream/") || m.starts_with("stsd/ledger/") => {
                 admin_only("govern upstreams and the ledger")?;
-                gateway::call(self, m, params)
+                // Re-published at once (own specs and upstream tools alike), clients told.
+                let republish = || match &self.managed {
+                    Some((_, changed)) => self.republish(changed),
+                    None => self.service.reload().map(|_| ()).map_err(|e| {
+                        (
+                            GATE_FAILED,
+                            format!("the catalog did not reload: {}", e.join("; ")),
+                        )
+                    }),
+                };
+                gateway::call(&self.service, m, params, &republish)
             }
             other => Err((-32601, format!("no admin method {other}"))),
         }
@@ -329,9 +338,6 @@ const WRITES: &[&str] = &[
     "stsd/tools/enable",
     "stsd/tools/disable",
 ];
-
-/// A change the publish gate refused (the catalog is unchanged).
-pub const GATE_FAILED: i32 = -32003;
 
 /// The setting that would grant `who` admin rights.
 fn admin_list(who: &Subject) -> &'static str {

@@ -2,10 +2,11 @@
 //! backpressure (no reading while the client leaves its replies unread, and a close when that
 //! lasts), a cap on unanswered requests, and idle timeouts.
 
+use super::admin::AdminHandler;
 use super::framing::{self, Inbound};
+use super::limits::Limits;
 use super::outbox::Outbox;
 use super::registry::Activity;
-use super::{AdminHandler, Limits};
 use rmcp::model::{ErrorCode, JsonRpcMessage, RequestId};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
