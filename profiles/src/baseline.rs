@@ -22,6 +22,19 @@ pub struct Config {
     /// `[[upstream]]`: external MCP servers re-exposed through the gateway.
     pub upstream: Vec<crate::upstream::UpstreamConfig>,
     pub cgroups: CgroupConfig,
+    pub store: StoreConfig,
+}
+
+/// `[store]`: where the daemon's state is kept. Unset: an embedded SQLite file in the state
+/// directory (`stsd.db`). A PostgreSQL URL: replicas share the managed catalog and the
+/// ledger, and each sees another's change within a second (LISTEN/NOTIFY).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `postgresql://USER@HOST:PORT/DB` (no password in it: see `password_file`).
+    pub url: Option<String>,
+    /// A file holding the PostgreSQL password (a Kubernetes Secret mounted as a file).
+    pub password_file: Option<PathBuf>,
 }
 
 /// `[cgroups]`: the worker pool (the zygote and every worker) and each stdio upstream (with

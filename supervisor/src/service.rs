@@ -318,6 +318,15 @@ impl Service {
         Some((id, json))
     }
 
+    /// Reads the ledger again from a shared store (another replica changed it).
+    pub fn refresh_ledger(&self) {
+        if let Some(l) = &self.ledger {
+            if let Err(e) = l.refresh() {
+                tracing::warn!(error = %e, "the ledger could not be read again");
+            }
+        }
+    }
+
     /// Takes in a ledger approval committed by an admin change (see [`Service::own_approval`]).
     pub fn adopt_approval(&self, id: &str, json: &str) {
         if let (Some(ledger), Ok(e)) = (&self.ledger, serde_json::from_str(json)) {

@@ -244,6 +244,18 @@ impl Ledger {
         })
     }
 
+    /// Reads the entries again from the store (another replica changed them); a file
+    /// ledger has one writer and nothing to read again.
+    pub fn refresh(&self) -> Result<(), String> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let fresh = Ledger::in_store(store.clone())?;
+        let data = fresh.lock().clone();
+        *self.lock() = data;
+        Ok(())
+    }
+
     /// The entry that approves `fp` for `id` now (its first and last sightings kept), as
     /// the store keeps it: for a change that installs a tool and approves it in one
     /// transaction. [`Ledger::adopt`] takes it in once that transaction committed.

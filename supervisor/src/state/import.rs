@@ -8,12 +8,10 @@
 //!
 //! A store that has imported once (its `meta` says so) is never imported into again.
 
+use super::rows::{Old, DONE};
 use super::Store;
-use rusqlite::{params, OptionalExtension};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-const DONE: &str = "imported";
 
 /// What an import brought in.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -24,15 +22,6 @@ pub struct Imported {
     pub ledger: usize,
     /// The files and directories kept, renamed.
     pub kept: Vec<PathBuf>,
-}
-
-/// One older file set, read whole before anything is written.
-struct Old {
-    tools: Vec<(String, Vec<u8>)>,
-    history: Vec<(String, Vec<u8>)>,
-    disabled: Vec<String>,
-    ledger: Vec<(String, String)>,
-    servers: Vec<(String, i64)>,
 }
 
 fn json_files(dir: &Path) -> Vec<PathBuf> {
@@ -125,8 +114,6 @@ pub fn once(store: &Store, catalog_dir: &Path, ledger: &Path) -> Result<Option<I
         return Ok(None);
     }
     let old = read_old(catalog_dir, ledger)?;
-    let at = super::sql(store.path());
-    let now = crate::store::now_ms();
     let mut got = Imported {
         tools: old.tools.len(),
         history: old.history.len(),
@@ -134,89 +121,7 @@ pub fn once(store: &Store, catalog_dir: &Path, ledger: &Path) -> Result<Option<I
         ledger: old.ledger.len(),
         kept: Vec::new(),
     };
-    let imported = store.write(|tx| {
-        // Two processes starting on one state directory: the first imports, the other
-        // finds it done (the check is inside the write transaction, which serialises them).
-        let done: Option<String> = tx
-            .query_row("SELECT value FROM meta WHERE key = ?1", [DONE], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(&at)?;
-        if done.is_some() {
-            return Ok(false);
-        }
-        for (name, doc) in &old.history {
-            tx.execute(
-                "INSERT INTO tool_history (name, doc, retired_ms) VALUES (?1, ?2, ?3)",
-                params![name, doc, now],
-            )
-            .map_err(&at)?;
-        }
-        for (name, doc) in &old.tools {
-            tx.execute(
-                "INSERT OR REPLACE INTO tools (name, doc, installed_ms) VALUES (?1, ?2, ?3)",
-                params![name, doc, now],
-            )
-            .map_err(&at)?;
-        }
-        for name in &old.disabled {
-            tx.execute(
-                "INSERT OR REPLACE INTO switches (name, enabled) VALUES (?1, 0)",
-                [name],
-            )
-            .map_err(&at)?;
-        }
-        for (id, entry) in &old.ledger {
-            tx.execute(
-                "INSERT OR REPLACE INTO ledger (id, entry) VALUES (?1, ?2)",
-                params![id, entry],
-            )
-            .map_err(&at)?;
-        }
-        for (id, ms) in &old.servers {
-            tx.execute(
-                "INSERT OR REPLACE INTO ledger_servers (id, last_used_ms) VALUES (?1, ?2)",
-                params![id, ms],
-            )
-            .map_err(&at)?;
-        }
-        // Verified before it counts as done: what the store holds is what was read.
-        let count = |table: &str| -> Result<usize, String> {
-            tx.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| {
-                r.get::<_, i64>(0)
-            })
-            .map(|n| n as usize)
-            .map_err(&at)
-        };
-        let held = (
-            count("tools")?,
-            count("tool_history")?,
-            count("switches")?,
-            count("ledger")?,
-        );
-        let read = (
-            old.tools.len(),
-            old.history.len(),
-            old.disabled.len(),
-            old.ledger.len(),
-        );
-        if held != read {
-            return Err(format!(
-                "import into {}: read (tools, history, switches, ledger) {read:?}, the store \
-                 holds {held:?}: nothing imported",
-                store.path().display()
-            ));
-        }
-        let summary = serde_json::json!({"ms": now, "tools": read.0, "history": read.1,
-                                         "switches": read.2, "ledger": read.3});
-        tx.execute(
-            "INSERT INTO meta (key, value) VALUES (?1, ?2)",
-            params![DONE, summary.to_string()],
-        )
-        .map_err(&at)?;
-        Ok(true)
-    })?;
+    let imported = store.import(&old)?;
     if !imported {
         return Ok(None);
     }

@@ -1,52 +1,23 @@
-//! The daemon's state that outlives a process, in one embedded database (SQLite through
-//! `rusqlite`, WAL, one file in the state directory: `stsd.db`): the managed catalog (each
-//! tool's served version, its history, the operator's enable/disable switches) and the
-//! fingerprint ledger. Every change is one transaction, so after any kill the daemon serves
-//! exactly the last committed state: a `tools update` moves the old version to the history
-//! and installs the new one, with the ledger's approval of its fingerprint, all or nothing.
+//! The daemon's state that outlives a process: the managed catalog (each tool's served
+//! version, its history, the operator's enable/disable switches) and the fingerprint
+//! ledger. Every change is one transaction, so after any kill the daemon serves exactly the
+//! last committed state: a `tools update` moves the old version to the history and installs
+//! the new one, with the ledger's approval of its fingerprint, all or nothing.
 //!
-//! [`Store::open`] is the one entry point; `import` brings an older state directory's loose
-//! files in on first start (kept, renamed, never deleted).
+//! Two backends behind one [`Store`]: `sqlite` (the default: one file in the state
+//! directory, `stsd.db`, no set-up) and `postgres` (`[store] url`: replicas share it, and
+//! each sees another's change through LISTEN/NOTIFY). [`Store::open`] is the one entry point;
+//! `import` brings an older state directory's loose files in on first start (kept, renamed,
+//! never deleted).
 
 pub mod import;
+mod postgres;
+pub mod rows;
+mod sqlite;
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+pub use rows::{crash_point, LedgerRow, LedgerRows, OnChange, ToolRows};
+
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
-
-/// The schema, by version (`PRAGMA user_version`): each step runs once, in order, in the
-/// transaction that bumps the version.
-const MIGRATIONS: &[&str] = &[
-    // 1: the managed catalog and the ledger.
-    "CREATE TABLE tools (
-        name TEXT PRIMARY KEY,
-        doc BLOB NOT NULL,
-        installed_ms INTEGER NOT NULL
-     );
-     CREATE TABLE tool_history (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        name TEXT NOT NULL,
-        doc BLOB NOT NULL,
-        retired_ms INTEGER NOT NULL
-     );
-     CREATE INDEX tool_history_name ON tool_history (name, seq);
-     CREATE TABLE switches (
-        name TEXT PRIMARY KEY,
-        enabled INTEGER NOT NULL
-     );
-     CREATE TABLE ledger (
-        id TEXT PRIMARY KEY,
-        entry TEXT NOT NULL
-     );
-     CREATE TABLE ledger_servers (
-        id TEXT PRIMARY KEY,
-        last_used_ms INTEGER NOT NULL
-     );
-     CREATE TABLE meta (
-        key TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-     );",
-];
 
 /// The state directory: `[gateway] state_dir`, else `STSD_STATE_DIR`, else /var/lib/stsd
 /// (root) or $XDG_STATE_HOME/stsd (~/.local/state/stsd).
@@ -65,146 +36,91 @@ pub fn path(config: &stsd_profiles::Config) -> PathBuf {
     dir(config).join("stsd.db")
 }
 
-/// Test builds (`attack`): a kill -9 of this process at the point named by
-/// `STSD_TEST_CRASH_AT`, to prove a crash there loses nothing. Release builds: nothing.
-#[inline]
-pub fn crash_point(name: &str) {
-    #[cfg(feature = "attack")]
-    if std::env::var("STSD_TEST_CRASH_AT").is_ok_and(|v| v == name) {
-        // SAFETY: kill(2) of this very process with SIGKILL.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-    }
-    #[cfg(not(feature = "attack"))]
-    let _ = name;
-}
-
-/// A ledger change for [`Store::install`]: the entry (as the ledger serialises it) that
-/// approves the new version's fingerprint.
-pub struct LedgerRow<'a> {
-    pub id: &'a str,
-    pub entry: &'a str,
-}
-
-/// The embedded store. One connection behind a lock: the daemon's writes are rare (an
-/// operator's change, a ledger sighting) and each is one short transaction.
+/// The state store.
 pub struct Store {
-    path: PathBuf,
-    conn: Mutex<Connection>,
+    /// What it is, for messages: the SQLite file, or the PostgreSQL URL without a password.
+    label: PathBuf,
+    backend: Backend,
+}
+
+enum Backend {
+    Sqlite(sqlite::Sqlite),
+    Postgres(postgres::Postgres),
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("path", &self.path).finish()
+        f.debug_struct("Store").field("at", &self.label).finish()
     }
 }
 
-fn sql(path: &Path) -> impl Fn(rusqlite::Error) -> String + '_ {
-    move |e| format!("state store {}: {e}", path.display())
+/// Calls `$m` on whichever backend the store has.
+macro_rules! each {
+    ($s:expr, $b:ident => $e:expr) => {
+        match &$s.backend {
+            Backend::Sqlite($b) => $e,
+            Backend::Postgres($b) => $e,
+        }
+    };
 }
 
 impl Store {
-    /// Opens (creating) the store at `path` and brings its schema up to date.
+    /// The embedded store at `path` (opened, created, its schema brought up to date).
     pub fn open(path: &Path) -> Result<Store, String> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("state store {}: {e}", dir.display()))?;
-        }
-        let conn = Connection::open(path).map_err(sql(path))?;
-        // WAL: readers never block the writer; FULL: a committed change survives a power
-        // loss, not only a crash of the process.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(sql(path))?;
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(sql(path))?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(sql(path))?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(sql(path))?;
-        let store = Store {
-            path: path.to_path_buf(),
-            conn: Mutex::new(conn),
-        };
-        store.migrate()?;
-        // The store holds the ledger and the operator's catalog: the daemon's user only.
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-        }
-        Ok(store)
+        Ok(Store {
+            label: path.to_path_buf(),
+            backend: Backend::Sqlite(sqlite::Sqlite::open(path)?),
+        })
     }
 
+    /// The store of a config: PostgreSQL when `[store] url` is set, else the embedded file
+    /// in the state directory.
+    pub fn of_config(config: &stsd_profiles::Config) -> Result<Store, String> {
+        match &config.store.url {
+            Some(url) => {
+                let password = match &config.store.password_file {
+                    Some(p) => Some(
+                        std::fs::read_to_string(p)
+                            .map_err(|e| format!("[store] password_file {}: {e}", p.display()))?
+                            .trim_end_matches(['\n', '\r'])
+                            .to_string(),
+                    ),
+                    None => None,
+                };
+                let pg = postgres::Postgres::open(url, password)?;
+                Ok(Store {
+                    label: PathBuf::from(pg.label()),
+                    backend: Backend::Postgres(pg),
+                })
+            }
+            None => Store::open(&path(config)),
+        }
+    }
+
+    /// The SQLite file, or the PostgreSQL URL without its password.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.label
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        // A transaction that did not commit is rolled back when it is dropped, even by a
-        // panic, so a poisoned lock guards a consistent connection.
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    /// Whether replicas share it (PostgreSQL).
+    pub fn shared(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
     }
 
-    fn migrate(&self) -> Result<(), String> {
-        let mut c = self.lock();
-        let at = sql(&self.path);
-        let tx = c
-            .transaction_with_behavior(TransactionBehavior::Exclusive)
-            .map_err(&at)?;
-        let version: i64 = tx
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(&at)?;
-        let version = usize::try_from(version).unwrap_or(usize::MAX);
-        if version > MIGRATIONS.len() {
-            return Err(format!(
-                "state store {}: schema version {version} is newer than this stsd reads ({}); \
-                 run the newer stsd, or restore a backup (`stsd store export` there)",
-                self.path.display(),
-                MIGRATIONS.len()
-            ));
+    /// `f` runs (on a thread of its own) after another process changed the store: a
+    /// replica's `tools add`, a ledger approval. The embedded store has one daemon: never.
+    pub fn on_change(&self, f: OnChange) {
+        if let Backend::Postgres(pg) = &self.backend {
+            pg.on_change(f);
         }
-        for step in &MIGRATIONS[version..] {
-            tx.execute_batch(step).map_err(&at)?;
-        }
-        tx.pragma_update(None, "user_version", MIGRATIONS.len() as i64)
-            .map_err(&at)?;
-        tx.commit().map_err(&at)
     }
 
-    /// Runs `f` in one immediate transaction: all of it is committed, or none.
-    fn write<T>(
-        &self,
-        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, String>,
-    ) -> Result<T, String> {
-        let mut c = self.lock();
-        let tx = c
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql(&self.path))?;
-        let out = f(&tx)?;
-        tx.commit().map_err(sql(&self.path))?;
-        Ok(out)
-    }
-
-    // The managed catalog.
-
-    /// Every managed tool's served version: (name, document bytes), by name.
-    pub fn tools(&self) -> Result<Vec<(String, Vec<u8>)>, String> {
-        let c = self.lock();
-        let at = sql(&self.path);
-        let mut st = c
-            .prepare("SELECT name, doc FROM tools ORDER BY name")
-            .map_err(&at)?;
-        let rows = st
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(&at)?;
-        rows.collect::<Result<_, _>>().map_err(&at)
+    pub fn tools(&self) -> Result<ToolRows, String> {
+        each!(self, b => b.tools())
     }
 
     pub fn has_tool(&self, name: &str) -> Result<bool, String> {
-        let c = self.lock();
-        c.query_row("SELECT 1 FROM tools WHERE name = ?1", [name], |_| Ok(()))
-            .optional()
-            .map(|r| r.is_some())
-            .map_err(sql(&self.path))
+        each!(self, b => b.has_tool(name))
     }
 
     /// Installs `doc` as `name`'s served version, its current one (if any) moved to the
@@ -216,23 +132,7 @@ impl Store {
         doc: &[u8],
         ledger: Option<LedgerRow<'_>>,
     ) -> Result<(), String> {
-        let now = crate::store::now_ms();
-        let at = sql(&self.path);
-        self.write(|tx| {
-            retire(tx, name, now).map_err(&at)?;
-            // The old layout lost the tool when killed here (moved to the history, the new
-            // version not yet written).
-            crash_point("store-install");
-            tx.execute(
-                "INSERT INTO tools (name, doc, installed_ms) VALUES (?1, ?2, ?3)",
-                params![name, doc, now],
-            )
-            .map_err(&at)?;
-            if let Some(l) = ledger {
-                put_ledger(tx, l).map_err(&at)?;
-            }
-            Ok(())
-        })
+        each!(self, b => b.install(name, doc, ledger))
     }
 
     /// Puts `name`'s newest earlier version back in place (the current one is dropped), with
@@ -242,125 +142,32 @@ impl Store {
         name: &str,
         ledger: impl FnOnce(&[u8]) -> Option<(String, String)>,
     ) -> Result<Vec<u8>, String> {
-        let at = sql(&self.path);
-        let now = crate::store::now_ms();
-        self.write(|tx| {
-            let prev: Option<(i64, Vec<u8>)> = tx
-                .query_row(
-                    "SELECT seq, doc FROM tool_history WHERE name = ?1 ORDER BY seq DESC LIMIT 1",
-                    [name],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()
-                .map_err(&at)?;
-            let Some((seq, doc)) = prev else {
-                return Err(format!("{name} has no earlier version to roll back to"));
-            };
-            tx.execute("DELETE FROM tool_history WHERE seq = ?1", [seq])
-                .map_err(&at)?;
-            tx.execute(
-                "INSERT INTO tools (name, doc, installed_ms) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (name) DO UPDATE SET doc = excluded.doc,
-                                                  installed_ms = excluded.installed_ms",
-                params![name, doc, now],
-            )
-            .map_err(&at)?;
-            if let Some((id, entry)) = ledger(&doc) {
-                put_ledger(
-                    tx,
-                    LedgerRow {
-                        id: &id,
-                        entry: &entry,
-                    },
-                )
-                .map_err(&at)?;
-            }
-            Ok(doc)
-        })
+        each!(self, b => b.rollback(name, ledger))
     }
 
     /// Retires `name`: its served version goes to the history (so `rollback` restores it),
     /// and its switch is cleared.
     pub fn remove(&self, name: &str) -> Result<(), String> {
-        let at = sql(&self.path);
-        let now = crate::store::now_ms();
-        self.write(|tx| {
-            if !retire(tx, name, now).map_err(&at)? {
-                return Err(format!("{name} is not in the managed catalog"));
-            }
-            tx.execute("DELETE FROM switches WHERE name = ?1", [name])
-                .map_err(&at)?;
-            Ok(())
-        })
+        each!(self, b => b.remove(name))
     }
 
     /// Earlier versions of `name`, oldest first: (when retired, document).
     pub fn history(&self, name: &str) -> Result<Vec<(i64, Vec<u8>)>, String> {
-        let c = self.lock();
-        let at = sql(&self.path);
-        let mut st = c
-            .prepare("SELECT retired_ms, doc FROM tool_history WHERE name = ?1 ORDER BY seq")
-            .map_err(&at)?;
-        let rows = st
-            .query_map([name], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(&at)?;
-        rows.collect::<Result<_, _>>().map_err(&at)
+        each!(self, b => b.history(name))
     }
 
     /// The operator's switch for a tool (any tool of the catalog, managed or not).
     pub fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), String> {
-        let at = sql(&self.path);
-        self.write(|tx| {
-            if enabled {
-                tx.execute("DELETE FROM switches WHERE name = ?1", [name])
-            } else {
-                tx.execute(
-                    "INSERT INTO switches (name, enabled) VALUES (?1, 0)
-                     ON CONFLICT (name) DO UPDATE SET enabled = 0",
-                    [name],
-                )
-            }
-            .map(|_| ())
-            .map_err(&at)
-        })
+        each!(self, b => b.set_enabled(name, enabled))
     }
 
     /// The tools the operator disabled, by name.
     pub fn disabled(&self) -> Result<Vec<String>, String> {
-        let c = self.lock();
-        let at = sql(&self.path);
-        let mut st = c
-            .prepare("SELECT name FROM switches WHERE enabled = 0 ORDER BY name")
-            .map_err(&at)?;
-        let rows = st.query_map([], |r| r.get(0)).map_err(&at)?;
-        rows.collect::<Result<_, _>>().map_err(&at)
+        each!(self, b => b.disabled())
     }
 
-    // The fingerprint ledger.
-
-    /// Every ledger entry (id, entry as the ledger serialises it) and every server's last
-    /// use (id, ms).
-    #[allow(clippy::type_complexity)]
-    pub fn ledger(&self) -> Result<(Vec<(String, String)>, Vec<(String, i64)>), String> {
-        let c = self.lock();
-        let at = sql(&self.path);
-        let mut st = c
-            .prepare("SELECT id, entry FROM ledger ORDER BY id")
-            .map_err(&at)?;
-        let tools = st
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(&at)?
-            .collect::<Result<_, _>>()
-            .map_err(&at)?;
-        let mut st = c
-            .prepare("SELECT id, last_used_ms FROM ledger_servers ORDER BY id")
-            .map_err(&at)?;
-        let servers = st
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(&at)?
-            .collect::<Result<_, _>>()
-            .map_err(&at)?;
-        Ok((tools, servers))
+    pub fn ledger(&self) -> Result<LedgerRows, String> {
+        each!(self, b => b.ledger())
     }
 
     /// Writes ledger changes in one transaction: entries upserted or (None) deleted, and
@@ -370,57 +177,17 @@ impl Store {
         tools: &[(String, Option<String>)],
         servers: &[(String, i64)],
     ) -> Result<(), String> {
-        let at = sql(&self.path);
-        self.write(|tx| {
-            for (id, entry) in tools {
-                match entry {
-                    Some(e) => put_ledger(tx, LedgerRow { id, entry: e }).map_err(&at)?,
-                    None => {
-                        tx.execute("DELETE FROM ledger WHERE id = ?1", [id])
-                            .map_err(&at)?;
-                    }
-                }
-            }
-            for (id, ms) in servers {
-                tx.execute(
-                    "INSERT INTO ledger_servers (id, last_used_ms) VALUES (?1, ?2)
-                     ON CONFLICT (id) DO UPDATE SET last_used_ms = excluded.last_used_ms",
-                    params![id, ms],
-                )
-                .map_err(&at)?;
-            }
-            Ok(())
-        })
+        each!(self, b => b.write_ledger(tools, servers))
     }
-
-    // Bookkeeping.
 
     pub fn meta(&self, key: &str) -> Result<Option<String>, String> {
-        let c = self.lock();
-        c.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
-            .optional()
-            .map_err(sql(&self.path))
+        each!(self, b => b.meta(key))
     }
-}
 
-/// Moves `name`'s served version, if any, to the history. Whether there was one.
-fn retire(tx: &rusqlite::Transaction<'_>, name: &str, now: i64) -> rusqlite::Result<bool> {
-    let moved = tx.execute(
-        "INSERT INTO tool_history (name, doc, retired_ms)
-         SELECT name, doc, ?2 FROM tools WHERE name = ?1",
-        params![name, now],
-    )?;
-    tx.execute("DELETE FROM tools WHERE name = ?1", [name])?;
-    Ok(moved > 0)
-}
-
-fn put_ledger(tx: &rusqlite::Transaction<'_>, l: LedgerRow<'_>) -> rusqlite::Result<()> {
-    tx.execute(
-        "INSERT INTO ledger (id, entry) VALUES (?1, ?2)
-         ON CONFLICT (id) DO UPDATE SET entry = excluded.entry",
-        params![l.id, l.entry],
-    )?;
-    Ok(())
+    /// Brings `old` in, in one transaction, unless the store imported before (then false).
+    fn import(&self, old: &rows::Old) -> Result<bool, String> {
+        each!(self, b => b.import(old))
+    }
 }
 
 #[cfg(test)]

@@ -64,11 +64,13 @@ fn an_install_and_its_ledger_approval_commit_together() {
 
 #[test]
 fn a_failed_change_leaves_nothing_of_itself() {
-    let (_d, s) = temp();
+    let d = tempfile::tempdir().unwrap();
+    let s = sqlite::Sqlite::open(&d.path().join("stsd.db")).unwrap();
     s.install("t", b"v1", None).unwrap();
-    // A rollback whose ledger row cannot be written (no such table) fails whole.
+    // A change that fails half-way (its old version already moved to the history) leaves
+    // nothing of itself.
     let r = s.write(|tx| {
-        retire(tx, "t", 1).map_err(|e| e.to_string())?;
+        sqlite::retire(tx, "t", 1).map_err(|e| e.to_string())?;
         Err::<(), _>("stopped half-way".to_string())
     });
     assert!(r.is_err());
@@ -94,7 +96,7 @@ fn a_store_of_a_newer_schema_is_refused_and_reopening_migrates_nothing_twice() {
     s.install("t", b"v1", None).unwrap();
     drop(s);
     {
-        let c = Connection::open(&p).unwrap();
+        let c = rusqlite::Connection::open(&p).unwrap();
         c.pragma_update(None, "user_version", 99).unwrap();
     }
     let e = Store::open(&p).unwrap_err();
@@ -164,4 +166,22 @@ fn the_older_layout_is_imported_once_verified_and_kept() {
     // And the ledger reads back through the ledger's own type.
     let l = crate::gateway::Ledger::in_store(std::sync::Arc::new(s)).unwrap();
     assert_eq!(l.get("stsd/t").map(|e| e.approved), Some("ab".to_string()));
+}
+
+/// With `STSD_TEST_PG_URL` (a throwaway cluster): a change through one store reaches another's
+/// listener. tests/store_pg.rs covers the same through three daemons.
+#[test]
+fn pg_change_reaches_another_store() {
+    let Ok(url) = std::env::var("STSD_TEST_PG_URL") else {
+        return;
+    };
+    let a = postgres::Postgres::open(&url, None).unwrap();
+    let b = postgres::Postgres::open(&url, None).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    b.on_change(Box::new(move || {
+        let _ = tx.lock().unwrap().send(());
+    }));
+    a.set_enabled("x", false).unwrap();
+    rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
 }

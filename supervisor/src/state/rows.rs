@@ -1,0 +1,43 @@
+//! The store's vocabulary, a leaf: what the backends, the import and the rest of stsd pass
+//! each other (rows, a change listener, the older layout as read), and the crash points the
+//! tests kill the daemon at.
+
+/// Test builds (`attack`): a kill -9 of this process at the point named by
+/// `STSD_TEST_CRASH_AT`, to prove a crash there loses nothing. Release builds: nothing.
+#[inline]
+pub fn crash_point(name: &str) {
+    #[cfg(feature = "attack")]
+    if std::env::var("STSD_TEST_CRASH_AT").is_ok_and(|v| v == name) {
+        // SAFETY: kill(2) of this very process with SIGKILL.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+    #[cfg(not(feature = "attack"))]
+    let _ = name;
+}
+
+/// A ledger change for `Store::install`: the entry (as the ledger serialises it) that
+/// approves the new version's fingerprint.
+pub struct LedgerRow<'a> {
+    pub id: &'a str,
+    pub entry: &'a str,
+}
+
+/// Every managed tool's served version: (name, document bytes), by name.
+pub type ToolRows = Vec<(String, Vec<u8>)>;
+/// The ledger's entries (id, entry as the ledger serialises it) and servers' last use.
+pub type LedgerRows = (Vec<(String, String)>, Vec<(String, i64)>);
+/// A change another process made (another replica), for `Store::on_change`.
+pub type OnChange = Box<dyn Fn() + Send + Sync>;
+
+/// One older file set, read whole before anything is written.
+#[derive(Clone)]
+pub(super) struct Old {
+    pub tools: Vec<(String, Vec<u8>)>,
+    pub history: Vec<(String, Vec<u8>)>,
+    pub disabled: Vec<String>,
+    pub ledger: Vec<(String, String)>,
+    pub servers: Vec<(String, i64)>,
+}
+
+/// The key a store records its import under (in `meta`).
+pub(super) const DONE: &str = "imported";

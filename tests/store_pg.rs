@@ -1,0 +1,296 @@
+//! Issue 33: the shared state store on a real PostgreSQL (Debian's `postgresql`, installed
+//! by `.ci/run`): a throwaway cluster made with `initdb` and started with `pg_ctl` in a
+//! temporary directory as the unprivileged user `nobody` (no systemd), and three daemons on
+//! it.
+//! - `stsd tools add` on A: B and C serve the tool without a restart, and B's subscribed
+//!   client gets `tools/list_changed`;
+//! - a switch (`tools disable`) made on C reaches A and B;
+//! - a kill -9 of A inside an update's transaction: B and C keep serving the committed
+//!   version, and A restarted serves it too, its history whole.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+use stsd_tests::harness::{text, Conn, Daemon, CATALOG};
+use stsd_tests::{is_root, stsd_bin};
+
+/// A PostgreSQL cluster of the test's own, stopped (immediately) when dropped.
+struct Cluster {
+    bin: PathBuf,
+    data: PathBuf,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+fn pg_bin() -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|b| b.join("initdb").is_file())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+fn as_nobody(bin: &Path, tool: &str, args: &[&str]) -> Output {
+    Command::new("runuser")
+        .args(["-u", "nobody", "--"])
+        .arg(bin.join(tool))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{tool}: {e}"))
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let bin = pg_bin().unwrap_or_else(|| {
+            panic!(
+                "no PostgreSQL server binaries under /usr/lib/postgresql (.ci/run installs them)"
+            )
+        });
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let data = dir.path().join("data");
+        let out = as_nobody(
+            &bin,
+            "initdb",
+            &[
+                "-D",
+                &data.display().to_string(),
+                "--auth=trust",
+                "-U",
+                "stsd",
+                "-E",
+                "UTF8",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let opts = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            dir.path().display()
+        );
+        let log = dir.path().join("pg.log").display().to_string();
+        let out = as_nobody(
+            &bin,
+            "pg_ctl",
+            &[
+                "-D",
+                &data.display().to_string(),
+                "-o",
+                &opts,
+                "-l",
+                &log,
+                "-w",
+                "start",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {} {}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        Cluster {
+            bin,
+            data,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("postgresql://stsd@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = as_nobody(
+            &self.bin,
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data.display().to_string(),
+                "-m",
+                "immediate",
+                "stop",
+            ],
+        );
+    }
+}
+
+fn spec(version: &str) -> Value {
+    json!({"name": "shared", "description": "a tool every replica serves", "codeType": "Javascript",
+           "params": [], "code": format!("return '{version}';"),
+           "testCases": [{"name": "runs", "arguments": {}, "expected": version}]})
+}
+
+fn tools_cli(d: &Daemon, args: &[&str], doc: Option<&Value>) -> Output {
+    let mut cmd = Command::new(stsd_bin());
+    cmd.arg("tools").args(args).arg("--socket").arg(&d.socket);
+    if let Some(doc) = doc {
+        let p = d.dir().join("submitted.json");
+        std::fs::write(&p, doc.to_string()).unwrap_or_else(|e| panic!("{e}"));
+        cmd.arg(&p);
+    }
+    cmd.output().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// What `shared` answers on `d` (or the error).
+fn answer(d: &Daemon) -> String {
+    let mut c = d.connect();
+    c.call(1, "shared", json!({}));
+    let r = c.response();
+    match r.get("error") {
+        Some(e) => format!("error: {}", e["message"]),
+        None => text(&r),
+    }
+}
+
+/// Waits (with a deadline) until `d` answers `want`; how long it took.
+fn until_answers(d: &Daemon, want: &str) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let got = answer(d);
+        if got == want {
+            return t0.elapsed();
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let log = d.log();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            panic!(
+                "still {got:?}, want {want:?}; its log ends:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A legacy (2025-11-25) session that receives list changes directly.
+fn subscriber(d: &Daemon) -> Conn {
+    let mut c = d.connect();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    c.writer
+        .write_all(format!("{init}\n").as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = c.response();
+    c.writer
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    c
+}
+
+fn saw_list_changed(c: &mut Conn) -> bool {
+    let _ = c
+        .reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(20)));
+    let mut line = String::new();
+    while c.reader.read_line(&mut line).unwrap_or(0) > 0 {
+        if line.contains("notifications/tools/list_changed") {
+            return true;
+        }
+        line.clear();
+    }
+    false
+}
+
+#[test]
+fn three_replicas_on_one_postgresql_share_the_catalog_and_survive_a_kill() {
+    if !is_root() {
+        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+        return;
+    }
+    let pg = Cluster::start();
+    let config = format!(
+        "require_local_pass = true\n[store]\nurl = \"{}\"\n",
+        pg.url()
+    );
+    let replica = || {
+        Daemon::start_in(
+            tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+            1,
+            &config,
+            CATALOG,
+        )
+    };
+    let (a, b, c) = (replica(), replica(), replica());
+    let mut sub = subscriber(&b);
+    std::thread::sleep(Duration::from_millis(100));
+
+    let out = tools_cli(&a, &["add"], Some(&spec("v1")));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(answer(&a), "v1");
+    let on_b = until_answers(&b, "v1");
+    let on_c = until_answers(&c, "v1");
+    eprintln!("tools add on A served by B after {on_b:?}, by C after {on_c:?}");
+    assert!(saw_list_changed(&mut sub), "B's client was not told");
+
+    // A switch made on C reaches the others.
+    assert!(tools_cli(&c, &["disable", "shared"], None).status.success());
+    for d in [&a, &b] {
+        let t0 = Instant::now();
+        while !answer(d).starts_with("TOOL_WITHHELD") {
+            assert!(t0.elapsed() < Duration::from_secs(20), "{}", answer(d));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    assert!(tools_cli(&a, &["enable", "shared"], None).status.success());
+    until_answers(&b, "v1");
+    until_answers(&c, "v1");
+
+    // A killed inside an update's transaction: nothing of it is committed anywhere.
+    let dir = a.kill9();
+    let mut a = Daemon::launch_env(
+        dir,
+        1,
+        &config,
+        Some(CATALOG),
+        &[],
+        None,
+        &[("STSD_TEST_CRASH_AT", "store-install")],
+    );
+    let out = tools_cli(&a, &["update", "shared"], Some(&spec("v2")));
+    assert!(!out.status.success(), "the daemon did not die");
+    let t0 = Instant::now();
+    while a.is_running() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let a = Daemon::start_in(a.kill9(), 1, &config, CATALOG);
+    for d in [&a, &b, &c] {
+        assert_eq!(answer(d), "v1");
+    }
+    // The history is whole: an update on B, a rollback on C, seen by all.
+    assert!(tools_cli(&b, &["update", "shared"], Some(&spec("v3")))
+        .status
+        .success());
+    for d in [&a, &b, &c] {
+        until_answers(d, "v3");
+    }
+    assert!(tools_cli(&c, &["rollback", "shared"], None)
+        .status
+        .success());
+    for d in [&a, &b, &c] {
+        until_answers(d, "v1");
+    }
+}
