@@ -383,8 +383,10 @@ fn nested_argument_keys_do_not_count_as_supplied_names() {
     );
 }
 
+/// A worker that dies before it is ready never ran the tool: SANDBOX_UNAVAILABLE ("the tool
+/// did not run"), not a crash of the tool (issue 33 item 7).
 #[test]
-fn a_worker_binary_that_dies_at_once_is_worker_crashed() {
+fn a_worker_binary_that_dies_at_once_is_sandbox_unavailable() {
     let (j, _b) = base_job("return 1;");
     for spawn in [SpawnMode::Zygote, SpawnMode::Exec] {
         let mut c = stsd_profiles::Config::default();
@@ -392,7 +394,15 @@ fn a_worker_binary_that_dies_at_once_is_worker_crashed() {
         let opts =
             stsd::exec::ExecOptions::new("/bin/true".into(), &c).unwrap_or_else(|e| panic!("{e}"));
         let out = run_job(&j, &opts, &mut |_| {});
-        assert_eq!(err_code(&out), Code::WorkerCrashed, "{spawn:?}: {out:?}");
+        assert_eq!(
+            err_code(&out),
+            Code::SandboxUnavailable,
+            "{spawn:?}: {out:?}"
+        );
+        assert!(
+            format!("{out:?}").contains("the tool did not run"),
+            "{spawn:?}: {out:?}"
+        );
     }
 }
 

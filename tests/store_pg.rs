@@ -21,6 +21,8 @@ struct Cluster {
     bin: PathBuf,
     data: PathBuf,
     port: u16,
+    /// `pg_ctl start`'s arguments after `-D DATA`.
+    start_args: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -83,32 +85,54 @@ impl Cluster {
             dir.path().display()
         );
         let log = dir.path().join("pg.log").display().to_string();
+        let c = Cluster {
+            bin,
+            data,
+            port,
+            start_args: vec![
+                "-o".into(),
+                opts,
+                "-l".into(),
+                log,
+                "-w".into(),
+                "start".into(),
+            ],
+            _dir: dir,
+        };
+        c.up();
+        c
+    }
+
+    fn up(&self) {
+        let mut args = vec!["-D".to_string(), self.data.display().to_string()];
+        args.extend(self.start_args.iter().cloned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = as_nobody(&self.bin, "pg_ctl", &args);
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops the server at once, as a crash would (no checkpoint; recovery at the next start).
+    fn crash(&self) {
         let out = as_nobody(
-            &bin,
+            &self.bin,
             "pg_ctl",
             &[
                 "-D",
-                &data.display().to_string(),
-                "-o",
-                &opts,
-                "-l",
-                &log,
-                "-w",
-                "start",
+                &self.data.display().to_string(),
+                "-m",
+                "immediate",
+                "stop",
             ],
         );
         assert!(
             out.status.success(),
-            "pg_ctl start: {} {}",
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(&log).unwrap_or_default()
+            "pg_ctl stop: {}",
+            String::from_utf8_lossy(&out.stderr)
         );
-        Cluster {
-            bin,
-            data,
-            port,
-            _dir: dir,
-        }
     }
 
     fn url(&self) -> String {
@@ -292,5 +316,126 @@ fn three_replicas_on_one_postgresql_share_the_catalog_and_survive_a_kill() {
         .success());
     for d in [&a, &b, &c] {
         until_answers(d, "v1");
+    }
+
+    // PostgreSQL crashes: every replica says its store is down (readiness and the metric),
+    // keeps serving the tools it has, and refuses changes; back, the changes flow again.
+    pg.crash();
+    for d in [&a, &b, &c] {
+        let t0 = Instant::now();
+        while store_up(d) {
+            assert!(t0.elapsed() < Duration::from_secs(20), "still up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(answer(d), "v1", "a published tool while the store is down");
+    }
+    let out = tools_cli(&a, &["update", "shared"], Some(&spec("v4")));
+    assert!(!out.status.success(), "an update with the store down");
+    pg.up();
+    for d in [&a, &b, &c] {
+        let t0 = Instant::now();
+        while !store_up(d) {
+            assert!(t0.elapsed() < Duration::from_secs(20), "still down");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let out = tools_cli(&a, &["update", "shared"], Some(&spec("v5")));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for d in [&a, &b, &c] {
+        until_answers(d, "v5");
+    }
+}
+
+/// `stsd metrics`: whether the daemon's state store answers.
+fn store_up(d: &Daemon) -> bool {
+    let out = Command::new(stsd_bin())
+        .args(["metrics", "--socket"])
+        .arg(&d.socket)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["storeUp"]
+        .as_bool()
+        .unwrap_or_else(|| panic!("no storeUp in {v}"))
+}
+
+/// Two daemons' approval books on one store, the same sealed state presented to both at the
+/// same moment, 50 times: exactly one redemption is accepted each time (before: each process
+/// kept its own spent list, so both were). On PostgreSQL, and on one SQLite file shared by
+/// two connections.
+#[test]
+fn one_approval_state_is_spent_once_whichever_replica_sees_it() {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use stsd::approval::mcp::{StateBook, StateOwner, INPUT_KEY};
+    use stsd::approval::Elicited;
+    if !is_root() {
+        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+        return;
+    }
+    let pg = Cluster::start();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut config = stsd_profiles::Config::default();
+    config.store.url = Some(pg.url());
+    let file = dir.path().join("stsd.db");
+    let open = |shared: bool| -> Arc<stsd::state::Store> {
+        Arc::new(
+            if shared {
+                stsd::state::Store::of_config(&config)
+            } else {
+                stsd::state::Store::open(&file)
+            }
+            .unwrap_or_else(|e| panic!("{e}")),
+        )
+    };
+    for shared in [true, false] {
+        let key = b"0123456789abcdef0123456789abcdef".to_vec();
+        let ttl = Duration::from_secs(60);
+        let book = |store| {
+            Arc::new(
+                StateBook::with_key(key.clone(), ttl)
+                    .unwrap_or_else(|e| panic!("{e}"))
+                    .with_store(Some(store)),
+            )
+        };
+        let (a, b) = (book(open(shared)), book(open(shared)));
+        let who = StateOwner::uid(Some(0));
+        let args: serde_json::Map<String, Value> = serde_json::Map::new();
+        let yes: HashMap<String, Value> =
+            [(INPUT_KEY.to_string(), json!({"action": "accept"}))].into();
+        for round in 0..50 {
+            let state = a
+                .input_required(&who, "deleteFile", &args, "ok?".into())
+                .unwrap_or_else(|e| panic!("{e}"))
+                .request_state
+                .unwrap_or_default();
+            let go = Arc::new(std::sync::Barrier::new(2));
+            let runs: Vec<_> = [a.clone(), b.clone()]
+                .into_iter()
+                .map(|book| {
+                    let (go, who, args, yes, state) = (
+                        go.clone(),
+                        who.clone(),
+                        args.clone(),
+                        yes.clone(),
+                        state.clone(),
+                    );
+                    std::thread::spawn(move || {
+                        go.wait();
+                        book.redeem(&who, "deleteFile", &args, &state, Some(&yes))
+                    })
+                })
+                .collect();
+            let answers: Vec<Elicited> = runs
+                .into_iter()
+                .map(|t| t.join().unwrap_or_else(|_| panic!("a redeem panicked")))
+                .collect();
+            let accepted = answers.iter().filter(|e| **e == Elicited::Accepted).count();
+            assert_eq!(accepted, 1, "round {round} (shared: {shared}): {answers:?}");
+        }
     }
 }

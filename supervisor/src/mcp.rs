@@ -349,6 +349,7 @@ fn states(service: &Service) -> Result<&'static StateBook, &'static String> {
             Some(key) => StateBook::with_key(key, ttl),
             None => StateBook::new(ttl),
         }
+        .map(|b| b.with_store(service.store()))
     })
     .as_ref()
 }

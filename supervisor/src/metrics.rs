@@ -42,6 +42,8 @@ pub struct Gauges {
     pub tools_served: usize,
     /// The audit log's size and rotations since start.
     pub audit: crate::audit::AuditStats,
+    /// Whether the state store answers (1) or not (0); always 1 for the embedded one.
+    pub store_up: bool,
 }
 
 /// A Prometheus label value: backslash, quote and newline escaped.
@@ -84,6 +86,7 @@ impl Metrics {
             "waiting": g.waiting,
             "approvalsPending": g.approvals_pending,
             "toolsServed": g.tools_served,
+            "storeUp": g.store_up,
             "audit": {"bytes": g.audit.bytes, "rotations": g.audit.rotations,
                       "failures": g.audit.failures, "refused": g.audit.refused},
         })
@@ -161,6 +164,11 @@ impl Metrics {
                 g.approvals_pending,
             ),
             ("stsd_tools_served", "Tools published.", g.tools_served),
+            (
+                "stsd_store_up",
+                "Whether the state store answers (a shared PostgreSQL can be unreachable).",
+                usize::from(g.store_up),
+            ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} gauge");
@@ -218,6 +226,7 @@ mod tests {
             approvals_pending: 0,
             tools_served: 1,
             audit: crate::audit::AuditStats::default(),
+            store_up: true,
         };
         let text = m.prometheus(&g);
         assert!(

@@ -318,6 +318,14 @@ impl Service {
         Some((id, json))
     }
 
+    /// The state store, when the daemon has one (its managed catalog's).
+    pub fn store(&self) -> Option<Arc<crate::state::Store>> {
+        self.sources.iter().find_map(|s| match s {
+            Source::Managed(m) => Some(m.0.store()),
+            _ => None,
+        })
+    }
+
     /// Reads the ledger again from a shared store (another replica changed it).
     pub fn refresh_ledger(&self) {
         if let Some(l) = &self.ledger {
@@ -616,6 +624,7 @@ impl Service {
             approvals_pending: self.gate.pending().len(),
             tools_served: self.published().tools.len(),
             audit: self.audit.as_ref().map(AuditLog::stats).unwrap_or_default(),
+            store_up: self.store().is_none_or(|s| s.reachable()),
         }
     }
 

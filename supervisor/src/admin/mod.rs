@@ -296,17 +296,7 @@ impl Admin {
             }
             m if m.starts_with("stsd/upstream/") || m.starts_with("stsd/ledger/") => {
                 admin_only("govern upstreams and the ledger")?;
-                // Re-published at once (own specs and upstream tools alike), clients told.
-                let republish = || match &self.managed {
-                    Some((_, changed)) => self.republish(changed),
-                    None => self.service.reload().map(|_| ()).map_err(|e| {
-                        (
-                            GATE_FAILED,
-                            format!("the catalog did not reload: {}", e.join("; ")),
-                        )
-                    }),
-                };
-                gateway::call(&self.service, m, params, &republish)
+                self.gateway_method(m, params)
             }
             other => Err((-32601, format!("no admin method {other}"))),
         }
@@ -362,6 +352,21 @@ fn checked_name(name: &str) -> Result<ToolName, (i32, String)> {
 }
 
 impl Admin {
+    /// One of the gateway's methods (upstreams, the ledger); a ledger decision re-publishes
+    /// at once (own specs and upstream tools alike) and tells clients.
+    fn gateway_method(&self, method: &str, params: &Value) -> Result<Value, (i32, String)> {
+        let republish = || match &self.managed {
+            Some((_, changed)) => self.republish(changed),
+            None => self.service.reload().map(|_| ()).map_err(|e| {
+                (
+                    GATE_FAILED,
+                    format!("the catalog did not reload: {}", e.join("; ")),
+                )
+            }),
+        };
+        gateway::call(&self.service, method, params, &republish)
+    }
+
     /// Whether the catalog holds a spec named `name` (served or withheld).
     fn known(&self, name: &str) -> bool {
         let p = self.service.published();

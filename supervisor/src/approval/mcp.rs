@@ -5,8 +5,8 @@
 //! `RequestStateCodec`; the key from `[approval] state_key_file` or `STSD_APPROVAL_STATE_KEY`
 //! so that replicas behind a load balancer open each other's states, else made at start),
 //! bound to the caller (peer uid, or HTTP principal), the tool and a digest of the exact
-//! arguments, expires with `[approval] timeout_seconds`, and is single-use within one
-//! process (replicas do not share the spent list: see the README).
+//! arguments, expires with `[approval] timeout_seconds`, and is single-use: across every
+//! daemon sharing the state store (its spent list is kept there), else within the process.
 
 use crate::approval::{Elicited, Elicitor};
 use rmcp::model::{
@@ -177,6 +177,9 @@ pub struct StateBook {
     codec: RequestStateCodec,
     ttl: Duration,
     spent: Mutex<HashMap<String, Instant>>,
+    /// The state store, when the daemon has one: spent states are kept there, so a state is
+    /// single-use across every replica sharing it, not per process.
+    store: Option<std::sync::Arc<crate::state::Store>>,
 }
 
 impl StateBook {
@@ -195,7 +198,14 @@ impl StateBook {
             codec,
             ttl,
             spent: Mutex::new(HashMap::new()),
+            store: None,
         })
+    }
+
+    /// Spent states kept in `store` (shared by the replicas on it).
+    pub fn with_store(mut self, store: Option<std::sync::Arc<crate::state::Store>>) -> StateBook {
+        self.store = store;
+        self
     }
 
     /// The first round's answer: the elicitation, and the sealed state bound to this call.
@@ -223,6 +233,28 @@ impl StateBook {
         Ok(InputRequiredResult::new(Some(requests), Some(sealed)))
     }
 
+    /// Spends the state `nonce`: in the store when there is one (single use across the
+    /// replicas; a store that cannot answer refuses, never lets it through), else in memory.
+    fn spend(&self, nonce: String) -> Result<(), String> {
+        let keep = self.ttl + Duration::from_secs(60);
+        if let Some(store) = &self.store {
+            let until = crate::store::now_ms() + keep.as_millis() as i64;
+            return match store.spend(&nonce, until) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err("the approval state was already used".into()),
+                Err(e) => Err(format!("the approval state cannot be checked: {e}")),
+            };
+        }
+        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        spent.retain(|_, t| *t > now);
+        if spent.contains_key(&nonce) {
+            return Err("the approval state was already used".into());
+        }
+        spent.insert(nonce, now + keep);
+        Ok(())
+    }
+
     /// The retry: opens the state against this call and spends it; then reads the answer.
     pub fn redeem(
         &self,
@@ -242,14 +274,8 @@ impl StateBook {
                 ))
             }
         };
-        {
-            let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
-            let now = Instant::now();
-            spent.retain(|_, t| *t > now);
-            if spent.contains_key(&nonce) {
-                return Elicited::Failed("the approval state was already used".into());
-            }
-            spent.insert(nonce, now + self.ttl + Duration::from_secs(60));
+        if let Err(refused) = self.spend(nonce) {
+            return Elicited::Failed(refused);
         }
         let answer = responses.and_then(|r| r.get(INPUT_KEY));
         match answer.and_then(|a| a.get("action")).and_then(Value::as_str) {

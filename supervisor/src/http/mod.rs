@@ -7,7 +7,7 @@
 //! | path | auth | what |
 //! |---|---|---|
 //! | `GET /healthz` | none | liveness: `ok` while the process serves HTTP |
-//! | `GET /readyz` | none | readiness: 200 once the pool has warmed and a catalog is served, 503 while draining |
+//! | `GET /readyz` | none | readiness: 200 once the pool has warmed and a catalog is served, 503 while draining or while a shared state store is unreachable |
 //! | `[http] path` (`/mcp`) | token or client cert | MCP: stateless 2026-07-28, and 2025-11-25 sessions when `legacy_sessions` |
 //! | `POST /admin` | token or client cert, a principal in `admin_principals`/`approver_principals` | the `stsd/...` admin methods (JSON-RPC) |
 
@@ -435,7 +435,12 @@ fn ready(shared: &Shared) -> bool {
     if !shared.warmed.load(Ordering::Relaxed) && shared.service.pool.ready_count() > 0 {
         shared.warmed.store(true, Ordering::Relaxed);
     }
-    shared.warmed.load(Ordering::Relaxed) && !shared.service.published().tools.is_empty()
+    // A replica that cannot reach the shared store would serve a catalog the others have
+    // moved on from: the balancer should send calls elsewhere (it keeps serving those that
+    // reach it anyway).
+    shared.warmed.load(Ordering::Relaxed)
+        && !shared.service.published().tools.is_empty()
+        && shared.service.store().is_none_or(|s| s.reachable())
 }
 
 /// `POST /admin`: one JSON-RPC request for the admin channel, answered as JSON. The rights

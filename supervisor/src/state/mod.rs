@@ -102,6 +102,14 @@ impl Store {
         &self.label
     }
 
+    /// Whether it answered its last request (or ping): the embedded store always does.
+    pub fn reachable(&self) -> bool {
+        match &self.backend {
+            Backend::Sqlite(_) => true,
+            Backend::Postgres(pg) => pg.reachable(),
+        }
+    }
+
     /// Whether replicas share it (PostgreSQL).
     pub fn shared(&self) -> bool {
         matches!(self.backend, Backend::Postgres(_))
@@ -178,6 +186,12 @@ impl Store {
         servers: &[(String, i64)],
     ) -> Result<(), String> {
         each!(self, b => b.write_ledger(tools, servers))
+    }
+
+    /// Spends a single-use approval state (its nonce) until `expires_ms`: true for the first
+    /// to spend it, of every daemon sharing the store; false after.
+    pub fn spend(&self, nonce: &str, expires_ms: i64) -> Result<bool, String> {
+        each!(self, b => b.spend(nonce, expires_ms))
     }
 
     pub fn meta(&self, key: &str) -> Result<Option<String>, String> {

@@ -12,9 +12,10 @@
 use super::rows::{crash_point, LedgerRow, LedgerRows, Old, OnChange, ToolRows, DONE};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Transaction};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The channel every change is announced on.
 const CHANNEL: &str = "stsd_state";
@@ -22,7 +23,8 @@ const CHANNEL: &str = "stsd_state";
 const MIGRATE_LOCK: i64 = 0x7374_7364;
 
 /// The schema, by version (`stsd_schema.version`), as the embedded backend's.
-const MIGRATIONS: &[&str] = &["CREATE TABLE tools (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE tools (
         name TEXT PRIMARY KEY,
         doc BYTEA NOT NULL,
         installed_ms BIGINT NOT NULL
@@ -49,7 +51,13 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE tools (
      CREATE TABLE meta (
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL
-     );"];
+     );",
+    // 2: approval states spent (single use, across the replicas).
+    "CREATE TABLE spent_states (
+        nonce TEXT PRIMARY KEY,
+        expires_ms BIGINT NOT NULL
+     );",
+];
 
 type Job = Box<dyn FnOnce(Result<&mut Client, String>) + Send>;
 type Listeners = Arc<Mutex<Vec<Arc<OnChange>>>>;
@@ -58,7 +66,12 @@ pub struct Postgres {
     label: String,
     jobs: Mutex<mpsc::Sender<Job>>,
     listeners: Listeners,
+    /// Whether the connection answered its last job or ping.
+    up: Arc<AtomicBool>,
 }
+
+/// How often an idle connection is pinged (so readiness and the metric follow the server).
+const PING_EVERY: Duration = Duration::from_secs(2);
 
 fn pg(e: postgres::Error) -> String {
     format!("PostgreSQL: {e}")
@@ -135,26 +148,51 @@ fn serve(
     first: (Client, i32),
     jobs: mpsc::Receiver<Job>,
     listeners: Listeners,
+    up: Arc<AtomicBool>,
 ) {
     let mut conn: Option<(Client, i32)> = Some(first);
+    let mut last = Instant::now();
     loop {
-        match jobs.recv_timeout(Duration::from_millis(100)) {
-            Ok(job) => {
-                if conn.as_ref().is_none_or(|(c, _)| c.is_closed()) {
-                    conn = match connect(&url, password.as_deref()) {
-                        Ok(c) => Some(c),
-                        Err(e) => {
+        let job = match jobs.recv_timeout(Duration::from_millis(100)) {
+            Ok(job) => Some(job),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        if job.is_none() && last.elapsed() < PING_EVERY && conn.is_some() {
+            // Idle, and recently heard from: only the notifications below.
+        } else {
+            last = Instant::now();
+            if conn.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+                conn = match connect(&url, password.as_deref()) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        mark(&up, false, &e);
+                        if let Some(job) = job {
                             job(Err(e));
-                            continue;
                         }
-                    };
-                }
-                if let Some((c, _)) = conn.as_mut() {
-                    job(Ok(c));
+                        continue;
+                    }
+                };
+            }
+            let Some((c, _)) = conn.as_mut() else {
+                continue;
+            };
+            match job {
+                Some(job) => job(Ok(c)),
+                None => {
+                    if let Err(e) = c.simple_query("SELECT 1") {
+                        mark(&up, false, &pg(e));
+                        conn = None;
+                        continue;
+                    }
                 }
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            let alive = !c.is_closed();
+            mark(&up, alive, "the connection closed");
+            if !alive {
+                conn = None;
+                continue;
+            }
         }
         let Some((c, me)) = conn.as_mut() else {
             continue;
@@ -181,6 +219,20 @@ fn serve(
                     }
                 });
         }
+    }
+}
+
+/// Records whether the store answers, saying so when that changes: a WARN when it is lost
+/// (the daemon keeps serving the catalog it has), an INFO when it is back.
+fn mark(up: &AtomicBool, now: bool, why: &str) {
+    let was = up.swap(now, Ordering::Relaxed);
+    if was && !now {
+        tracing::warn!(
+            error = why,
+            "the state store is unreachable: serving the catalog in force; changes wait for it"
+        );
+    } else if !was && now {
+        tracing::info!("the state store answers again");
     }
 }
 
@@ -222,13 +274,14 @@ impl Postgres {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
         let listeners: Listeners = Arc::default();
-        let (u, l) = (url.to_string(), listeners.clone());
+        let up = Arc::new(AtomicBool::new(true));
+        let (u, l, flag) = (url.to_string(), listeners.clone(), up.clone());
         std::thread::Builder::new()
             .name("stsd-store".into())
             .spawn(move || match connect(&u, password.as_deref()) {
                 Ok(first) => {
                     let _ = ready_tx.send(Ok(()));
-                    serve(u, password, first, rx, l);
+                    serve(u, password, first, rx, l, flag);
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -243,7 +296,12 @@ impl Postgres {
             label,
             jobs: Mutex::new(tx),
             listeners,
+            up,
         })
+    }
+
+    pub fn reachable(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
     }
 
     pub fn label(&self) -> &str {
@@ -491,6 +549,27 @@ impl Postgres {
             c.query_opt("SELECT value FROM meta WHERE key = $1", &[&key])
                 .map(|r| r.map(|r| r.get(0)))
                 .map_err(pg)
+        })
+    }
+
+    /// Spends an approval state: true for the first replica to spend it (one transaction:
+    /// of two replicas spending one state at the same moment, exactly one gets true).
+    pub fn spend(&self, nonce: &str, expires_ms: i64) -> Result<bool, String> {
+        let nonce = nonce.to_string();
+        let now = crate::store::now_ms();
+        self.run(move |c| {
+            let mut tx = c.transaction().map_err(pg)?;
+            tx.execute("DELETE FROM spent_states WHERE expires_ms < $1", &[&now])
+                .map_err(pg)?;
+            let n = tx
+                .execute(
+                    "INSERT INTO spent_states (nonce, expires_ms) VALUES ($1, $2)
+                     ON CONFLICT (nonce) DO NOTHING",
+                    &[&nonce, &expires_ms],
+                )
+                .map_err(pg)?;
+            tx.commit().map_err(pg)?;
+            Ok(n == 1)
         })
     }
 

@@ -37,6 +37,11 @@ const MIGRATIONS: &[&str] = &[
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL
      );",
+    // 2: approval states spent (single use, across the daemons sharing the store).
+    "CREATE TABLE spent_states (
+        nonce TEXT PRIMARY KEY,
+        expires_ms INTEGER NOT NULL
+     );",
 ];
 
 /// The embedded store. One connection behind a lock: the daemon's writes are rare (an
@@ -344,6 +349,24 @@ impl Sqlite {
         c.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
             .optional()
             .map_err(sql(&self.path))
+    }
+
+    /// Spends an approval state: true for the first to spend it, false after (expired ones
+    /// forgotten in the same transaction).
+    pub fn spend(&self, nonce: &str, expires_ms: i64) -> Result<bool, String> {
+        let at = sql(&self.path);
+        let now = crate::store::now_ms();
+        self.write(|tx| {
+            tx.execute("DELETE FROM spent_states WHERE expires_ms < ?1", [now])
+                .map_err(&at)?;
+            tx.execute(
+                "INSERT INTO spent_states (nonce, expires_ms) VALUES (?1, ?2)
+                 ON CONFLICT (nonce) DO NOTHING",
+                params![nonce, expires_ms],
+            )
+            .map(|n| n == 1)
+            .map_err(&at)
+        })
     }
 
     pub(super) fn import(&self, old: &Old) -> Result<bool, String> {
