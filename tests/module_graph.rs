@@ -11,12 +11,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The binary's files: `main.rs` and the CLI it dispatches to.
-const BINARY: [&str; 5] = [
+const BINARY: [&str; 6] = [
     "main.rs",
     "cli.rs",
     "cli_run.rs",
     "cli_daemon.rs",
     "cli_gateway.rs",
+    "cli_store.rs",
 ];
 
 /// `supervisor/src`, or another tree's (`STSD_MODULE_GRAPH_SRC`, to check an older commit).

@@ -439,3 +439,93 @@ fn one_approval_state_is_spent_once_whichever_replica_sees_it() {
         }
     }
 }
+
+/// `stsd store export` from a daemon's embedded store and `stsd store import` into a new
+/// PostgreSQL: a daemon on the new store serves the same tools and switches, with the
+/// history (a rollback works); a second import into a store that holds state is refused.
+#[test]
+fn a_store_moves_from_sqlite_to_postgresql_through_export_and_import() {
+    if !is_root() {
+        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+        return;
+    }
+    let pg = Cluster::start();
+    let gate = "require_local_pass = true\n";
+    let d = Daemon::start_in(
+        tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+        1,
+        gate,
+        CATALOG,
+    );
+    assert!(tools_cli(&d, &["add"], Some(&spec("v1"))).status.success());
+    assert!(tools_cli(&d, &["update", "shared"], Some(&spec("v2")))
+        .status
+        .success());
+    let mut other = spec("o1");
+    other["name"] = json!("other");
+    assert!(tools_cli(&d, &["add"], Some(&other)).status.success());
+    assert!(tools_cli(&d, &["disable", "other"], None).status.success());
+    assert_eq!(answer(&d), "v2");
+    let dir = d.kill9();
+    let cli = |args: &[&str], config: &Path| {
+        Command::new(stsd_bin())
+            .args(["store"])
+            .args(args)
+            .arg("--config")
+            .arg(config)
+            .env("STSD_STATE_DIR", dir.path().join("state"))
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let dump = dir.path().join("state.json");
+    let out = cli(
+        &["export", "--out", &dump.display().to_string()],
+        &dir.path().join("stsd.toml"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&dump).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(doc["format"], "stsd-state/1");
+    assert_eq!(doc["disabled"], json!(["other"]));
+    let pg_config = dir.path().join("pg.toml");
+    std::fs::write(&pg_config, format!("[store]\nurl = \"{}\"\n", pg.url()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = cli(&["import", &dump.display().to_string()], &pg_config);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("2 tools, 1 earlier versions, 1 switches"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cli(&["import", &dump.display().to_string()], &pg_config);
+    assert!(!out.status.success(), "a second import was taken");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds state already"));
+
+    let config = format!("{gate}[store]\nurl = \"{}\"\n", pg.url());
+    let moved = Daemon::start_in(
+        tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+        1,
+        &config,
+        CATALOG,
+    );
+    assert_eq!(answer(&moved), "v2");
+    let mut c = moved.connect();
+    c.call(2, "other", json!({}));
+    let r = text(&c.response());
+    assert!(
+        r.starts_with("TOOL_WITHHELD: other is not served: disabled"),
+        "{r}"
+    );
+    assert!(tools_cli(&moved, &["rollback", "shared"], None)
+        .status
+        .success());
+    assert_eq!(answer(&moved), "v1");
+}

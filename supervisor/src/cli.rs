@@ -164,6 +164,26 @@ pub enum UpstreamCmd {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum StoreCmd {
+    /// Write the state store (managed tools, their history, the switches, the ledger) as one
+    /// JSON document: a backup, or a move between backends (SQLite, PostgreSQL).
+    Export {
+        /// Where to write it (default: standard output).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Read a document `stsd store export` wrote into this config's store, which must hold no
+    /// state yet (a new file, or a new database).
+    Import {
+        file: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum LedgerCmd {
     /// Every fingerprint: id, state (ACTIVE, AWAITING_REREVIEW, REVOKED), when seen.
     List {
@@ -354,6 +374,9 @@ pub enum Command {
     /// Bearer tokens for MCP over HTTP.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// The state store: export it to JSON, or import such a document.
+    #[command(subcommand)]
+    Store(StoreCmd),
     /// Internal: write the man pages and shell completions into DIR (used by packaging).
     #[command(hide = true)]
     GenerateAssets {

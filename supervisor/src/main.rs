@@ -10,12 +10,13 @@ mod cli;
 mod cli_daemon;
 mod cli_gateway;
 mod cli_run;
+mod cli_store;
 
 /// Exit codes: 0 success, 1 the input is invalid (a spec, a tool call), 2 a usage error.
 pub(crate) const EXIT_INVALID: u8 = 1;
 pub(crate) const EXIT_USAGE: u8 = 2;
 
-use cli::{Cli, Command, DaemonArgs, ServeArgs, TokenCmd, ToolsCmd, UpstreamCmd};
+use cli::{Cli, Command, DaemonArgs, ServeArgs, StoreCmd, TokenCmd, ToolsCmd, UpstreamCmd};
 
 /// The daemon's options from its flags and config.
 fn daemon_options(
@@ -83,6 +84,25 @@ fn load_config(
 
 /// Runs `f` with the config a command reads, or ends with the usage error of one that does
 /// not load.
+/// `stsd store export|import`.
+fn store_command(what: StoreCmd) -> ExitCode {
+    let done = |r: Result<(), String>| match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stsd: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    };
+    match what {
+        StoreCmd::Export { out, config } => with_config(config.config, |c| {
+            done(cli_store::export(c, out.as_deref()))
+        }),
+        StoreCmd::Import { file, config } => {
+            with_config(config.config, |c| done(cli_store::import(c, &file)))
+        }
+    }
+}
+
 fn with_config(
     arg: Option<PathBuf>,
     f: impl FnOnce(&stsd_profiles::Config) -> ExitCode,
@@ -537,6 +557,7 @@ fn main() -> ExitCode {
         Command::Token(TokenCmd::Add { name, file, config }) => {
             token_command(&name, file, config.config)
         }
+        Command::Store(what) => store_command(what),
         Command::Worker | Command::Zygote | Command::UpstreamExec { .. } => {
             ExitCode::from(EXIT_USAGE)
         }

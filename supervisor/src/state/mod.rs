@@ -10,6 +10,7 @@
 //! `import` brings an older state directory's loose files in on first start (kept, renamed,
 //! never deleted).
 
+pub mod export;
 pub mod import;
 mod postgres;
 pub mod rows;
@@ -162,6 +163,11 @@ impl Store {
     /// Earlier versions of `name`, oldest first: (when retired, document).
     pub fn history(&self, name: &str) -> Result<Vec<(i64, Vec<u8>)>, String> {
         each!(self, b => b.history(name))
+    }
+
+    /// Every earlier version of every tool, oldest first: (name, when retired, document).
+    pub fn all_history(&self) -> Result<Vec<(String, i64, Vec<u8>)>, String> {
+        each!(self, b => b.all_history())
     }
 
     /// The operator's switch for a tool (any tool of the catalog, managed or not).

@@ -464,6 +464,19 @@ impl Postgres {
         })
     }
 
+    pub fn all_history(&self) -> Result<Vec<(String, i64, Vec<u8>)>, String> {
+        self.run(|c| {
+            Ok(c.query(
+                "SELECT name, retired_ms, doc FROM tool_history ORDER BY seq",
+                &[],
+            )
+            .map_err(pg)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+        })
+    }
+
     pub fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), String> {
         let name = name.to_string();
         self.write("catalog", move |tx| {

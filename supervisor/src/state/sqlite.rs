@@ -256,6 +256,18 @@ impl Sqlite {
         rows.collect::<Result<_, _>>().map_err(&at)
     }
 
+    pub fn all_history(&self) -> Result<Vec<(String, i64, Vec<u8>)>, String> {
+        let c = self.lock();
+        let at = sql(&self.path);
+        let mut st = c
+            .prepare("SELECT name, retired_ms, doc FROM tool_history ORDER BY seq")
+            .map_err(&at)?;
+        let rows = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(&at)?;
+        rows.collect::<Result<_, _>>().map_err(&at)
+    }
+
     /// The operator's switch for a tool (any tool of the catalog, managed or not).
     pub fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), String> {
         let at = sql(&self.path);
