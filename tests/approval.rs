@@ -525,3 +525,44 @@ fn lifting_a_spec_requirement_needs_the_switch_and_is_audited() {
     assert_eq!(recs[0]["approval"]["overrodeRequired"], true, "{}", recs[0]);
     assert_eq!(recs[0]["approval"]["source"], "toolset");
 }
+
+/// Issue 33: a call waiting for an operator when the daemon is killed is not lost silently:
+/// the waiting call is kept in the state store, and the next start records it as expired
+/// (APPROVAL_TIMEOUT, "the daemon stopped ..."; it never ran). Before, nothing recorded it.
+#[test]
+fn a_call_left_waiting_by_a_killed_daemon_is_recorded_expired_at_the_next_start() {
+    let (d, _s) = daemon("");
+    let mut c = d.connect();
+    c.call(1, "opTool", json!({"note": "left waiting"}));
+    let p = pending(&d);
+    let id = p["id"].as_u64().unwrap_or_else(|| panic!("no id in {p}"));
+    assert!(d.audit_records().iter().all(|r| r["callId"] != id));
+    let dir = d.kill9();
+    drop(c);
+    let d = Daemon::start_in(dir, 1, "", stsd_tests::harness::CATALOG);
+    let recs = d.audit_records();
+    let r = recs
+        .iter()
+        .find(|r| r["callId"] == id)
+        .unwrap_or_else(|| panic!("no record of call {id}: {recs:?}"));
+    assert_eq!(r["name"], "opTool");
+    assert_eq!(r["error"]["code"], "APPROVAL_TIMEOUT", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the daemon stopped while the call waited"),
+        "{r}"
+    );
+    assert_eq!(r["approval"]["decision"], "expired", "{r}");
+    assert!(r["workerPid"].is_null(), "it never ran: {r}");
+    // Once: a second start finds nothing left.
+    let dir = d.kill9();
+    let d = Daemon::start_in(dir, 1, "", stsd_tests::harness::CATALOG);
+    let again = d.audit_records();
+    assert_eq!(
+        again.iter().filter(|r| r["callId"] == id).count(),
+        1,
+        "{again:?}"
+    );
+}

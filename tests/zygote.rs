@@ -1033,7 +1033,9 @@ fn relocated_read_only_data_is_file_pages_a_worker_maps_as_it_reads() {
         let (size, rss) = w.iter().fold((0, 0), |(s, r), m| (s + m.size, r + m.rss));
         assert!(size >= own, "worker {pid}: {w:?}");
         assert!(w.iter().all(|m| m.anonymous == 0), "worker {pid}: {w:?}");
-        assert!(rss * 4 < size, "worker {pid} maps most of it: {w:?}");
+        // As anonymous pages a worker had all of it; as file pages, what it read (about a
+        // quarter of stsd's RELRO, which grows with the crates linked in: under half).
+        assert!(rss * 2 < size, "worker {pid} maps most of it: {w:?}");
     }
 }
 

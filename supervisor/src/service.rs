@@ -161,6 +161,13 @@ impl Service {
         });
         let filtered = Arc::new(service.ledger_filter(service.published().as_ref().clone()));
         service.swap_published_raw(filtered);
+        if let Some(store) = service.store() {
+            let instance = crate::state::instance(&service.config());
+            service.expire_left_waiting(&store, &instance);
+            service
+                .gate
+                .keep_waiting_in(crate::approval::operator::Journal { store, instance });
+        }
         Ok(service)
     }
 
@@ -316,6 +323,60 @@ impl Service {
         let id = format!("stsd/{}", t.spec.name);
         let (_, json) = ledger.approving(&id, &own_fingerprint(&t));
         Some((id, json))
+    }
+
+    /// Calls this daemon left waiting for an operator when it died (its instance's, in the
+    /// store): each gets its audit record, as expired, and is said; none is lost silently.
+    fn expire_left_waiting(&self, store: &crate::state::Store, instance: &str) {
+        let left = match store.waiting_take(instance) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "the calls left waiting cannot be read");
+                return;
+            }
+        };
+        for (id, view, since) in left {
+            let v: Value = serde_json::from_str(&view).unwrap_or(Value::Null);
+            let caller = Caller {
+                peer_uid: v["peerUid"].as_u64().map(|u| u as u32),
+                principal: v["principal"].as_str().map(String::from),
+                transport: "-",
+                session: 0,
+            };
+            let tool = v["tool"].as_str().unwrap_or_default().to_string();
+            let mut r = crate::audit::AuditRecord::arrived(
+                id as u64,
+                &caller,
+                String::new(),
+                tool.clone(),
+                String::new(),
+                v["arguments"].clone(),
+            );
+            let why = format!(
+                "expired: the daemon stopped while the call waited for an operator's approval \
+                 (since {since} ms); it never ran"
+            );
+            r.outcome = "ERROR";
+            r.error = Some(crate::audit::AuditError {
+                code: stsd_protocol::Code::ApprovalTimeout.to_string(),
+                message: why.clone(),
+            });
+            r.approval = Some(crate::approval::ApprovalRecord {
+                strategy: "operator",
+                source: "rule",
+                approver: "operator".into(),
+                decision: "expired",
+                reason: Some(why),
+                wait_ms: (crate::store::now_ms() - since).max(0) as u64,
+                overrode_required: false,
+            });
+            tracing::warn!(id, tool = %tool, "a call waited for an operator when the daemon stopped: recorded as expired");
+            if let Some(log) = &self.audit {
+                if let Err(e) = log.append(&r) {
+                    log.lost(&e);
+                }
+            }
+        }
     }
 
     /// The state store, when the daemon has one (its managed catalog's).

@@ -103,6 +103,11 @@ impl Gate {
         Duration::from_secs(self.config().timeout_seconds)
     }
 
+    /// Keeps the calls waiting for an operator in the state store (see `operator::Journal`).
+    pub fn keep_waiting_in(&self, journal: operator::Journal) {
+        self.queue.keep_in(journal);
+    }
+
     /// Calls waiting for an operator.
     pub fn pending(&self) -> Vec<operator::PendingView> {
         self.queue.list()

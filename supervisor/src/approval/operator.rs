@@ -42,6 +42,15 @@ struct Entry {
 pub struct Queue {
     max: usize,
     inner: Mutex<BTreeMap<u64, Entry>>,
+    /// The state store keeps each waiting call (as `stsd approvals` shows it) until it leaves,
+    /// so a daemon that dies leaves a trace the next start records as expired.
+    journal: std::sync::OnceLock<Journal>,
+}
+
+/// Where waiting calls are kept: the store, under this daemon's instance.
+pub struct Journal {
+    pub store: std::sync::Arc<crate::state::Store>,
+    pub instance: String,
 }
 
 /// A place in the queue; leaving it (answered, timed out, caller gone) removes the entry.
@@ -54,6 +63,11 @@ pub struct Waiting<'a> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.queue.lock().remove(&self.id);
+        if let Some(j) = self.queue.journal.get() {
+            if let Err(e) = j.store.waiting_del(&j.instance, self.id as i64) {
+                tracing::warn!(id = self.id, error = %e, "a call that stopped waiting is still in the state store");
+            }
+        }
     }
 }
 
@@ -62,15 +76,28 @@ impl Queue {
         Queue {
             max: max.max(1),
             inner: Mutex::new(BTreeMap::new()),
+            journal: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Keeps waiting calls in the store from now on (set once, at start).
+    pub fn keep_in(&self, journal: Journal) {
+        let _ = self.journal.set(journal);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Entry>> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Enqueues a call; Err when the queue is full.
+    /// Enqueues a call; Err when the queue is full, or the store cannot keep it (a waiting
+    /// call is never left unrecorded).
     pub fn enter(&self, view: PendingView) -> Result<Waiting<'_>, String> {
+        if let Some(j) = self.journal.get() {
+            let text = serde_json::to_string(&view).map_err(|e| e.to_string())?;
+            j.store
+                .waiting_put(&j.instance, view.id as i64, &text)
+                .map_err(|e| format!("the waiting call cannot be recorded: {e}"))?;
+        }
         let mut q = self.lock();
         if q.len() >= self.max {
             return Err(format!(

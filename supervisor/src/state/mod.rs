@@ -37,6 +37,28 @@ pub fn path(config: &stsd_profiles::Config) -> PathBuf {
     dir(config).join("stsd.db")
 }
 
+/// Who this daemon is in a store: `local` for the embedded one (one daemon per file); on a
+/// shared one, an id kept in the state directory (`instance`), so that a restarted replica
+/// finds what it left and never takes another's.
+pub fn instance(config: &stsd_profiles::Config) -> String {
+    if config.store.url.is_none() {
+        return "local".into();
+    }
+    let file = dir(config).join("instance");
+    if let Ok(id) = std::fs::read_to_string(&file) {
+        let id = id.trim();
+        if !id.is_empty() {
+            return id.to_string();
+        }
+    }
+    let mut b = [0u8; 8];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
+    let id: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let _ = std::fs::create_dir_all(dir(config));
+    let _ = crate::store::write_atomic(&file, id.as_bytes());
+    id
+}
+
 /// The state store.
 pub struct Store {
     /// What it is, for messages: the SQLite file, or the PostgreSQL URL without a password.
@@ -198,6 +220,21 @@ impl Store {
     /// to spend it, of every daemon sharing the store; false after.
     pub fn spend(&self, nonce: &str, expires_ms: i64) -> Result<bool, String> {
         each!(self, b => b.spend(nonce, expires_ms))
+    }
+
+    /// A call of this daemon (`instance`) waits for an operator: kept until it leaves.
+    pub fn waiting_put(&self, instance: &str, id: i64, view: &str) -> Result<(), String> {
+        each!(self, b => b.waiting_put(instance, id, view))
+    }
+
+    /// The call left the queue (answered, timed out, its caller gone).
+    pub fn waiting_del(&self, instance: &str, id: i64) -> Result<(), String> {
+        each!(self, b => b.waiting_del(instance, id))
+    }
+
+    /// The calls `instance` left waiting when it died, taken out: (id, view, since ms).
+    pub fn waiting_take(&self, instance: &str) -> Result<Vec<(i64, String, i64)>, String> {
+        each!(self, b => b.waiting_take(instance))
     }
 
     pub fn meta(&self, key: &str) -> Result<Option<String>, String> {

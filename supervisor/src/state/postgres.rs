@@ -57,6 +57,14 @@ const MIGRATIONS: &[&str] = &[
         nonce TEXT PRIMARY KEY,
         expires_ms BIGINT NOT NULL
      );",
+    // 3: calls waiting for an operator, so a daemon that died leaves a trace of them.
+    "CREATE TABLE waiting (
+        instance TEXT NOT NULL,
+        id BIGINT NOT NULL,
+        view TEXT NOT NULL,
+        since_ms BIGINT NOT NULL,
+        PRIMARY KEY (instance, id)
+     );",
 ];
 
 type Job = Box<dyn FnOnce(Result<&mut Client, String>) + Send>;
@@ -583,6 +591,46 @@ impl Postgres {
                 .map_err(pg)?;
             tx.commit().map_err(pg)?;
             Ok(n == 1)
+        })
+    }
+
+    pub fn waiting_put(&self, instance: &str, id: i64, view: &str) -> Result<(), String> {
+        let (instance, view) = (instance.to_string(), view.to_string());
+        let now = crate::store::now_ms();
+        self.run(move |c| {
+            c.execute(
+                "INSERT INTO waiting (instance, id, view, since_ms) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (instance, id) DO UPDATE SET view = excluded.view",
+                &[&instance, &id, &view, &now],
+            )
+            .map(|_| ())
+            .map_err(pg)
+        })
+    }
+
+    pub fn waiting_del(&self, instance: &str, id: i64) -> Result<(), String> {
+        let instance = instance.to_string();
+        self.run(move |c| {
+            c.execute(
+                "DELETE FROM waiting WHERE instance = $1 AND id = $2",
+                &[&instance, &id],
+            )
+            .map(|_| ())
+            .map_err(pg)
+        })
+    }
+
+    pub fn waiting_take(&self, instance: &str) -> Result<Vec<(i64, String, i64)>, String> {
+        let instance = instance.to_string();
+        self.run(move |c| {
+            Ok(c.query(
+                "DELETE FROM waiting WHERE instance = $1 RETURNING id, view, since_ms",
+                &[&instance],
+            )
+            .map_err(pg)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
         })
     }
 

@@ -42,6 +42,14 @@ const MIGRATIONS: &[&str] = &[
         nonce TEXT PRIMARY KEY,
         expires_ms INTEGER NOT NULL
      );",
+    // 3: calls waiting for an operator, so a daemon that died leaves a trace of them.
+    "CREATE TABLE waiting (
+        instance TEXT NOT NULL,
+        id INTEGER NOT NULL,
+        view TEXT NOT NULL,
+        since_ms INTEGER NOT NULL,
+        PRIMARY KEY (instance, id)
+     );",
 ];
 
 /// The embedded store. One connection behind a lock: the daemon's writes are rare (an
@@ -378,6 +386,51 @@ impl Sqlite {
             )
             .map(|n| n == 1)
             .map_err(&at)
+        })
+    }
+
+    pub fn waiting_put(&self, instance: &str, id: i64, view: &str) -> Result<(), String> {
+        let at = sql(&self.path);
+        let now = crate::store::now_ms();
+        self.write(|tx| {
+            tx.execute(
+                "INSERT OR REPLACE INTO waiting (instance, id, view, since_ms) VALUES (?1, ?2, ?3, ?4)",
+                params![instance, id, view, now],
+            )
+            .map(|_| ())
+            .map_err(&at)
+        })
+    }
+
+    pub fn waiting_del(&self, instance: &str, id: i64) -> Result<(), String> {
+        let at = sql(&self.path);
+        self.write(|tx| {
+            tx.execute(
+                "DELETE FROM waiting WHERE instance = ?1 AND id = ?2",
+                params![instance, id],
+            )
+            .map(|_| ())
+            .map_err(&at)
+        })
+    }
+
+    pub fn waiting_take(&self, instance: &str) -> Result<Vec<(i64, String, i64)>, String> {
+        let at = sql(&self.path);
+        self.write(|tx| {
+            let rows: Vec<(i64, String, i64)> = {
+                let mut st = tx
+                    .prepare(
+                        "SELECT id, view, since_ms FROM waiting WHERE instance = ?1 ORDER BY id",
+                    )
+                    .map_err(&at)?;
+                let it = st
+                    .query_map([instance], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .map_err(&at)?;
+                it.collect::<Result<_, _>>().map_err(&at)?
+            };
+            tx.execute("DELETE FROM waiting WHERE instance = ?1", [instance])
+                .map_err(&at)?;
+            Ok(rows)
         })
     }
 
