@@ -430,3 +430,34 @@ pub fn seccomp_filters(pid: i32) -> usize {
         })
         .unwrap_or(0)
 }
+
+/// A legacy (2025-11-25) session that receives list changes directly.
+pub fn subscriber(d: &Daemon) -> Conn {
+    let mut c = d.connect();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    c.writer
+        .write_all(format!("{init}\n").as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = c.response();
+    c.writer
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    c
+}
+
+/// Whether `c` is sent `notifications/tools/list_changed` within 20 s.
+pub fn saw_list_changed(c: &mut Conn) -> bool {
+    let _ = c
+        .reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(20)));
+    let mut line = String::new();
+    while c.reader.read_line(&mut line).unwrap_or(0) > 0 {
+        if line.contains("notifications/tools/list_changed") {
+            return true;
+        }
+        line.clear();
+    }
+    false
+}

@@ -9,11 +9,10 @@
 //!   version, and A restarted serves it too, its history whole.
 
 use serde_json::{json, Value};
-use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use stsd_tests::harness::{text, Conn, Daemon, CATALOG};
+use stsd_tests::harness::{saw_list_changed, subscriber, text, Daemon, CATALOG};
 use stsd_tests::{is_root, stsd_bin};
 
 /// A PostgreSQL cluster of the test's own, stopped (immediately) when dropped.
@@ -202,36 +201,6 @@ fn until_answers(d: &Daemon, want: &str) -> Duration {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// A legacy (2025-11-25) session that receives list changes directly.
-fn subscriber(d: &Daemon) -> Conn {
-    let mut c = d.connect();
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    c.writer
-        .write_all(format!("{init}\n").as_bytes())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let _ = c.response();
-    c.writer
-        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
-        .unwrap_or_else(|e| panic!("{e}"));
-    c
-}
-
-fn saw_list_changed(c: &mut Conn) -> bool {
-    let _ = c
-        .reader
-        .get_ref()
-        .set_read_timeout(Some(Duration::from_secs(20)));
-    let mut line = String::new();
-    while c.reader.read_line(&mut line).unwrap_or(0) > 0 {
-        if line.contains("notifications/tools/list_changed") {
-            return true;
-        }
-        line.clear();
-    }
-    false
 }
 
 #[test]

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 use std::process::{Command, Output};
 use std::time::Duration;
-use stsd_tests::harness::{text, Conn, Daemon, CATALOG};
+use stsd_tests::harness::{saw_list_changed, subscriber, text, Daemon, CATALOG};
 use stsd_tests::stsd_bin;
 
 fn spec(version: &str, expected: &str) -> Value {
@@ -48,36 +48,6 @@ fn greet(d: &Daemon) -> String {
         return format!("error: {}", r["error"]["message"]);
     }
     text(&r)
-}
-
-/// A legacy (2025-11-25) session that receives list changes directly.
-fn subscriber(d: &Daemon) -> Conn {
-    let mut c = d.connect();
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    c.writer
-        .write_all(format!("{init}\n").as_bytes())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let _ = c.response();
-    c.writer
-        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
-        .unwrap_or_else(|e| panic!("{e}"));
-    c
-}
-
-fn saw_list_changed(c: &mut Conn) -> bool {
-    let _ = c
-        .reader
-        .get_ref()
-        .set_read_timeout(Some(Duration::from_secs(5)));
-    let mut line = String::new();
-    while c.reader.read_line(&mut line).unwrap_or(0) > 0 {
-        if line.contains("notifications/tools/list_changed") {
-            return true;
-        }
-        line.clear();
-    }
-    false
 }
 
 #[test]

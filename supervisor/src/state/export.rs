@@ -71,13 +71,7 @@ pub fn import(store: &Store, doc: &Value) -> Result<String, String> {
             doc["format"]
         ));
     }
-    let mut old = Old {
-        tools: Vec::new(),
-        history: Vec::new(),
-        disabled: Vec::new(),
-        ledger: Vec::new(),
-        servers: Vec::new(),
-    };
+    let mut old = Old::default();
     for t in items(doc, "tools") {
         old.tools
             .push((text(t, "name", "tools")?, bytes(&t["doc"])?));

@@ -47,13 +47,7 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
 
 /// Reads the older layout's files (none of them is required).
 fn read_old(catalog_dir: &Path, ledger: &Path) -> Result<Old, String> {
-    let mut old = Old {
-        tools: Vec::new(),
-        history: Vec::new(),
-        disabled: Vec::new(),
-        ledger: Vec::new(),
-        servers: Vec::new(),
-    };
+    let mut old = Old::default();
     for p in json_files(&catalog_dir.join("specs")) {
         let Some(name) = p.file_stem().map(|s| s.to_string_lossy().to_string()) else {
             continue;

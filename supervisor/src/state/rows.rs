@@ -30,7 +30,7 @@ pub type LedgerRows = (Vec<(String, String)>, Vec<(String, i64)>);
 pub type OnChange = Box<dyn Fn() + Send + Sync>;
 
 /// One older file set, read whole before anything is written.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub(super) struct Old {
     pub tools: Vec<(String, Vec<u8>)>,
     pub history: Vec<(String, Vec<u8>)>,

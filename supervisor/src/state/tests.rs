@@ -167,21 +167,3 @@ fn the_older_layout_is_imported_once_verified_and_kept() {
     let l = crate::gateway::Ledger::in_store(std::sync::Arc::new(s)).unwrap();
     assert_eq!(l.get("stsd/t").map(|e| e.approved), Some("ab".to_string()));
 }
-
-/// With `STSD_TEST_PG_URL` (a throwaway cluster): a change through one store reaches another's
-/// listener. tests/store_pg.rs covers the same through three daemons.
-#[test]
-fn pg_change_reaches_another_store() {
-    let Ok(url) = std::env::var("STSD_TEST_PG_URL") else {
-        return;
-    };
-    let a = postgres::Postgres::open(&url, None).unwrap();
-    let b = postgres::Postgres::open(&url, None).unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    b.on_change(Box::new(move || {
-        let _ = tx.lock().unwrap().send(());
-    }));
-    a.set_enabled("x", false).unwrap();
-    rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
-}
