@@ -482,3 +482,32 @@ fn a_reload_of_an_empty_config_is_refused_and_the_audit_log_stays() {
         "the call's record is not in the audit log it had: {recs:?}"
     );
 }
+
+/// Issue 33's figure: a call to a published tool that needs no approval asks nothing of the
+/// state store (the catalog and the ledger are read at start and on a change, and kept):
+/// fifty calls, zero store operations (`stsd metrics` `storeOps`).
+#[test]
+fn calls_to_a_published_tool_ask_nothing_of_the_state_store() {
+    let d = Daemon::start(1, "");
+    let ops = || -> u64 {
+        let out = Command::new(stsd_tests::stsd_bin())
+            .args(["metrics", "--socket"])
+            .arg(&d.socket)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v["storeOps"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no storeOps in {v}"))
+    };
+    let mut c = d.connect();
+    c.call(0, "echo-console", json!({"text": "warm"}));
+    assert!(!is_error(&c.response()));
+    let before = ops();
+    assert!(before > 0, "the start read nothing from the store?");
+    for i in 1..=50u64 {
+        c.call(i, "echo-console", json!({"text": "x"}));
+        assert!(!is_error(&c.response()));
+    }
+    assert_eq!(ops(), before, "calls asked the state store");
+}

@@ -44,6 +44,8 @@ pub struct Gauges {
     pub audit: crate::audit::AuditStats,
     /// Whether the state store answers (1) or not (0); always 1 for the embedded one.
     pub store_up: bool,
+    /// Operations asked of the state store since start.
+    pub store_ops: u64,
 }
 
 /// A Prometheus label value: backslash, quote and newline escaped.
@@ -87,6 +89,7 @@ impl Metrics {
             "approvalsPending": g.approvals_pending,
             "toolsServed": g.tools_served,
             "storeUp": g.store_up,
+            "storeOps": g.store_ops,
             "audit": {"bytes": g.audit.bytes, "rotations": g.audit.rotations,
                       "failures": g.audit.failures, "refused": g.audit.refused},
         })
@@ -188,6 +191,12 @@ impl Metrics {
                 g.audit.rotations,
             ),
             (
+                "stsd_store_operations_total",
+                "counter",
+                "Operations asked of the state store since start (none on a published tool's call).",
+                g.store_ops,
+            ),
+            (
                 "stsd_audit_failures_total",
                 "counter",
                 "Audit records that could not be written since start (a full or failing disk).",
@@ -227,6 +236,7 @@ mod tests {
             tools_served: 1,
             audit: crate::audit::AuditStats::default(),
             store_up: true,
+            store_ops: 0,
         };
         let text = m.prometheus(&g);
         assert!(

@@ -686,6 +686,7 @@ impl Service {
             tools_served: self.published().tools.len(),
             audit: self.audit.as_ref().map(AuditLog::stats).unwrap_or_default(),
             store_up: self.store().is_none_or(|s| s.reachable()),
+            store_ops: self.store().map_or(0, |s| s.operations()),
         }
     }
 

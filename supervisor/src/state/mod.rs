@@ -64,6 +64,9 @@ pub struct Store {
     /// What it is, for messages: the SQLite file, or the PostgreSQL URL without a password.
     label: PathBuf,
     backend: Backend,
+    /// Operations asked of it since start (`stsd metrics` `storeOps`): the call path should
+    /// ask none for a published tool that needs no approval.
+    ops: std::sync::atomic::AtomicU64,
 }
 
 enum Backend {
@@ -79,12 +82,13 @@ impl std::fmt::Debug for Store {
 
 /// Calls `$m` on whichever backend the store has.
 macro_rules! each {
-    ($s:expr, $b:ident => $e:expr) => {
+    ($s:expr, $b:ident => $e:expr) => {{
+        $s.ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match &$s.backend {
             Backend::Sqlite($b) => $e,
             Backend::Postgres($b) => $e,
         }
-    };
+    }};
 }
 
 impl Store {
@@ -93,6 +97,7 @@ impl Store {
         Ok(Store {
             label: path.to_path_buf(),
             backend: Backend::Sqlite(sqlite::Sqlite::open(path)?),
+            ops: Default::default(),
         })
     }
 
@@ -114,6 +119,7 @@ impl Store {
                 Ok(Store {
                     label: PathBuf::from(pg.label()),
                     backend: Backend::Postgres(pg),
+                    ops: Default::default(),
                 })
             }
             None => Store::open(&path(config)),
@@ -123,6 +129,11 @@ impl Store {
     /// The SQLite file, or the PostgreSQL URL without its password.
     pub fn path(&self) -> &Path {
         &self.label
+    }
+
+    /// Operations asked of it since start.
+    pub fn operations(&self) -> u64 {
+        self.ops.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether it answered its last request (or ping): the embedded store always does.
