@@ -123,10 +123,7 @@ impl Service {
             .map_err(|errors| format!("toolsets:\n  {}", errors.join("\n  ")))?;
         // The ledger is kept in the state store, beside the managed catalog; without one,
         // in its file.
-        let store = sources.iter().find_map(|s| match s {
-            Source::Managed(m) => Some(m.0.store()),
-            _ => None,
-        });
+        let store = crate::catalog::managed(&sources).map(|m| m.store());
         let ledger = match store {
             Some(store) => crate::gateway::Ledger::in_store(store),
             None => crate::gateway::Ledger::open(crate::gateway::ledger_path(&config)),
@@ -381,10 +378,7 @@ impl Service {
 
     /// The state store, when the daemon has one (its managed catalog's).
     pub fn store(&self) -> Option<Arc<crate::state::Store>> {
-        self.sources.iter().find_map(|s| match s {
-            Source::Managed(m) => Some(m.0.store()),
-            _ => None,
-        })
+        crate::catalog::managed(&self.sources).map(|m| m.store())
     }
 
     /// Reads the ledger again from a shared store (another replica changed it).

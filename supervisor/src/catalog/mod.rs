@@ -250,7 +250,8 @@ fn preset_tools(
 }
 
 /// The managed catalog's specs directory, when it is a source.
-fn managed(sources: &[Source]) -> Option<&crate::managed::Managed> {
+/// The managed catalog among `sources`, if any.
+pub fn managed(sources: &[Source]) -> Option<&crate::managed::Managed> {
     sources.iter().find_map(|s| match s {
         Source::Managed(m) => Some(&*m.0),
         _ => None,

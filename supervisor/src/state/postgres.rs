@@ -160,6 +160,10 @@ fn serve(
 ) {
     let mut conn: Option<(Client, i32)> = Some(first);
     let mut last = Instant::now();
+    // When a connection was last tried and failed: jobs meanwhile fail at once rather than
+    // each wait out a connect timeout (their callers may be the daemon's async threads);
+    // the idle ping keeps trying.
+    let mut failed: Option<Instant> = None;
     loop {
         let job = match jobs.recv_timeout(Duration::from_millis(100)) {
             Ok(job) => Some(job),
@@ -171,9 +175,21 @@ fn serve(
         } else {
             last = Instant::now();
             if conn.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+                if failed.is_some_and(|t| t.elapsed() < PING_EVERY) {
+                    if let Some(job) = job {
+                        job(Err(
+                            "PostgreSQL is unreachable (retrying in the background)".into(),
+                        ));
+                    }
+                    continue;
+                }
                 conn = match connect(&url, password.as_deref()) {
-                    Ok(c) => Some(c),
+                    Ok(c) => {
+                        failed = None;
+                        Some(c)
+                    }
                     Err(e) => {
+                        failed = Some(Instant::now());
                         mark(&up, false, &e);
                         if let Some(job) = job {
                             job(Err(e));
