@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use stsd_tests::harness::{is_error, text, Daemon};
 use stsd_tests::{is_root, stsd_bin};
@@ -75,32 +75,6 @@ fn daemon(extra: &str) -> (Daemon, tempfile::TempDir) {
     (Daemon::start_with(dir, 1, &config, &cat, &[]), scripts)
 }
 
-fn cli(d: &Daemon, args: &[&str]) -> Output {
-    Command::new(stsd_bin())
-        .args(args)
-        .arg("--socket")
-        .arg(&d.socket)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Waits until `stsd approvals --json` lists a call, and returns it.
-fn pending(d: &Daemon) -> Value {
-    let t0 = Instant::now();
-    loop {
-        let out = cli(d, &["approvals", "--json"]);
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        if let Some(p) = v["pending"].as_array().and_then(|a| a.first()) {
-            return p.clone();
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "nothing pending: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(30));
-    }
-}
-
 #[test]
 fn the_operator_strategy_waits_for_stsd_approve_or_deny_and_times_out() {
     let (d, _s) = daemon("");
@@ -111,7 +85,7 @@ fn the_operator_strategy_waits_for_stsd_approve_or_deny_and_times_out() {
         "opTool",
         json!({"note": "with supersecret-token-123 inside"}),
     );
-    let p = pending(&d);
+    let p = d.pending();
     assert_eq!(p["tool"], "opTool");
     assert!(!p.to_string().contains("supersecret"), "{p}");
     assert!(
@@ -122,7 +96,7 @@ fn the_operator_strategy_waits_for_stsd_approve_or_deny_and_times_out() {
         "{p}"
     );
     let id = p["id"].as_u64().unwrap_or(0).to_string();
-    let out = cli(&d, &["deny", &id, "--reason", "not during the freeze"]);
+    let out = d.cli(&["deny", &id, "--reason", "not during the freeze"]);
     assert!(
         out.status.success(),
         "{}",
@@ -132,8 +106,8 @@ fn the_operator_strategy_waits_for_stsd_approve_or_deny_and_times_out() {
     assert_eq!(text(&r), "APPROVAL_REJECTED: not during the freeze");
     // Approved: it runs.
     c.call(2, "opTool", json!({"note": "b"}));
-    let id = pending(&d)["id"].as_u64().unwrap_or(0).to_string();
-    assert!(cli(&d, &["approve", &id]).status.success());
+    let id = d.pending()["id"].as_u64().unwrap_or(0).to_string();
+    assert!(d.cli(&["approve", &id]).status.success());
     assert_eq!(text(&c.response()), "ran b");
     // Nobody answers: APPROVAL_TIMEOUT after [approval] timeout_seconds.
     c.call(3, "opTool", json!({}));
@@ -169,7 +143,7 @@ fn a_uid_not_among_the_operators_cannot_answer() {
     let _ = std::fs::set_permissions(d.dir(), std::fs::Permissions::from_mode(0o755));
     let mut c = d.connect();
     c.call(1, "opTool", json!({}));
-    let id = pending(&d)["id"].as_u64().unwrap_or(0).to_string();
+    let id = d.pending()["id"].as_u64().unwrap_or(0).to_string();
     use std::os::unix::process::CommandExt;
     let out = Command::new(stsd_bin())
         .args(["approve", &id])
@@ -187,10 +161,11 @@ fn a_uid_not_among_the_operators_cannot_answer() {
     );
     // Still waiting: the refused answer did not count.
     assert_eq!(
-        pending(&d)["id"].as_u64().map(|i| i.to_string()),
+        d.pending()["id"].as_u64().map(|i| i.to_string()),
         Some(id.clone())
     );
-    assert!(cli(&d, &["deny", &id, "--reason", "cleanup"])
+    assert!(d
+        .cli(&["deny", &id, "--reason", "cleanup"])
         .status
         .success());
     assert!(text(&c.response()).starts_with("APPROVAL_REJECTED"));
@@ -534,8 +509,10 @@ fn a_call_left_waiting_by_a_killed_daemon_is_recorded_expired_at_the_next_start(
     let (d, _s) = daemon("");
     let mut c = d.connect();
     c.call(1, "opTool", json!({"note": "left waiting"}));
-    let p = pending(&d);
-    let id = p["id"].as_u64().unwrap_or_else(|| panic!("no id in {p}"));
+    let p = d.pending();
+    let id = p["callId"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no id in {p}"));
     assert!(d.audit_records().iter().all(|r| r["callId"] != id));
     let dir = d.kill9();
     drop(c);

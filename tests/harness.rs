@@ -317,6 +317,33 @@ impl Daemon {
         }
     }
 
+    /// `stsd ARGS --socket SOCKET`.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(stsd_bin())
+            .args(args)
+            .arg("--socket")
+            .arg(&self.socket)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Waits until `stsd approvals --json` lists a call, and returns the first.
+    pub fn pending(&self) -> Value {
+        let t0 = Instant::now();
+        loop {
+            let out = self.cli(&["approvals", "--json"]);
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            if let Some(p) = v["pending"].as_array().and_then(|a| a.first()) {
+                return p.clone();
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "nothing pending: {v}"
+            );
+            std::thread::sleep(Duration::from_millis(30));
+        }
+    }
+
     pub fn audit_records(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.audit)
             .unwrap_or_default()

@@ -498,3 +498,126 @@ fn a_store_moves_from_sqlite_to_postgresql_through_export_and_import() {
         .success());
     assert_eq!(answer(&moved), "v1");
 }
+
+/// A catalog of one tool every call of which waits for an operator, and a config for it on
+/// the shared store.
+fn operator_setup(pg: &Cluster, dir: &Path) -> (String, String) {
+    let specs = json!([{"name": "guarded", "description": "needs an operator",
+        "codeType": "Javascript", "draft": false,
+        "params": [{"name": "note", "type": "STRING", "required": true, "description": "",
+                    "testValue": "x"}],
+        "code": "return 'ran ' + note;"}]);
+    let cat = dir.join("guarded.json");
+    std::fs::write(&cat, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let config = format!(
+        "[store]\nurl = \"{}\"\nreplica_timeout_seconds = 2\n\
+         [approval]\ntimeout_seconds = 60\noperator_uids = [{uid}]\n\
+         [[approval.rule]]\ntools = [\"guarded\"]\nrequire = true\nstrategy = \"operator\"\n",
+        pg.url()
+    );
+    (config, cat.display().to_string())
+}
+
+/// An operator's decision reaches the replica holding the call, whichever replica it was
+/// made on: `stsd approvals` on any replica lists every replica's waiting calls (by a ticket
+/// unique across them); `stsd approve` on C releases a call waiting on B, `stsd deny` on A
+/// reaches it with its reason. A replica killed with a call waiting: another records it as
+/// expired once the dead one misses its heartbeats, and no replica lists it any more.
+/// Before: each replica knew only its own queue ("no call N is waiting for approval").
+#[test]
+fn an_operator_decision_on_any_replica_reaches_the_call_waiting_on_another() {
+    if !is_root() {
+        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+        return;
+    }
+    let pg = Cluster::start();
+    let cat_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let (config, cat) = operator_setup(&pg, cat_dir.path());
+    let replica = || {
+        Daemon::start_in(
+            tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+            1,
+            &config,
+            &cat,
+        )
+    };
+    let (a, b, c) = (replica(), replica(), replica());
+
+    // Approved on C.
+    let mut caller = b.connect();
+    caller.call(1, "guarded", json!({"note": "one"}));
+    let p = c.pending();
+    assert_eq!(p["tool"], "guarded", "{p}");
+    assert_eq!(a.pending()["id"], p["id"], "A lists B's call too");
+    let ticket = p["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{p}"))
+        .to_string();
+    let out = c.cli(&["approve", &ticket]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text(&caller.response()), "ran one");
+    // Answered: the same ticket again is refused, on any replica.
+    assert!(!a.cli(&["approve", &ticket]).status.success());
+
+    // Denied on A, with its reason.
+    caller.call(2, "guarded", json!({"note": "two"}));
+    let ticket = a.pending()["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no id"))
+        .to_string();
+    assert!(a
+        .cli(&["deny", &ticket, "--reason", "not during the freeze"])
+        .status
+        .success());
+    assert_eq!(
+        text(&caller.response()),
+        "APPROVAL_REJECTED: not during the freeze"
+    );
+    let recs = b.audit_records();
+    let rec = |n: &str| {
+        recs.iter()
+            .find(|r| r["params"]["note"] == n)
+            .unwrap_or_else(|| panic!("no record of {n}: {recs:?}"))
+            .clone()
+    };
+    assert_eq!(rec("one")["outcome"], "OK");
+    assert!(rec("one")["approval"]["approver"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("operator uid"));
+    assert_eq!(rec("two")["error"]["code"], "APPROVAL_REJECTED");
+
+    // B killed with a call waiting: A or C records it as expired, and it is listed nowhere.
+    caller.call(3, "guarded", json!({"note": "three"}));
+    let p = a.pending();
+    let call_id = p["callId"].clone();
+    drop(b.kill9());
+    drop(caller);
+    let t0 = Instant::now();
+    let expired = loop {
+        let found = [&a, &c].into_iter().find_map(|d| {
+            d.audit_records()
+                .into_iter()
+                .find(|r| r["callId"] == call_id && r["approval"]["decision"] == "expired")
+        });
+        if let Some(r) = found {
+            break r;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "B's waiting call was not recorded"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(expired["error"]["code"], "APPROVAL_TIMEOUT", "{expired}");
+    assert_eq!(expired["name"], "guarded");
+    let listed: Value =
+        serde_json::from_slice(&c.cli(&["approvals", "--json"]).stdout).unwrap_or(Value::Null);
+    assert_eq!(listed["pending"], json!([]), "{listed}");
+}

@@ -28,13 +28,26 @@ pub struct Config {
 /// `[store]`: where the daemon's state is kept. Unset: an embedded SQLite file in the state
 /// directory (`stsd.db`). A PostgreSQL URL: replicas share the managed catalog and the
 /// ledger, and each sees another's change within a second (LISTEN/NOTIFY).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
     /// `postgresql://USER@HOST:PORT/DB` (no password in it: see `password_file`).
     pub url: Option<String>,
     /// A file holding the PostgreSQL password (a Kubernetes Secret mounted as a file).
     pub password_file: Option<PathBuf>,
+    /// A replica not heard from for this long is gone: another records the calls it left
+    /// waiting for an operator as expired (each replica says it is alive every third of it).
+    pub replica_timeout_seconds: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            url: None,
+            password_file: None,
+            replica_timeout_seconds: 30,
+        }
+    }
 }
 
 /// `[cgroups]`: the worker pool (the zygote and every worker) and each stdio upstream (with

@@ -219,8 +219,10 @@ pub fn run(mut o: DaemonOptions) -> Result<(), String> {
     result
 }
 
-/// With a shared store (PostgreSQL), another replica's change (a tool added, a switch, a
-/// ledger approval) is read in: the ledger and the catalog again, and clients told.
+/// With a shared store (PostgreSQL), another replica's change is read in: a tool added, a
+/// switch or a ledger approval (the ledger and the catalog again, and clients told), an
+/// operator's decision for a call waiting here (delivered). And this replica says it is
+/// alive, and records the waiting calls of one that is gone for good.
 fn follow_replicas(
     managed: &Arc<crate::managed::Managed>,
     service: &Arc<Service>,
@@ -231,11 +233,17 @@ fn follow_replicas(
         return;
     }
     // Weak: the store's listener must not keep the service (which holds the store) alive.
-    let (service, changed) = (Arc::downgrade(service), changed.clone());
-    store.on_change(Box::new(move || {
-        let Some(s) = service.upgrade() else {
+    let (weak, changed) = (Arc::downgrade(service), changed.clone());
+    store.on_change(Box::new(move |what: &[String]| {
+        let Some(s) = weak.upgrade() else {
             return;
         };
+        if what.iter().any(|w| w == "decision") {
+            s.gate.collect_decisions();
+        }
+        if what.iter().all(|w| w == "decision") {
+            return;
+        }
         s.refresh_ledger();
         match s.reload() {
             Ok(true) => {
@@ -245,6 +253,19 @@ fn follow_replicas(
             Err(e) => tracing::warn!(errors = %e.join("; "), "a replica's change did not reload"),
         }
     }));
+    let weak = Arc::downgrade(service);
+    // A thread, not a task: the store's calls block.
+    let _ = std::thread::Builder::new()
+        .name("stsd-replica".into())
+        .spawn(move || loop {
+            let Some(s) = weak.upgrade() else {
+                return;
+            };
+            s.replica_heartbeat();
+            let every = s.config().store.replica_timeout_seconds.max(1) * 1000 / 3;
+            drop(s);
+            std::thread::sleep(std::time::Duration::from_millis(every.max(100)));
+        });
 }
 
 /// The daemon's life: start (every error here is a failed start), serve, stop.

@@ -325,14 +325,27 @@ impl Service {
     /// Calls this daemon left waiting for an operator when it died (its instance's, in the
     /// store): each gets its audit record, as expired, and is said; none is lost silently.
     fn expire_left_waiting(&self, store: &crate::state::Store, instance: &str) {
-        let left = match store.waiting_take(instance) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "the calls left waiting cannot be read");
-                return;
-            }
-        };
-        for (id, view, since) in left {
+        match store.waiting_take(instance) {
+            Ok(left) => self.record_expired(left.into_iter(), "the daemon stopped"),
+            Err(e) => tracing::warn!(error = %e, "the calls left waiting cannot be read"),
+        }
+    }
+
+    /// A replica's heartbeat (a shared store): the calls a replica gone for good left waiting
+    /// are recorded here, as expired.
+    pub fn replica_heartbeat(&self) {
+        let stale = self.config().store.replica_timeout_seconds.max(1) as i64 * 1000;
+        let gone = self.gate.heartbeat(stale);
+        self.record_expired(
+            gone.into_iter().map(|w| (w.id, w.view, w.since_ms)),
+            "its replica stopped answering",
+        );
+    }
+
+    /// An audit record, as expired (APPROVAL_TIMEOUT, it never ran), of each waiting call
+    /// (id, view, since ms) whose daemon is gone.
+    fn record_expired(&self, calls: impl Iterator<Item = (i64, String, i64)>, cause: &str) {
+        for (id, view, since) in calls {
             let v: Value = serde_json::from_str(&view).unwrap_or(Value::Null);
             let caller = Caller {
                 peer_uid: v["peerUid"].as_u64().map(|u| u as u32),
@@ -350,7 +363,7 @@ impl Service {
                 v["arguments"].clone(),
             );
             let why = format!(
-                "expired: the daemon stopped while the call waited for an operator's approval \
+                "expired: {cause} while the call waited for an operator's approval \
                  (since {since} ms); it never ran"
             );
             r.outcome = "ERROR";
@@ -367,7 +380,7 @@ impl Service {
                 wait_ms: (crate::store::now_ms() - since).max(0) as u64,
                 overrode_required: false,
             });
-            tracing::warn!(id, tool = %tool, "a call waited for an operator when the daemon stopped: recorded as expired");
+            tracing::warn!(id, tool = %tool, cause, "a call waited for an operator when its daemon stopped: recorded as expired");
             if let Some(log) = &self.audit {
                 if let Err(e) = log.append(&r) {
                     log.lost(&e);

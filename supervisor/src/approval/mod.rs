@@ -108,9 +108,20 @@ impl Gate {
         self.queue.keep_in(journal);
     }
 
-    /// Calls waiting for an operator.
+    /// Calls waiting for an operator (on a shared store, every replica's).
     pub fn pending(&self) -> Vec<operator::PendingView> {
         self.queue.list()
+    }
+
+    /// Another replica changed the store: decisions it made for calls waiting here are
+    /// delivered.
+    pub fn collect_decisions(&self) {
+        self.queue.collect();
+    }
+
+    /// A replica's heartbeat: the calls left waiting by replicas gone for `stale_ms`.
+    pub fn heartbeat(&self, stale_ms: i64) -> Vec<crate::state::Waiting> {
+        self.queue.heartbeat(stale_ms)
     }
 
     /// An operator's answer; only uids in `[approval] operator_uids` and principals in
@@ -257,6 +268,7 @@ impl Gate {
     ) -> Result<(bool, String), (Code, String)> {
         let view = operator::PendingView {
             id: ask.call_id,
+            call_id: ask.call_id,
             tool: ask.tool.to_string(),
             arguments: ask.arguments.clone(),
             prompt,
@@ -269,7 +281,8 @@ impl Gate {
             .enter(view)
             .map_err(|e| (Code::ApprovalError, e))?;
         tracing::info!(
-            id = ask.call_id,
+            id = waiting.id(),
+            call_id = ask.call_id,
             tool = ask.tool,
             "a call waits for an operator's approval (stsd approvals)"
         );

@@ -16,7 +16,7 @@ mod postgres;
 pub mod rows;
 mod sqlite;
 
-pub use rows::{crash_point, LedgerRow, LedgerRows, OnChange, ToolRows};
+pub use rows::{crash_point, LedgerRow, LedgerRows, OnChange, ToolRows, Waiting};
 
 use std::path::{Path, PathBuf};
 
@@ -233,9 +233,32 @@ impl Store {
         each!(self, b => b.spend(nonce, expires_ms))
     }
 
-    /// A call of this daemon (`instance`) waits for an operator: kept until it leaves.
-    pub fn waiting_put(&self, instance: &str, id: i64, view: &str) -> Result<(), String> {
+    /// A call of this daemon (`instance`) waits for an operator: kept until it leaves. Its
+    /// ticket (the id an operator answers) is returned.
+    pub fn waiting_put(&self, instance: &str, id: i64, view: &str) -> Result<i64, String> {
         each!(self, b => b.waiting_put(instance, id, view))
+    }
+
+    /// Every call waiting for an operator and not yet decided, on any daemon sharing it.
+    pub fn waiting_list(&self) -> Result<Vec<Waiting>, String> {
+        each!(self, b => b.waiting_list())
+    }
+
+    /// An operator's decision (JSON) for the call with `ticket`, wherever it waits: true
+    /// when it was waiting and undecided (the daemon holding it is told), false otherwise.
+    pub fn waiting_decide(&self, ticket: i64, decision: &str) -> Result<bool, String> {
+        each!(self, b => b.waiting_decide(ticket, decision))
+    }
+
+    /// Decisions made elsewhere for this daemon's waiting calls: (ticket, decision JSON).
+    pub fn waiting_decided(&self, instance: &str) -> Result<Vec<(i64, String)>, String> {
+        each!(self, b => b.waiting_decided(instance))
+    }
+
+    /// This daemon is alive (a heartbeat); the waiting calls of daemons not seen for
+    /// `stale_ms` are taken out and returned, for their records.
+    pub fn seen(&self, instance: &str, stale_ms: i64) -> Result<Vec<Waiting>, String> {
+        each!(self, b => b.seen(instance, stale_ms))
     }
 
     /// The call left the queue (answered, timed out, its caller gone).

@@ -9,7 +9,7 @@
 //! lost connection is made again at the next job; until then jobs fail (the daemon keeps
 //! serving the catalog it has).
 
-use super::rows::{crash_point, LedgerRow, LedgerRows, Old, OnChange, ToolRows, DONE};
+use super::rows::{crash_point, LedgerRow, LedgerRows, Old, OnChange, ToolRows, Waiting, DONE};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Transaction};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +64,16 @@ const MIGRATIONS: &[&str] = &[
         view TEXT NOT NULL,
         since_ms BIGINT NOT NULL,
         PRIMARY KEY (instance, id)
+     );",
+    // 4: an operator's decision made on any replica, for the one holding the call (`ticket`,
+    // from a sequence: the id `stsd approvals` shows, unique across the replicas); and when
+    // each replica was last seen, so the calls of one gone for good are recorded.
+    "CREATE SEQUENCE waiting_tickets;
+     ALTER TABLE waiting ADD COLUMN ticket BIGINT UNIQUE;
+     ALTER TABLE waiting ADD COLUMN decision TEXT;
+     CREATE TABLE replicas (
+        instance TEXT PRIMARY KEY,
+        seen_ms BIGINT NOT NULL
      );",
 ];
 
@@ -221,15 +231,17 @@ fn serve(
         let Some((c, me)) = conn.as_mut() else {
             continue;
         };
-        let mut changed = false;
+        let mut changed: Vec<String> = Vec::new();
         let mut n = c.notifications();
         // A short wait, not `iter()`: the client's I/O is read only while its runtime turns,
         // and `iter()` never lets it (a notification would sit in the socket for good).
         let mut it = n.timeout_iter(Duration::from_millis(2));
         while let Ok(Some(note)) = it.next() {
-            changed |= note.process_id() != *me;
+            if note.process_id() != *me && !changed.iter().any(|w| w == note.payload()) {
+                changed.push(note.payload().to_string());
+            }
         }
-        if changed {
+        if !changed.is_empty() {
             tracing::debug!("the state store changed (another replica)");
             let ls: Vec<Arc<OnChange>> =
                 listeners.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -239,7 +251,7 @@ fn serve(
                 .name("stsd-store-change".into())
                 .spawn(move || {
                     for l in ls {
-                        l();
+                        l(&changed);
                     }
                 });
         }
@@ -265,6 +277,16 @@ fn notify(tx: &mut Transaction<'_>, what: &str) -> Result<(), String> {
     tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &what])
         .map(|_| ())
         .map_err(pg)
+}
+
+fn waiting_row(r: &postgres::Row) -> Waiting {
+    Waiting {
+        ticket: r.get(0),
+        instance: r.get(1),
+        id: r.get(2),
+        view: r.get(3),
+        since_ms: r.get(4),
+    }
 }
 
 fn retire(tx: &mut Transaction<'_>, name: &str, now: i64) -> Result<bool, String> {
@@ -610,17 +632,93 @@ impl Postgres {
         })
     }
 
-    pub fn waiting_put(&self, instance: &str, id: i64, view: &str) -> Result<(), String> {
+    pub fn waiting_put(&self, instance: &str, id: i64, view: &str) -> Result<i64, String> {
         let (instance, view) = (instance.to_string(), view.to_string());
         let now = crate::store::now_ms();
         self.run(move |c| {
-            c.execute(
-                "INSERT INTO waiting (instance, id, view, since_ms) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (instance, id) DO UPDATE SET view = excluded.view",
+            c.query_one(
+                "INSERT INTO waiting (instance, id, view, since_ms, ticket)
+                 VALUES ($1, $2, $3, $4, nextval('waiting_tickets'))
+                 ON CONFLICT (instance, id) DO UPDATE SET view = excluded.view
+                 RETURNING ticket",
                 &[&instance, &id, &view, &now],
             )
-            .map(|_| ())
+            .map(|r| r.get(0))
             .map_err(pg)
+        })
+    }
+
+    pub fn waiting_list(&self) -> Result<Vec<Waiting>, String> {
+        self.run(move |c| {
+            Ok(c.query(
+                "SELECT ticket, instance, id, view, since_ms FROM waiting
+                 WHERE decision IS NULL ORDER BY ticket",
+                &[],
+            )
+            .map_err(pg)?
+            .iter()
+            .map(waiting_row)
+            .collect())
+        })
+    }
+
+    /// Records an operator's decision for the replica holding the call, and tells it.
+    pub fn waiting_decide(&self, ticket: i64, decision: &str) -> Result<bool, String> {
+        let decision = decision.to_string();
+        self.write("decision", move |tx| {
+            tx.execute(
+                "UPDATE waiting SET decision = $2 WHERE ticket = $1 AND decision IS NULL",
+                &[&ticket, &decision],
+            )
+            .map(|n| n == 1)
+            .map_err(pg)
+        })
+    }
+
+    pub fn waiting_decided(&self, instance: &str) -> Result<Vec<(i64, String)>, String> {
+        let instance = instance.to_string();
+        self.run(move |c| {
+            Ok(c.query(
+                "SELECT ticket, decision FROM waiting
+                 WHERE instance = $1 AND decision IS NOT NULL",
+                &[&instance],
+            )
+            .map_err(pg)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect())
+        })
+    }
+
+    /// `instance` is alive; the calls of replicas not seen for `stale_ms` are taken out.
+    pub fn seen(&self, instance: &str, stale_ms: i64) -> Result<Vec<Waiting>, String> {
+        let instance = instance.to_string();
+        let now = crate::store::now_ms();
+        self.run(move |c| {
+            let mut tx = c.transaction().map_err(pg)?;
+            tx.execute(
+                "INSERT INTO replicas (instance, seen_ms) VALUES ($1, $2)
+                 ON CONFLICT (instance) DO UPDATE SET seen_ms = excluded.seen_ms",
+                &[&instance, &now],
+            )
+            .map_err(pg)?;
+            let gone = now - stale_ms;
+            // Two replicas collecting at once: the row lock lets one take each call.
+            let rows = tx
+                .query(
+                    "DELETE FROM waiting
+                     WHERE instance IN (SELECT instance FROM replicas WHERE seen_ms < $1)
+                     RETURNING ticket, instance, id, view, since_ms",
+                    &[&gone],
+                )
+                .map_err(pg)?
+                .iter()
+                .map(waiting_row)
+                .collect();
+            tx.execute("DELETE FROM replicas WHERE seen_ms < $1", &[&gone])
+                .map_err(pg)?;
+            tx.commit().map_err(pg)?;
+            Ok(rows)
         })
     }
 

@@ -26,8 +26,24 @@ pub struct LedgerRow<'a> {
 pub type ToolRows = Vec<(String, Vec<u8>)>;
 /// The ledger's entries (id, entry as the ledger serialises it) and servers' last use.
 pub type LedgerRows = (Vec<(String, String)>, Vec<(String, i64)>);
-/// A change another process made (another replica), for `Store::on_change`.
-pub type OnChange = Box<dyn Fn() + Send + Sync>;
+/// A change another process made (another replica), for `Store::on_change`: what changed,
+/// each kind once ("catalog", "ledger", "decision").
+pub type OnChange = Box<dyn Fn(&[String]) + Send + Sync>;
+
+/// A call waiting for an operator, as the store keeps it.
+#[derive(Debug, Clone)]
+pub struct Waiting {
+    /// The id an operator answers (`stsd approvals`): unique among the daemons sharing the
+    /// store (the call's own id is unique only in its daemon).
+    pub ticket: i64,
+    /// The daemon holding the call.
+    pub instance: String,
+    /// The call's id in that daemon (its audit record's `callId`).
+    pub id: i64,
+    /// The call as `stsd approvals` shows it (arguments masked), JSON.
+    pub view: String,
+    pub since_ms: i64,
+}
 
 /// One older file set, read whole before anything is written.
 #[derive(Clone, Default)]

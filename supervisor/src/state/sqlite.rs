@@ -1,6 +1,6 @@
 //! The embedded backend: SQLite through `rusqlite` (bundled), WAL, one file.
 
-use super::rows::{crash_point, LedgerRow, Old, DONE};
+use super::rows::{crash_point, LedgerRow, Old, Waiting, DONE};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -49,6 +49,15 @@ const MIGRATIONS: &[&str] = &[
         view TEXT NOT NULL,
         since_ms INTEGER NOT NULL,
         PRIMARY KEY (instance, id)
+     );",
+    // 4: an operator's decision made on any daemon sharing the store, for the one holding
+    // the call (`ticket`: the id `stsd approvals` shows); and when each daemon was last seen,
+    // so the calls of one that is gone for good are recorded, not listed forever.
+    "ALTER TABLE waiting ADD COLUMN ticket INTEGER;
+     ALTER TABLE waiting ADD COLUMN decision TEXT;
+     CREATE TABLE replicas (
+        instance TEXT PRIMARY KEY,
+        seen_ms INTEGER NOT NULL
      );",
 ];
 
@@ -389,16 +398,111 @@ impl Sqlite {
         })
     }
 
-    pub fn waiting_put(&self, instance: &str, id: i64, view: &str) -> Result<(), String> {
+    /// The embedded store has one daemon: a call's ticket is its id.
+    pub fn waiting_put(&self, instance: &str, id: i64, view: &str) -> Result<i64, String> {
         let at = sql(&self.path);
         let now = crate::store::now_ms();
         self.write(|tx| {
             tx.execute(
-                "INSERT OR REPLACE INTO waiting (instance, id, view, since_ms) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT OR REPLACE INTO waiting (instance, id, view, since_ms, ticket)
+                 VALUES (?1, ?2, ?3, ?4, ?2)",
                 params![instance, id, view, now],
             )
-            .map(|_| ())
+            .map(|_| id)
             .map_err(&at)
+        })
+    }
+
+    pub fn waiting_list(&self) -> Result<Vec<Waiting>, String> {
+        let at = sql(&self.path);
+        let c = self.lock();
+        let mut st = c
+            .prepare(
+                "SELECT ticket, instance, id, view, since_ms FROM waiting
+                 WHERE decision IS NULL ORDER BY ticket",
+            )
+            .map_err(&at)?;
+        let it = st
+            .query_map([], |r| {
+                Ok(Waiting {
+                    ticket: r.get(0)?,
+                    instance: r.get(1)?,
+                    id: r.get(2)?,
+                    view: r.get(3)?,
+                    since_ms: r.get(4)?,
+                })
+            })
+            .map_err(&at)?;
+        it.collect::<Result<_, _>>().map_err(&at)
+    }
+
+    pub fn waiting_decide(&self, ticket: i64, decision: &str) -> Result<bool, String> {
+        let at = sql(&self.path);
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE waiting SET decision = ?2 WHERE ticket = ?1 AND decision IS NULL",
+                params![ticket, decision],
+            )
+            .map(|n| n == 1)
+            .map_err(&at)
+        })
+    }
+
+    pub fn waiting_decided(&self, instance: &str) -> Result<Vec<(i64, String)>, String> {
+        let at = sql(&self.path);
+        let c = self.lock();
+        let mut st = c
+            .prepare(
+                "SELECT ticket, decision FROM waiting
+                 WHERE instance = ?1 AND decision IS NOT NULL",
+            )
+            .map_err(&at)?;
+        let it = st
+            .query_map([instance], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(&at)?;
+        it.collect::<Result<_, _>>().map_err(&at)
+    }
+
+    pub fn seen(&self, instance: &str, stale_ms: i64) -> Result<Vec<Waiting>, String> {
+        let at = sql(&self.path);
+        let now = crate::store::now_ms();
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO replicas (instance, seen_ms) VALUES (?1, ?2)
+                 ON CONFLICT (instance) DO UPDATE SET seen_ms = excluded.seen_ms",
+                params![instance, now],
+            )
+            .map_err(&at)?;
+            let gone = now - stale_ms;
+            let rows: Vec<Waiting> = {
+                let mut st = tx
+                    .prepare(
+                        "SELECT ticket, instance, id, view, since_ms FROM waiting
+                         WHERE instance IN (SELECT instance FROM replicas WHERE seen_ms < ?1)",
+                    )
+                    .map_err(&at)?;
+                let it = st
+                    .query_map([gone], |r| {
+                        Ok(Waiting {
+                            ticket: r.get(0)?,
+                            instance: r.get(1)?,
+                            id: r.get(2)?,
+                            view: r.get(3)?,
+                            since_ms: r.get(4)?,
+                        })
+                    })
+                    .map_err(&at)?;
+                it.collect::<Result<_, _>>().map_err(&at)?
+            };
+            tx.execute(
+                "DELETE FROM waiting
+                 WHERE instance IN (SELECT instance FROM replicas WHERE seen_ms < ?1)",
+                [gone],
+            )
+            .map_err(&at)?;
+            tx.execute("DELETE FROM replicas WHERE seen_ms < ?1", [gone])
+                .map_err(&at)?;
+            Ok(rows)
         })
     }
 

@@ -167,3 +167,36 @@ fn the_older_layout_is_imported_once_verified_and_kept() {
     let l = crate::gateway::Ledger::in_store(std::sync::Arc::new(s)).unwrap();
     assert_eq!(l.get("stsd/t").map(|e| e.approved), Some("ab".to_string()));
 }
+
+/// The operator queue's rows: a decision is taken once, reaches its holder's instance only,
+/// and the calls of an instance not seen within the timeout are taken out for their records.
+#[test]
+fn waiting_calls_are_decided_once_and_a_silent_instance_gives_its_calls_up() {
+    let (_d, s) = temp();
+    let t1 = s.waiting_put("b", 7, r#"{"tool":"x"}"#).unwrap();
+    let t2 = s.waiting_put("c", 8, r#"{"tool":"y"}"#).unwrap();
+    assert_eq!(s.waiting_list().unwrap().len(), 2);
+    assert!(s.waiting_decide(t1, r#"{"approved":true}"#).unwrap());
+    assert!(!s.waiting_decide(t1, r#"{"approved":false}"#).unwrap());
+    assert!(!s.waiting_decide(999, "{}").unwrap());
+    assert_eq!(
+        s.waiting_list().unwrap().len(),
+        1,
+        "a decided call is not listed"
+    );
+    assert_eq!(
+        s.waiting_decided("b").unwrap(),
+        vec![(t1, r#"{"approved":true}"#.to_string())]
+    );
+    assert!(s.waiting_decided("c").unwrap().is_empty());
+    // "c" says it is alive, then falls silent; "b" is seen later.
+    assert!(s.seen("c", 60_000).unwrap().is_empty());
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let gone = s.seen("b", 10).unwrap();
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert_eq!(
+        (gone[0].instance.as_str(), gone[0].id, gone[0].ticket),
+        ("c", 8, t2)
+    );
+    assert!(s.seen("b", 10).unwrap().is_empty(), "taken once");
+}
