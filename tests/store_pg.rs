@@ -20,6 +20,8 @@ struct Cluster {
     bin: PathBuf,
     data: PathBuf,
     port: u16,
+    /// A `[gateway] secrets_dir` holding the password (`pg-password`).
+    secrets: PathBuf,
     /// `pg_ctl start`'s arguments after `-D DATA`.
     start_args: Vec<String>,
     _dir: tempfile::TempDir,
@@ -57,13 +59,22 @@ impl Cluster {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
             .unwrap_or_else(|e| panic!("{e}"));
         let data = dir.path().join("data");
+        // Password authentication, the password a secret the daemons resolve from
+        // `[gateway] secrets_dir` (`[store] password = "${secret:pg-password}"`).
+        let secrets = dir.path().join("secrets");
+        std::fs::create_dir(&secrets).unwrap_or_else(|e| panic!("{e}"));
+        let pwfile = secrets.join("pg-password");
+        std::fs::write(&pwfile, "s3cret-of-the-test\n").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&pwfile, std::fs::Permissions::from_mode(0o644))
+            .unwrap_or_else(|e| panic!("{e}"));
         let out = as_nobody(
             &bin,
             "initdb",
             &[
                 "-D",
                 &data.display().to_string(),
-                "--auth=trust",
+                "--auth=scram-sha-256",
+                &format!("--pwfile={}", pwfile.display()),
                 "-U",
                 "stsd",
                 "-E",
@@ -88,6 +99,7 @@ impl Cluster {
             bin,
             data,
             port,
+            secrets,
             start_args: vec![
                 "-o".into(),
                 opts,
@@ -136,6 +148,17 @@ impl Cluster {
 
     fn url(&self) -> String {
         format!("postgresql://stsd@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The config that reaches it: its URL, the password by reference. `[store]` last, so
+    /// a caller may add keys of it.
+    fn store_toml(&self) -> String {
+        format!(
+            "[gateway]\nsecrets_dir = \"{}\"\n\
+             [store]\nurl = \"{}\"\npassword = \"${{secret:pg-password}}\"\n",
+            self.secrets.display(),
+            self.url()
+        )
     }
 }
 
@@ -210,10 +233,7 @@ fn three_replicas_on_one_postgresql_share_the_catalog_and_survive_a_kill() {
         return;
     }
     let pg = Cluster::start();
-    let config = format!(
-        "require_local_pass = true\n[store]\nurl = \"{}\"\n",
-        pg.url()
-    );
+    let config = format!("require_local_pass = true\n{}", pg.store_toml());
     let replica = || {
         Daemon::start_in(
             tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
@@ -350,6 +370,7 @@ fn one_approval_state_is_spent_once_whichever_replica_sees_it() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let mut config = stsd_profiles::Config::default();
     config.store.url = Some(pg.url());
+    config.store.password_file = Some(pg.secrets.join("pg-password"));
     let file = dir.path().join("stsd.db");
     let open = |shared: bool| -> Arc<stsd::state::Store> {
         Arc::new(
@@ -461,8 +482,7 @@ fn a_store_moves_from_sqlite_to_postgresql_through_export_and_import() {
     assert_eq!(doc["format"], "stsd-state/1");
     assert_eq!(doc["disabled"], json!(["other"]));
     let pg_config = dir.path().join("pg.toml");
-    std::fs::write(&pg_config, format!("[store]\nurl = \"{}\"\n", pg.url()))
-        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&pg_config, pg.store_toml()).unwrap_or_else(|e| panic!("{e}"));
     let out = cli(&["import", &dump.display().to_string()], &pg_config);
     assert!(
         out.status.success(),
@@ -478,7 +498,7 @@ fn a_store_moves_from_sqlite_to_postgresql_through_export_and_import() {
     assert!(!out.status.success(), "a second import was taken");
     assert!(String::from_utf8_lossy(&out.stderr).contains("holds state already"));
 
-    let config = format!("{gate}[store]\nurl = \"{}\"\n", pg.url());
+    let config = format!("{gate}{}", pg.store_toml());
     let moved = Daemon::start_in(
         tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
         1,
@@ -512,10 +532,10 @@ fn operator_setup(pg: &Cluster, dir: &Path) -> (String, String) {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let config = format!(
-        "[store]\nurl = \"{}\"\nreplica_timeout_seconds = 2\n\
+        "{}replica_timeout_seconds = 2\n\
          [approval]\ntimeout_seconds = 60\noperator_uids = [{uid}]\n\
          [[approval.rule]]\ntools = [\"guarded\"]\nrequire = true\nstrategy = \"operator\"\n",
-        pg.url()
+        pg.store_toml()
     );
     (config, cat.display().to_string())
 }

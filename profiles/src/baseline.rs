@@ -35,6 +35,9 @@ pub struct StoreConfig {
     pub url: Option<String>,
     /// A file holding the PostgreSQL password (a Kubernetes Secret mounted as a file).
     pub password_file: Option<PathBuf>,
+    /// The PostgreSQL password as a reference, `${secret:NAME}` (a file in `[gateway]
+    /// secrets_dir`, else the environment) or `${env:NAME}`; never the password itself.
+    pub password: Option<String>,
     /// A replica not heard from for this long is gone: another records the calls it left
     /// waiting for an operator as expired (each replica says it is alive every third of it).
     pub replica_timeout_seconds: u64,
@@ -45,6 +48,7 @@ impl Default for StoreConfig {
         StoreConfig {
             url: None,
             password_file: None,
+            password: None,
             replica_timeout_seconds: 30,
         }
     }

@@ -26,6 +26,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod paths;
 pub mod rate;
+pub mod refs;
 pub mod scratch;
 pub mod service;
 pub mod state;

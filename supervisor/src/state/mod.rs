@@ -59,6 +59,30 @@ pub fn instance(config: &stsd_profiles::Config) -> String {
     id
 }
 
+/// The PostgreSQL password: read from `[store] password_file`, or resolved from the
+/// reference in `[store] password`.
+fn password(config: &stsd_profiles::Config) -> Result<Option<String>, String> {
+    let store = &config.store;
+    match (&store.password, &store.password_file) {
+        (Some(_), Some(_)) => Err("[store] password and password_file: give one of them".into()),
+        (Some(p), None) => {
+            if !(p.starts_with("${") && p.ends_with('}')) {
+                return Err("[store] password must be a reference, ${secret:NAME} or \
+                            ${env:NAME}, not the password itself (or use password_file)"
+                    .into());
+            }
+            let mut found = crate::refs::Resolved::default();
+            crate::refs::resolve_refs(p, config.gateway.secrets_dir.as_deref(), &mut found)
+                .map(Some)
+                .map_err(|e| format!("[store] password: {e}"))
+        }
+        (None, Some(p)) => std::fs::read_to_string(p)
+            .map(|v| Some(v.trim_end_matches(['\n', '\r']).to_string()))
+            .map_err(|e| format!("[store] password_file {}: {e}", p.display())),
+        (None, None) => Ok(None),
+    }
+}
+
 /// The state store.
 pub struct Store {
     /// What it is, for messages: the SQLite file, or the PostgreSQL URL without a password.
@@ -106,15 +130,7 @@ impl Store {
     pub fn of_config(config: &stsd_profiles::Config) -> Result<Store, String> {
         match &config.store.url {
             Some(url) => {
-                let password = match &config.store.password_file {
-                    Some(p) => Some(
-                        std::fs::read_to_string(p)
-                            .map_err(|e| format!("[store] password_file {}: {e}", p.display()))?
-                            .trim_end_matches(['\n', '\r'])
-                            .to_string(),
-                    ),
-                    None => None,
-                };
+                let password = password(config)?;
                 let pg = postgres::Postgres::open(url, password)?;
                 Ok(Store {
                     label: PathBuf::from(pg.label()),

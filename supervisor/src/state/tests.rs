@@ -200,3 +200,28 @@ fn waiting_calls_are_decided_once_and_a_silent_instance_gives_its_calls_up() {
     );
     assert!(s.seen("b", 10).unwrap().is_empty(), "taken once");
 }
+
+/// `[store] password` is a reference resolved from `[gateway] secrets_dir` (or the
+/// environment), never the password itself; with `password_file` as well it is refused.
+#[test]
+fn the_store_password_is_a_reference_or_a_file_never_a_literal() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("db"), "hunter2\n").unwrap();
+    let mut c = stsd_profiles::Config::default();
+    c.gateway.secrets_dir = Some(d.path().to_path_buf());
+    c.store.password = Some("${secret:db}".into());
+    assert_eq!(password(&c).unwrap().as_deref(), Some("hunter2"));
+    c.store.password = Some("${secret:missing}".into());
+    let e = password(&c).unwrap_err();
+    assert!(
+        e.contains("${secret:missing}") && !e.contains("hunter2"),
+        "{e}"
+    );
+    c.store.password = Some("hunter2".into());
+    assert!(password(&c).unwrap_err().contains("must be a reference"));
+    c.store.password = None;
+    c.store.password_file = Some(d.path().join("db"));
+    assert_eq!(password(&c).unwrap().as_deref(), Some("hunter2"));
+    c.store.password = Some("${secret:db}".into());
+    assert!(password(&c).unwrap_err().contains("give one of them"));
+}
