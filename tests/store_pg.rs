@@ -641,3 +641,99 @@ fn an_operator_decision_on_any_replica_reaches_the_call_waiting_on_another() {
         serde_json::from_slice(&c.cli(&["approvals", "--json"]).stdout).unwrap_or(Value::Null);
     assert_eq!(listed["pending"], json!([]), "{listed}");
 }
+
+/// PostgreSQL crashes (an immediate stop, as a kill -9 of the server would leave it) inside
+/// a `tools update`'s transaction, after every row of it is written and before the commit:
+/// the update fails, and once the server is back every replica serves the version committed
+/// before, and the history is whole (a later update and a rollback land on it).
+#[test]
+fn a_postgresql_crash_inside_an_update_leaves_the_committed_version_everywhere() {
+    if !is_root() {
+        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+        return;
+    }
+    let pg = Cluster::start();
+    let config = format!("require_local_pass = true\n{}", pg.store_toml());
+    let a_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let pause = a_dir.path().join("paused");
+    let a = Daemon::launch_env(
+        a_dir,
+        1,
+        &config,
+        Some(CATALOG),
+        &[],
+        None,
+        &[
+            ("STSD_TEST_PAUSE_AT", "store-install-written"),
+            ("STSD_TEST_PAUSE_FILE", &pause.display().to_string()),
+        ],
+    );
+    let b = Daemon::start_in(
+        tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+        1,
+        &config,
+        CATALOG,
+    );
+    assert!(tools_cli(&b, &["add"], Some(&spec("v1"))).status.success());
+    until_answers(&a, "v1");
+
+    let update = std::thread::scope(|s| {
+        let t = s.spawn(|| tools_cli(&a, &["update", "shared"], Some(&spec("v2"))));
+        let t0 = Instant::now();
+        while !pause.exists() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the update never reached its transaction's end"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        pg.crash();
+        std::fs::remove_file(&pause).unwrap_or_else(|e| panic!("{e}"));
+        t.join()
+            .unwrap_or_else(|_| panic!("the update thread panicked"))
+    });
+    assert!(!update.status.success(), "an update whose commit was lost");
+    pg.up();
+    for d in [&a, &b] {
+        let t0 = Instant::now();
+        while !store_up(d) {
+            assert!(t0.elapsed() < Duration::from_secs(20), "still down");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(answer(d), "v1");
+    }
+    // Restarted, A reads the store afresh: still the committed version.
+    let a = Daemon::start_in(a.kill9(), 1, &config, CATALOG);
+    assert_eq!(answer(&a), "v1");
+    assert!(tools_cli(&b, &["update", "shared"], Some(&spec("v3")))
+        .status
+        .success());
+    until_answers(&a, "v3");
+    // The history, as the store holds it: v1 retired by v3, nothing of the lost v2.
+    let out = Command::new(stsd_bin())
+        .args(["store", "export", "--config"])
+        .arg(a.dir().join("stsd.toml"))
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let history: Vec<&str> = doc["history"]
+        .as_array()
+        .map(|h| h.iter().filter_map(|e| e["doc"]["code"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(history, vec!["return 'v1';"], "{doc}");
+    assert!(
+        !doc.to_string().contains("v2"),
+        "the lost update is in the store: {doc}"
+    );
+    assert!(tools_cli(&a, &["rollback", "shared"], None)
+        .status
+        .success());
+    for d in [&a, &b] {
+        until_answers(d, "v1");
+    }
+}

@@ -433,6 +433,7 @@ impl Postgres {
             if let Some((id, entry)) = ledger {
                 put_ledger(tx, &id, &entry)?;
             }
+            crash_point("store-install-written");
             Ok(())
         })
     }

@@ -3,13 +3,29 @@
 //! tests kill the daemon at.
 
 /// Test builds (`attack`): a kill -9 of this process at the point named by
-/// `STSD_TEST_CRASH_AT`, to prove a crash there loses nothing. Release builds: nothing.
+/// `STSD_TEST_CRASH_AT`, to prove a crash there loses nothing; or, at the point named by
+/// `STSD_TEST_PAUSE_AT`, a pause: the file `STSD_TEST_PAUSE_FILE` is made, and the process
+/// waits (up to 30 s) until the test removes it, having meanwhile crashed what it wants to
+/// (the database, inside the transaction). Release builds: nothing.
 #[inline]
 pub fn crash_point(name: &str) {
     #[cfg(feature = "attack")]
-    if std::env::var("STSD_TEST_CRASH_AT").is_ok_and(|v| v == name) {
-        // SAFETY: kill(2) of this very process with SIGKILL.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    {
+        if std::env::var("STSD_TEST_CRASH_AT").is_ok_and(|v| v == name) {
+            // SAFETY: kill(2) of this very process with SIGKILL.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        if std::env::var("STSD_TEST_PAUSE_AT").is_ok_and(|v| v == name) {
+            if let Some(f) = std::env::var_os("STSD_TEST_PAUSE_FILE") {
+                let f = std::path::PathBuf::from(f);
+                if std::fs::write(&f, name).is_ok() {
+                    let t0 = std::time::Instant::now();
+                    while f.exists() && t0.elapsed() < std::time::Duration::from_secs(30) {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                }
+            }
+        }
     }
     #[cfg(not(feature = "attack"))]
     let _ = name;
