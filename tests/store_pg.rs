@@ -216,7 +216,12 @@ fn until_answers(d: &Daemon, want: &str) -> Duration {
         }
         if t0.elapsed() > Duration::from_secs(20) {
             let log = d.log();
-            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            let tail: Vec<&str> = log
+                .lines()
+                .filter(|l| !l.contains("rmcp") && !l.contains("banner"))
+                .rev()
+                .take(40)
+                .collect();
             panic!(
                 "still {got:?}, want {want:?}; its log ends:\n{}",
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
@@ -320,6 +325,23 @@ fn three_replicas_on_one_postgresql_share_the_catalog_and_survive_a_kill() {
     }
     let out = tools_cli(&a, &["update", "shared"], Some(&spec("v4")));
     assert!(!out.status.success(), "an update with the store down");
+    // A reload while the store is down (SIGHUP) keeps the catalog in force: before, the
+    // managed tools read as none and were withdrawn.
+    // SAFETY: kill(2) of the daemon this test started.
+    assert_eq!(unsafe { libc::kill(a.pid(), libc::SIGHUP) }, 0);
+    let t0 = Instant::now();
+    while !a.log().contains("SIGHUP: config refused") && !a.log().contains("reloaded (SIGHUP)") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the SIGHUP was not handled"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        a.log().contains("the managed catalog cannot be read"),
+        "the reload did not say why it was refused"
+    );
+    assert_eq!(answer(&a), "v1", "after a SIGHUP with the store down");
     pg.up();
     for d in [&a, &b, &c] {
         let t0 = Instant::now();
@@ -674,7 +696,13 @@ fn a_postgresql_crash_inside_an_update_leaves_the_committed_version_everywhere()
         &config,
         CATALOG,
     );
-    assert!(tools_cli(&b, &["add"], Some(&spec("v1"))).status.success());
+    let out = tools_cli(&b, &["add"], Some(&spec("v1")));
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        b.log()
+    );
     until_answers(&a, "v1");
 
     let update = std::thread::scope(|s| {
@@ -687,6 +715,20 @@ fn a_postgresql_crash_inside_an_update_leaves_the_committed_version_everywhere()
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+        // The pool: with one connection held inside the paused transaction, the daemon's
+        // other store work still runs (`stsd approvals` reads the store's waiting calls).
+        let t0 = Instant::now();
+        let listed = a.cli(&["approvals", "--json"]);
+        assert!(
+            listed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&listed.stderr)
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "a store read waited {:?} behind a transaction in progress",
+            t0.elapsed()
+        );
         pg.crash();
         std::fs::remove_file(&pause).unwrap_or_else(|e| panic!("{e}"));
         t.join()
@@ -736,4 +778,118 @@ fn a_postgresql_crash_inside_an_update_leaves_the_committed_version_everywhere()
     for d in [&a, &b] {
         until_answers(d, "v1");
     }
+}
+
+/// The HTTP status of an MCP request to `port` with bearer `token`.
+fn http_status(port: u16, token: &str) -> u16 {
+    use std::io::{Read, Write};
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| panic!("{e}"));
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap_or_else(|e| panic!("{e}"));
+    String::from_utf8_lossy(&head[9..12])
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Bearer tokens live in the shared store: `stsd token add` (no file) puts a digest there,
+/// and every replica accepts the token at once; `stsd token rm` and every replica refuses it
+/// within seconds; the store's export carries the digests, never a token. Before, tokens were
+/// a file per replica (a token added for one was unknown to the others).
+#[test]
+fn a_token_added_to_the_shared_store_is_accepted_by_every_replica_and_removed_from_all() {
+    if !is_root() {
+        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+        return;
+    }
+    let pg = Cluster::start();
+    let cfg_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cfg = cfg_dir.path().join("stsd.toml");
+    std::fs::write(&cfg, pg.store_toml()).unwrap_or_else(|e| panic!("{e}"));
+    let token = |args: &[&str]| {
+        let out = Command::new(stsd_bin())
+            .arg("token")
+            .args(args)
+            .arg("--config")
+            .arg(&cfg)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let alice = token(&["add", "alice"]);
+    let (pa, pb) = (free_port(), free_port());
+    let replica = |port: u16| {
+        let config = format!("[http]\nlisten = \"127.0.0.1:{port}\"\n{}", pg.store_toml());
+        Daemon::start_in(
+            tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+            1,
+            &config,
+            CATALOG,
+        )
+    };
+    let (_a, _b) = (replica(pa), replica(pb));
+    // Waits (with a deadline) until `port` accepts `t` (or refuses it, `accepted` false).
+    let until = |port: u16, t: &str, accepted: bool| {
+        let t0 = Instant::now();
+        loop {
+            let got = http_status(port, t);
+            if (got != 401) == accepted {
+                return t0.elapsed();
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{port}: still {got}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    for p in [pa, pb] {
+        assert_ne!(http_status(p, &alice), 401, "alice on {p}");
+        assert_eq!(http_status(p, "stsd_not-a-token"), 401);
+    }
+    // Added while they run: accepted within a second (the store's notification, or a miss
+    // reading the store again).
+    let bob = token(&["add", "bob"]);
+    for p in [pa, pb] {
+        let took = until(p, &bob, true);
+        eprintln!("bob's token accepted on {p} after {took:?}");
+    }
+    let listed: Value = serde_json::from_str(&token(&["list", "--json"])).unwrap_or_default();
+    assert_eq!(listed["principals"], json!({"alice": 1, "bob": 1}));
+    // Removed: refused everywhere within seconds; bob's still works.
+    token(&["rm", "alice"]);
+    for p in [pa, pb] {
+        until(p, &alice, false);
+        assert_ne!(http_status(p, &bob), 401);
+    }
+    let out = Command::new(stsd_bin())
+        .args(["store", "export", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let doc = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        doc.contains("\"bob\"") && !doc.contains(&bob) && !doc.contains(&bob[5..]),
+        "{doc}"
+    );
 }

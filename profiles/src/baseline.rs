@@ -41,6 +41,9 @@ pub struct StoreConfig {
     /// A replica not heard from for this long is gone: another records the calls it left
     /// waiting for an operator as expired (each replica says it is alive every third of it).
     pub replica_timeout_seconds: u64,
+    /// PostgreSQL connections for the daemon's work (one more listens for the others'
+    /// changes).
+    pub pool_size: usize,
 }
 
 impl Default for StoreConfig {
@@ -50,6 +53,7 @@ impl Default for StoreConfig {
             password_file: None,
             password: None,
             replica_timeout_seconds: 30,
+            pool_size: 4,
         }
     }
 }

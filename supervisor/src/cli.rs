@@ -100,12 +100,28 @@ pub struct DaemonArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum TokenCmd {
-    /// Make a fresh token for principal NAME: printed once, only its SHA-256 is written.
+    /// Make a fresh token for principal NAME: printed once, only its SHA-256 is kept, in the
+    /// config's state store (every daemon on it accepts it within a second).
     Add {
         name: String,
-        /// The tokens file (default: [http] tokens_file from the config).
+        /// Append the digest to this tokens file instead (`[http] tokens_file`, e.g. for a
+        /// Kubernetes Secret).
         #[arg(long, value_name = "FILE")]
         file: Option<PathBuf>,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// Remove every token of principal NAME from the state store (daemons stop accepting
+    /// them within seconds).
+    Rm {
+        name: String,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// The principals with tokens in the state store, and how many each has.
+    List {
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         config: ConfigArg,
     },

@@ -1,5 +1,6 @@
 //! `stsd store export|import`: the config's state store (`stsd::state`) out to one JSON
-//! document, or such a document into a store that holds nothing yet.
+//! document, or such a document into a store that holds nothing yet. And `stsd token rm|list`,
+//! the bearer tokens kept in it.
 
 use std::path::Path;
 use stsd_profiles::Config;
@@ -28,5 +29,40 @@ pub fn import(config: &Config, file: &Path) -> Result<(), String> {
     let store = stsd::state::Store::of_config(config)?;
     let got = stsd::state::export::import(&store, &doc)?;
     eprintln!("stsd: imported into {}: {got}", store.path().display());
+    Ok(())
+}
+
+/// Removes every token of principal `name`.
+pub fn token_rm(config: &Config, name: &str) -> Result<(), String> {
+    let store = stsd::state::Store::of_config(config)?;
+    match store.tokens_rm(name)? {
+        0 => Err(format!(
+            "no token of {name:?} in the state store {}",
+            store.path().display()
+        )),
+        n => {
+            eprintln!(
+                "stsd: removed {n} token(s) of {name} from {}",
+                store.path().display()
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The principals with tokens in the store (never a digest).
+pub fn token_list(config: &Config, json: bool) -> Result<(), String> {
+    let store = stsd::state::Store::of_config(config)?;
+    let mut count: std::collections::BTreeMap<String, usize> = Default::default();
+    for (name, _) in store.tokens()? {
+        *count.entry(name).or_default() += 1;
+    }
+    if json {
+        println!("{}", serde_json::json!({"principals": count}));
+    } else {
+        for (name, n) in &count {
+            println!("{name}\t{n}");
+        }
+    }
     Ok(())
 }

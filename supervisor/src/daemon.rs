@@ -234,7 +234,7 @@ fn follow_replicas(
     }
     // Weak: the store's listener must not keep the service (which holds the store) alive.
     let (weak, changed) = (Arc::downgrade(service), changed.clone());
-    store.on_change(Box::new(move |what: &[String]| {
+    let follow = Arc::new(move |what: &[String]| {
         let Some(s) = weak.upgrade() else {
             return;
         };
@@ -252,7 +252,12 @@ fn follow_replicas(
             Ok(false) => {}
             Err(e) => tracing::warn!(errors = %e.join("; "), "a replica's change did not reload"),
         }
-    }));
+    });
+    let f = follow.clone();
+    store.on_change(Box::new(move |what: &[String]| f(what)));
+    // A change another replica committed after this one read the store at start and before
+    // the listener above was in place: read in once more now, or it would wait for the next.
+    follow(&["catalog".to_string(), "ledger".to_string()]);
     let weak = Arc::downgrade(service);
     // A thread, not a task: the store's calls block.
     let _ = std::thread::Builder::new()
@@ -288,6 +293,9 @@ async fn serve(
         metrics,
     } = bind_endpoints(&o, listen).await?;
     let managed = managed_catalog(&o)?;
+    let http_bound = http_bound
+        .map(|b| b.with_store(Some(managed.store())))
+        .transpose()?;
     let service = build_service_with(&o, Some(&managed))?;
     let (changed, _) = broadcast::channel::<()>(16);
     follow_replicas(&managed, &service, &changed);

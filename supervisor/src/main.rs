@@ -86,13 +86,7 @@ fn load_config(
 /// not load.
 /// `stsd store export|import`.
 fn store_command(what: StoreCmd) -> ExitCode {
-    let done = |r: Result<(), String>| match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("stsd: {e}");
-            ExitCode::from(EXIT_INVALID)
-        }
-    };
+    let done = report;
     match what {
         StoreCmd::Export { out, config } => with_config(config.config, |c| {
             done(cli_store::export(c, out.as_deref()))
@@ -357,25 +351,49 @@ fn approvals_command(json: bool, socket: &std::path::Path) -> ExitCode {
     }
 }
 
-/// `stsd token add`: a bearer token for MCP over HTTP.
-fn token_command(name: &str, file: Option<PathBuf>, config: Option<PathBuf>) -> ExitCode {
-    let config = match load_config(config) {
-        Ok((c, _)) => c,
-        Err(code) => return code,
-    };
-    let Some(file) = file.or(config.http.tokens_file.clone()) else {
-        eprintln!("stsd: no tokens file: give --file or set [http] tokens_file");
-        return ExitCode::from(EXIT_USAGE);
-    };
-    match stsd::http::auth::add_token(&file, name) {
-        Ok(token) => {
-            println!("{token}");
-            eprintln!(
-                "token for {name} added to {} (only its SHA-256 is kept; this is the one time it is shown)",
-                file.display()
-            );
-            ExitCode::SUCCESS
+/// `stsd token add|rm|list`: bearer tokens for MCP over HTTP, in the state store.
+fn token_command(what: TokenCmd) -> ExitCode {
+    match what {
+        TokenCmd::Add { name, file, config } => token_add(&name, file, config.config),
+        TokenCmd::Rm { name, config } => {
+            with_config(config.config, |c| report(cli_store::token_rm(c, &name)))
         }
+        TokenCmd::List { json, config } => {
+            with_config(config.config, |c| report(cli_store::token_list(c, json)))
+        }
+    }
+}
+
+/// `stsd token add`: a bearer token, into the state store (or a file).
+fn token_add(name: &str, file: Option<PathBuf>, config: Option<PathBuf>) -> ExitCode {
+    with_config(config, |config| {
+        let made = match &file {
+            Some(f) => stsd::http::auth::add_token(f, name).map(|t| (t, f.display().to_string())),
+            None => stsd::state::Store::of_config(config).and_then(|s| {
+                stsd::http::auth::add_token_to(&s, name)
+                    .map(|t| (t, format!("the state store {}", s.path().display())))
+            }),
+        };
+        match made {
+            Ok((token, at)) => {
+                println!("{token}");
+                eprintln!(
+                    "token for {name} added to {at} (only its SHA-256 is kept; this is the one time it is shown)"
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("stsd: {e}");
+                ExitCode::from(EXIT_INVALID)
+            }
+        }
+    })
+}
+
+/// Ends a command that says what it did, or why it could not.
+fn report(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("stsd: {e}");
             ExitCode::from(EXIT_INVALID)
@@ -554,9 +572,7 @@ fn main() -> ExitCode {
         Command::Approvals { json, socket } => approvals_command(json, &socket.path()),
         Command::Approve { id, reason, socket } => decide(&socket.path(), id, true, &reason),
         Command::Deny { id, reason, socket } => decide(&socket.path(), id, false, &reason),
-        Command::Token(TokenCmd::Add { name, file, config }) => {
-            token_command(&name, file, config.config)
-        }
+        Command::Token(what) => token_command(what),
         Command::Store(what) => store_command(what),
         Command::Worker | Command::Zygote | Command::UpstreamExec { .. } => {
             ExitCode::from(EXIT_USAGE)

@@ -76,15 +76,15 @@ impl Managed {
 
     /// The served versions, as the catalog reads spec files. A document that no longer
     /// parses (it passed the publish gate when it was stored) is said and skipped.
-    pub fn spec_files(&self) -> Vec<crate::store::SpecFile> {
-        let rows = match self.store.tools() {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, "the managed catalog cannot be read");
-                return Vec::new();
-            }
-        };
-        rows.into_iter()
+    /// Err when the store cannot be read: the caller keeps the catalog in force (an empty
+    /// list would withdraw every managed tool while the store is away).
+    pub fn spec_files(&self) -> Result<Vec<crate::store::SpecFile>, String> {
+        let rows = self
+            .store
+            .tools()
+            .map_err(|e| format!("the managed catalog cannot be read: {e}"))?;
+        Ok(rows
+            .into_iter()
             .filter_map(|(name, doc)| {
                 let path = self.prefix.join(format!("{name}.json"));
                 match crate::store::SpecFile::parse(&path, &doc, true) {
@@ -95,15 +95,15 @@ impl Managed {
                     }
                 }
             })
-            .collect()
+            .collect())
     }
 
-    /// The tools the operator disabled.
-    pub fn disabled(&self) -> Vec<String> {
-        self.store.disabled().unwrap_or_else(|e| {
-            tracing::error!(error = %e, "the operator's switches cannot be read");
-            Vec::new()
-        })
+    /// The tools the operator disabled (Err as [`Managed::spec_files`]: an empty list would
+    /// serve every disabled tool again).
+    pub fn disabled(&self) -> Result<Vec<String>, String> {
+        self.store
+            .disabled()
+            .map_err(|e| format!("the operator's switches cannot be read: {e}"))
     }
 
     /// Whether the managed catalog holds `name`.

@@ -70,7 +70,7 @@ pub fn publish_with_toolsets(
     config: &Config,
     toolset_paths: &[PathBuf],
 ) -> Result<Published, Vec<String>> {
-    let cat = load_catalog(sources);
+    let cat = load_catalog(sources).map_err(|e| vec![e])?;
     let mut toolsets = crate::approval::toolsets::load(toolset_paths, &|name: &str| {
         cat.entries
             .iter()
@@ -78,7 +78,7 @@ pub fn publish_with_toolsets(
     })?;
     // The operator's switches from the admin channel.
     if let Some(m) = managed(sources) {
-        for name in m.disabled() {
+        for name in m.disabled().map_err(|e| vec![e])? {
             toolsets
                 .tools
                 .entry(name)
@@ -105,7 +105,7 @@ pub fn publish_with_toolsets(
 /// The published catalog without toolsets documents.
 pub fn publish(sources: &[Source], config: &Config) -> Published {
     publish_catalog(
-        &load_catalog(sources),
+        &load_catalog_or_log(sources),
         config,
         &Toolsets::default(),
         false,
@@ -117,7 +117,7 @@ pub fn publish(sources: &[Source], config: &Config) -> Published {
 /// specs missing variables included): for exports of a whole catalog.
 pub fn publish_any_state(sources: &[Source], config: &Config) -> Published {
     publish_catalog(
-        &load_catalog(sources),
+        &load_catalog_or_log(sources),
         config,
         &Toolsets::default(),
         true,
@@ -263,7 +263,8 @@ fn managed_dir(sources: &[Source]) -> Option<PathBuf> {
     managed(sources).map(|m| m.specs_dir())
 }
 
-fn load_catalog(sources: &[Source]) -> Catalog {
+/// Every source's specs; Err when the managed catalog's store cannot be read.
+fn load_catalog(sources: &[Source]) -> Result<Catalog, String> {
     let paths: Vec<PathBuf> = sources
         .iter()
         .filter_map(|s| match s {
@@ -277,9 +278,23 @@ fn load_catalog(sources: &[Source]) -> Catalog {
         Vec::new()
     };
     if let Some(m) = managed(sources) {
-        extra.extend(m.spec_files());
+        extra.extend(m.spec_files()?);
     }
-    Catalog::load_with(&paths, extra)
+    Ok(Catalog::load_with(&paths, extra))
+}
+
+/// As [`load_catalog`], for a view that must be had (an export, a listing): without the
+/// managed tools, said, when the store cannot be read.
+fn load_catalog_or_log(sources: &[Source]) -> Catalog {
+    load_catalog(sources).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "listing the catalog without its managed tools");
+        let others: Vec<Source> = sources
+            .iter()
+            .filter(|s| !matches!(s, Source::Managed(_)))
+            .cloned()
+            .collect();
+        load_catalog(&others).unwrap_or_default()
+    })
 }
 
 /// The published catalog: ACTIVE specs not disabled by a toolsets document, each with its

@@ -1,4 +1,5 @@
-//! Who is calling over HTTP: a bearer token from the tokens file, or a client certificate.
+//! Who is calling over HTTP: a bearer token (from the state store, shared by replicas, or
+//! the tokens file), or a client certificate.
 //!
 //! Tokens are kept as SHA-256 digests only. SHA-256 and not a password hash (argon2): every
 //! token is 32 random bytes made by `stsd token add`, so there is nothing to guess and no
@@ -133,6 +134,117 @@ impl Tokens {
     }
 }
 
+impl Tokens {
+    /// Rows as the state store keeps them (principal, digest in hex); a row that does not
+    /// read is skipped with a warning (the store is the daemon's, not a caller's).
+    pub fn of_rows(rows: Vec<(String, String)>) -> Tokens {
+        let entries = rows
+            .into_iter()
+            .filter_map(|(name, hex)| match unhex32(&hex) {
+                Some(d) if valid_name(&name) => Some((d, name)),
+                _ => {
+                    tracing::warn!(principal = %name, "a token row in the state store does not read: skipped");
+                    None
+                }
+            })
+            .collect();
+        Tokens { entries }
+    }
+}
+
+/// The bearer tokens in force: the tokens file's (read at start) and the state store's. The
+/// store's are read at start and again when a presented token is unknown (at most once a
+/// second, so a token just added works at once and a stream of bad tokens costs one read a
+/// second), every few seconds (so a removed one stops working), and when another replica
+/// changes them.
+pub struct TokenBook {
+    file: Tokens,
+    store: Option<std::sync::Arc<crate::state::Store>>,
+    stored: std::sync::RwLock<std::sync::Arc<Tokens>>,
+    last: std::sync::Mutex<std::time::Instant>,
+}
+
+/// How often a miss may read the store again.
+const MISS_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl TokenBook {
+    pub fn new(file: Tokens, store: Option<std::sync::Arc<crate::state::Store>>) -> TokenBook {
+        let book = TokenBook {
+            file,
+            store,
+            stored: Default::default(),
+            last: std::sync::Mutex::new(std::time::Instant::now()),
+        };
+        book.refresh();
+        book
+    }
+
+    /// Reads the store's tokens again (blocking: a store round trip).
+    pub fn refresh(&self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
+        match store.tokens() {
+            Ok(rows) => {
+                *self.stored.write().unwrap_or_else(|e| e.into_inner()) =
+                    std::sync::Arc::new(Tokens::of_rows(rows));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the bearer tokens in the state store cannot be read: keeping those in force")
+            }
+        }
+    }
+
+    fn lookup(&self, token: &str) -> Option<String> {
+        if let Some(n) = self.file.principal(token) {
+            return Some(n.to_string());
+        }
+        let stored = self
+            .stored
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        stored.principal(token).map(String::from)
+    }
+
+    /// The principal a presented token stands for.
+    pub async fn principal(self: &std::sync::Arc<Self>, token: &str) -> Option<String> {
+        if let Some(n) = self.lookup(token) {
+            return Some(n);
+        }
+        let stale = self.store.is_some()
+            && self
+                .last
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .elapsed()
+                >= MISS_REFRESH;
+        if !stale {
+            return None;
+        }
+        let book = self.clone();
+        let _ = tokio::task::spawn_blocking(move || book.refresh()).await;
+        self.lookup(token)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.file.is_empty() && self.stored.read().map(|t| t.is_empty()).unwrap_or(true)
+    }
+
+    /// Tokens and principals in force (the startup banner).
+    pub fn describe(&self) -> (usize, usize) {
+        let stored = self
+            .stored
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut names = self.file.principals();
+        names.extend(stored.principals());
+        (self.file.len() + stored.len(), names.len())
+    }
+}
+
 /// `Authorization: Bearer <token>`: the token, or None when the header is absent or is
 /// not a bearer credential.
 pub fn bearer(value: Option<&http::HeaderValue>) -> Option<&str> {
@@ -144,21 +256,34 @@ pub fn bearer(value: Option<&http::HeaderValue>) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// `stsd token add NAME`: a fresh token, printed once by the caller; only its digest is
-/// appended to `file` (created 0600).
-pub fn add_token(file: &Path, name: &str) -> Result<String, String> {
+/// A fresh token for principal `name`.
+fn fresh_token(name: &str) -> Result<String, String> {
     if !valid_name(name) {
         return Err(format!(
             "{name:?} is not a principal name ([A-Za-z0-9._@-], 1-128 characters)"
         ));
     }
-    if file.exists() {
-        Tokens::load(file)?;
-    }
     let mut raw = [0u8; 32];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut raw)
         .map_err(|_| "no randomness for a token".to_string())?;
-    let token = format!("{TOKEN_PREFIX}{}", hex(&raw));
+    Ok(format!("{TOKEN_PREFIX}{}", hex(&raw)))
+}
+
+/// `stsd token add NAME`: a fresh token, printed once by the caller; only its digest is kept,
+/// in the state store (every replica sharing it accepts it within a second).
+pub fn add_token_to(store: &crate::state::Store, name: &str) -> Result<String, String> {
+    let token = fresh_token(name)?;
+    store.tokens_add(&[(name.to_string(), hex(&digest(&token)))])?;
+    Ok(token)
+}
+
+/// `stsd token add NAME --file FILE`: as [`add_token_to`], the digest appended to `file`
+/// (created 0600) instead.
+pub fn add_token(file: &Path, name: &str) -> Result<String, String> {
+    if file.exists() {
+        Tokens::load(file)?;
+    }
+    let token = fresh_token(name)?;
     if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;

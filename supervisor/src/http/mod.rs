@@ -38,6 +38,9 @@ use tokio_util::sync::CancellationToken;
 
 type Body = BoxBody<Bytes, Infallible>;
 
+/// How often the state store's bearer tokens are read again.
+const TOKEN_REFRESH: Duration = Duration::from_secs(5);
+
 /// How long a client has for its TLS handshake and for its request head.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -46,21 +49,54 @@ pub struct Bound {
     listener: TcpListener,
     pub addr: SocketAddr,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The tokens file's, until [`Bound::with_store`] makes the book of them and the store's.
     tokens: Tokens,
+    book: Option<Arc<auth::TokenBook>>,
     config: HttpConfig,
 }
 
 impl Bound {
+    /// The state store's tokens join the tokens file's. Refused when no caller could
+    /// authenticate: no token anywhere and no client CA.
+    pub fn with_store(mut self, store: Option<Arc<crate::state::Store>>) -> Result<Bound, String> {
+        let book = Arc::new(auth::TokenBook::new(
+            std::mem::take(&mut self.tokens),
+            store.clone(),
+        ));
+        if book.is_empty() && self.config.client_ca.is_none() {
+            return Err(
+                "MCP over HTTP needs a way to authenticate callers: a bearer token \
+                 (stsd token add NAME, kept in the state store; or [http] tokens_file) or \
+                 [http] client_ca"
+                    .into(),
+            );
+        }
+        if let Some(store) = store {
+            // Another replica added or removed a token.
+            let weak = Arc::downgrade(&book);
+            store.on_change(Box::new(move |what: &[String]| {
+                if what.iter().any(|w| w == "tokens") {
+                    if let Some(b) = weak.upgrade() {
+                        b.refresh();
+                    }
+                }
+            }));
+        }
+        self.book = Some(book);
+        Ok(self)
+    }
+
     /// One line for the startup banner.
     pub fn describe(&self) -> String {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let mut auth = Vec::new();
-        if !self.tokens.is_empty() {
-            let p = self.tokens.principals();
+        let (tokens, principals) = match &self.book {
+            Some(b) => b.describe(),
+            None => (self.tokens.len(), self.tokens.principals().len()),
+        };
+        if tokens > 0 {
             auth.push(format!(
-                "{} bearer tokens for {} principals",
-                self.tokens.len(),
-                p.len()
+                "{tokens} bearer tokens for {principals} principals"
             ));
         }
         if self.config.client_ca.is_some() {
@@ -98,13 +134,6 @@ pub async fn bind(config: &HttpConfig, listen: &str) -> Result<Bound, String> {
         Some(f) => Tokens::load(f)?,
         None => Tokens::default(),
     };
-    if tokens.is_empty() && config.client_ca.is_none() {
-        return Err(
-            "MCP over HTTP needs a way to authenticate callers: [http] tokens_file \
-                    (with at least one token: stsd token add NAME) or client_ca"
-                .into(),
-        );
-    }
     let tls = match (&config.tls_cert, &config.tls_key) {
         (Some(c), Some(k)) => Some(tokio_rustls::TlsAcceptor::from(tls::server_config(
             c,
@@ -139,6 +168,7 @@ pub async fn bind(config: &HttpConfig, listen: &str) -> Result<Bound, String> {
         addr,
         tls,
         tokens,
+        book: None,
         config: config.clone(),
     })
 }
@@ -146,7 +176,7 @@ pub async fn bind(config: &HttpConfig, listen: &str) -> Result<Bound, String> {
 /// What every request shares.
 struct Shared {
     service: Arc<Service>,
-    tokens: Tokens,
+    tokens: Arc<auth::TokenBook>,
     config: HttpConfig,
     origins: Vec<String>,
     mcp: StreamableHttpService<Handler, LocalSessionManager>,
@@ -205,13 +235,29 @@ pub async fn serve(
             .iter()
             .filter_map(|o| origin::normalize(o))
             .collect(),
-        tokens: bound.tokens,
+        tokens: bound
+            .book
+            .unwrap_or_else(|| Arc::new(auth::TokenBook::new(bound.tokens, None))),
         config: bound.config,
         mcp,
         admin,
         draining: draining.clone(),
         warmed: AtomicBool::new(false),
     });
+    {
+        // A token removed from the store stops working within this.
+        let (book, stop) = (shared.tokens.clone(), stop.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(TOKEN_REFRESH) => {}
+                    _ = stop.cancelled() => return,
+                }
+                let b = book.clone();
+                let _ = tokio::task::spawn_blocking(move || b.refresh()).await;
+            }
+        });
+    }
     let max_conns = Arc::new(tokio::sync::Semaphore::new(
         shared.service.config().daemon.max_connections.max(1),
     ));
@@ -398,9 +444,9 @@ async fn route(shared: &Shared, cert: Option<&str>, mut req: Request<Incoming>) 
         }
     }
     let principal = match auth::bearer(req.headers().get(header::AUTHORIZATION)) {
-        Some(token) => match shared.tokens.principal(token) {
+        Some(token) => match shared.tokens.principal(token).await {
             Some(name) => Principal {
-                name: name.to_string(),
+                name,
                 method: "token",
             },
             None => {

@@ -13,7 +13,7 @@ fn doc_of(bytes: &[u8], what: &str) -> Result<Value, String> {
 }
 
 /// Everything the store holds that outlives a call: the managed tools, their history, the
-/// switches, the ledger (spent approval states expire within minutes and are left out).
+/// switches, the ledger, the HTTP token digests (spent approval states expire within minutes and are left out).
 pub fn export(store: &Store) -> Result<Value, String> {
     let tools: Vec<Value> = store
         .tools()?
@@ -44,6 +44,9 @@ pub fn export(store: &Store) -> Result<Value, String> {
         "disabled": store.disabled()?,
         "ledger": ledger,
         "servers": servers,
+        "tokens": store.tokens()?.into_iter()
+            .map(|(name, digest)| json!({"name": name, "sha256": digest}))
+            .collect::<Vec<_>>(),
     }))
 }
 
@@ -77,8 +80,11 @@ pub fn import(store: &Store, doc: &Value) -> Result<String, String> {
             .push((text(t, "name", "tools")?, bytes(&t["doc"])?));
     }
     for h in items(doc, "history") {
-        old.history
-            .push((text(h, "name", "history")?, bytes(&h["doc"])?));
+        old.history.push((
+            text(h, "name", "history")?,
+            bytes(&h["doc"])?,
+            h["retiredMs"].as_i64(),
+        ));
     }
     for d in items(doc, "disabled") {
         old.disabled
@@ -91,6 +97,10 @@ pub fn import(store: &Store, doc: &Value) -> Result<String, String> {
     for s in items(doc, "servers") {
         let ms = s["lastUsedMs"].as_i64().ok_or("servers: no lastUsedMs")?;
         old.servers.push((text(s, "id", "servers")?, ms));
+    }
+    for t in items(doc, "tokens") {
+        old.tokens
+            .push((text(t, "name", "tokens")?, text(t, "sha256", "tokens")?));
     }
     if !store.import(&old)? {
         return Err(format!(

@@ -41,6 +41,22 @@ fn json_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// When a history file's version was retired: its name's timestamp (milliseconds since the
+/// epoch, zero-padded; seconds in the oldest layout), else its modification time.
+fn retired_at(path: &Path) -> Option<i64> {
+    let stem = path.file_stem()?.to_string_lossy().to_string();
+    let digits: String = stem.chars().take_while(char::is_ascii_digit).collect();
+    match digits.parse::<i64>() {
+        Ok(n) if n >= 100_000_000_000 => Some(n),
+        Ok(n) if n >= 100_000_000 => Some(n * 1000),
+        _ => {
+            let m = std::fs::metadata(path).ok()?.modified().ok()?;
+            let d = m.duration_since(std::time::UNIX_EPOCH).ok()?;
+            i64::try_from(d.as_millis()).ok()
+        }
+    }
+}
+
 fn read(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("import {}: {e}", path.display()))
 }
@@ -69,7 +85,7 @@ fn read_old(catalog_dir: &Path, ledger: &Path) -> Result<Old, String> {
             .unwrap_or_default();
         // Zero-padded timestamps: the names sort oldest first.
         for p in json_files(&dir) {
-            old.history.push((name.clone(), read(&p)?));
+            old.history.push((name.clone(), read(&p)?, retired_at(&p)));
         }
     }
     let toolsets = catalog_dir.join("toolsets.json");

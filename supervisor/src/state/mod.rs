@@ -104,15 +104,28 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// Calls `$m` on whichever backend the store has.
+/// Calls `$m` on whichever backend the store has, as blocking work (see [`blocking`]).
 macro_rules! each {
     ($s:expr, $b:ident => $e:expr) => {{
         $s.ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match &$s.backend {
+        blocking(|| match &$s.backend {
             Backend::Sqlite($b) => $e,
             Backend::Postgres($b) => $e,
-        }
+        })
     }};
+}
+
+/// Runs a store operation, which blocks (a round trip to PostgreSQL, an fsync of SQLite).
+/// On a thread of the daemon's multi-threaded runtime the runtime is told first
+/// (`block_in_place`), so its other tasks move to another thread: one slow store operation
+/// (an admin's update, a database that stopped answering) must not stall every connection
+/// (with 2 cores the runtime has one thread). Elsewhere it just runs.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 impl Store {
@@ -131,7 +144,7 @@ impl Store {
         match &config.store.url {
             Some(url) => {
                 let password = password(config)?;
-                let pg = postgres::Postgres::open(url, password)?;
+                let pg = postgres::Postgres::open(url, password, config.store.pool_size)?;
                 Ok(Store {
                     label: PathBuf::from(pg.label()),
                     backend: Backend::Postgres(pg),
@@ -285,6 +298,21 @@ impl Store {
     /// The calls `instance` left waiting when it died, taken out: (id, view, since ms).
     pub fn waiting_take(&self, instance: &str) -> Result<Vec<(i64, String, i64)>, String> {
         each!(self, b => b.waiting_take(instance))
+    }
+
+    /// HTTP bearer tokens: (principal, SHA-256 digest in hex), by principal.
+    pub fn tokens(&self) -> Result<Vec<(String, String)>, String> {
+        each!(self, b => b.tokens())
+    }
+
+    /// Adds tokens (digests) in one transaction; one already there is left as it is.
+    pub fn tokens_add(&self, tokens: &[(String, String)]) -> Result<(), String> {
+        each!(self, b => b.tokens_add(tokens))
+    }
+
+    /// Removes every token of principal `name`: how many there were.
+    pub fn tokens_rm(&self, name: &str) -> Result<usize, String> {
+        each!(self, b => b.tokens_rm(name))
     }
 
     pub fn meta(&self, key: &str) -> Result<Option<String>, String> {

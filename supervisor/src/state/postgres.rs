@@ -4,10 +4,12 @@
 //! re-reads the catalog and the ledger and tells its clients). The schema is migrated at
 //! start under an advisory lock, so replicas starting together migrate once.
 //!
-//! One connection per daemon, owned by a thread of its own (the `postgres` client must not
-//! run inside the daemon's async runtime): callers hand it a job and wait for the answer. A
-//! lost connection is made again at the next job; until then jobs fail (the daemon keeps
-//! serving the catalog it has).
+//! A pool of connections, each owned by a thread of its own (the `postgres` client must not
+//! run inside the daemon's async runtime, so a pool that hands connections to the callers'
+//! threads, as r2d2 does, does not fit): callers hand a job to the pool's queue and wait for
+//! the answer; whichever connection is free runs it. One more connection only LISTENs (and
+//! pings, for readiness). A lost connection is made again at its next job; until then jobs
+//! fail fast (the daemon keeps serving the catalog it has).
 
 use super::rows::{crash_point, LedgerRow, LedgerRows, Old, OnChange, ToolRows, Waiting, DONE};
 use postgres::fallible_iterator::FallibleIterator;
@@ -75,6 +77,12 @@ const MIGRATIONS: &[&str] = &[
         instance TEXT PRIMARY KEY,
         seen_ms BIGINT NOT NULL
      );",
+    // 5: HTTP bearer tokens, as digests (the token itself is shown once, never kept).
+    "CREATE TABLE tokens (
+        digest TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        created_ms BIGINT NOT NULL
+     );",
 ];
 
 type Job = Box<dyn FnOnce(Result<&mut Client, String>) + Send>;
@@ -86,6 +94,8 @@ pub struct Postgres {
     listeners: Listeners,
     /// Whether the connection answered its last job or ping.
     up: Arc<AtomicBool>,
+    /// The listening thread runs while this lives.
+    _alive: Arc<()>,
 }
 
 /// How often an idle connection is pinged (so readiness and the metric follow the server).
@@ -107,9 +117,9 @@ fn label_of(url: &str) -> String {
     }
 }
 
-/// One connection: made, listening, its schema up to date; and its own backend pid (its
-/// own notifications are not another replica's change).
-fn connect(url: &str, password: Option<&str>) -> Result<(Client, i32), String> {
+/// One connection, and its own backend pid (its notifications are not another replica's
+/// change). The listener's also brings the schema up to date and LISTENs.
+fn connect(url: &str, password: Option<&str>, listen: bool) -> Result<(Client, i32), String> {
     let mut cfg: postgres::Config = url.parse().map_err(pg)?;
     if let Some(p) = password {
         cfg.password(p);
@@ -117,10 +127,12 @@ fn connect(url: &str, password: Option<&str>) -> Result<(Client, i32), String> {
     cfg.connect_timeout(Duration::from_secs(5));
     cfg.application_name("stsd");
     let mut client = cfg.connect(NoTls).map_err(pg)?;
-    migrate(&mut client)?;
-    client
-        .batch_execute(&format!("LISTEN {CHANNEL}"))
-        .map_err(pg)?;
+    if listen {
+        migrate(&mut client)?;
+        client
+            .batch_execute(&format!("LISTEN {CHANNEL}"))
+            .map_err(pg)?;
+    }
     let me: i32 = client
         .query_one("SELECT pg_backend_pid()", &[])
         .map_err(pg)?
@@ -158,104 +170,192 @@ fn migrate(client: &mut Client) -> Result<(), String> {
     tx.commit().map_err(pg)
 }
 
-/// The connection's thread: runs jobs in order, makes the connection again when it was
-/// lost, and between jobs hands other replicas' notifications to the listeners.
-fn serve(
+/// What the pool's threads share.
+#[derive(Clone)]
+struct Shared {
     url: String,
     password: Option<String>,
-    first: (Client, i32),
-    jobs: mpsc::Receiver<Job>,
     listeners: Listeners,
     up: Arc<AtomicBool>,
-) {
-    let mut conn: Option<(Client, i32)> = Some(first);
-    let mut last = Instant::now();
-    // When a connection was last tried and failed: jobs meanwhile fail at once rather than
-    // each wait out a connect timeout (their callers may be the daemon's async threads);
-    // the idle ping keeps trying.
+    /// The backend pids of this daemon's own connections: their notifications are its own.
+    own: Arc<Mutex<std::collections::HashSet<i32>>>,
+    /// Bumped each time the listener finds the server gone: a pooled connection made before
+    /// is dead too (a crashed server's connections look open until used), so it is made
+    /// again before its next job rather than failing that job.
+    lost: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Shared {
+    fn connect(&self, listen: bool, was: Option<i32>) -> Result<(Client, i32), String> {
+        let (c, me) = connect(&self.url, self.password.as_deref(), listen)?;
+        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = was {
+            own.remove(&old);
+        }
+        own.insert(me);
+        Ok((c, me))
+    }
+
+    fn is_own(&self, pid: i32) -> bool {
+        self.own
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&pid)
+    }
+}
+
+/// A pool thread: runs the queue's jobs on its connection, made (again) when needed. After a
+/// failed connect, while the server is down, jobs fail at once for a ping interval rather
+/// than each wait out a connect timeout.
+fn work(sh: Shared, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
+    let mut conn: Option<(Client, i32)> = None;
+    let mut was: Option<i32> = None;
     let mut failed: Option<Instant> = None;
+    let mut made_at = 0u64;
     loop {
-        let job = match jobs.recv_timeout(Duration::from_millis(100)) {
-            Ok(job) => Some(job),
-            Err(mpsc::RecvTimeoutError::Timeout) => None,
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        let job = {
+            let rx = jobs.lock().unwrap_or_else(|e| e.into_inner());
+            match rx.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            }
         };
-        if job.is_none() && last.elapsed() < PING_EVERY && conn.is_some() {
-            // Idle, and recently heard from: only the notifications below.
-        } else {
-            last = Instant::now();
-            if conn.as_ref().is_none_or(|(c, _)| c.is_closed()) {
-                if failed.is_some_and(|t| t.elapsed() < PING_EVERY) {
-                    if let Some(job) = job {
-                        job(Err(
-                            "PostgreSQL is unreachable (retrying in the background)".into(),
-                        ));
-                    }
+        let lost = sh.lost.load(Ordering::Relaxed);
+        if made_at != lost || conn.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+            conn = None;
+            // Unless the listener has seen the server answer since.
+            let down = !sh.up.load(Ordering::Relaxed);
+            if down && failed.is_some_and(|t| t.elapsed() < PING_EVERY) {
+                job(Err(
+                    "PostgreSQL is unreachable (retrying in the background)".into(),
+                ));
+                continue;
+            }
+            match sh.connect(false, was) {
+                Ok(c) => {
+                    failed = None;
+                    was = Some(c.1);
+                    made_at = lost;
+                    conn = Some(c);
+                }
+                Err(e) => {
+                    failed = Some(Instant::now());
+                    mark(&sh.up, false, &e);
+                    job(Err(e));
                     continue;
                 }
-                conn = match connect(&url, password.as_deref()) {
-                    Ok(c) => {
-                        failed = None;
-                        Some(c)
-                    }
-                    Err(e) => {
-                        failed = Some(Instant::now());
-                        mark(&up, false, &e);
-                        if let Some(job) = job {
-                            job(Err(e));
-                        }
-                        continue;
-                    }
-                };
             }
-            let Some((c, _)) = conn.as_mut() else {
-                continue;
-            };
-            match job {
-                Some(job) => job(Ok(c)),
-                None => {
-                    if let Err(e) = c.simple_query("SELECT 1") {
-                        mark(&up, false, &pg(e));
-                        conn = None;
-                        continue;
+        }
+        let Some((c, _)) = conn.as_mut() else {
+            continue;
+        };
+        job(Ok(c));
+        let alive = !c.is_closed();
+        mark(&sh.up, alive, "the connection closed");
+        if !alive {
+            conn = None;
+        }
+    }
+}
+
+/// The listening connection's thread: hands other replicas' notifications to the listeners,
+/// pings (so readiness and the metric follow the server), and makes the connection again
+/// when it was lost. Ends when the pool is dropped (`alive` gone).
+fn listen(sh: Shared, first: (Client, i32), alive: std::sync::Weak<()>) {
+    let mut conn: Option<(Client, i32)> = Some(first);
+    let mut was = conn.as_ref().map(|c| c.1);
+    let mut last = Instant::now();
+    while alive.strong_count() > 0 {
+        let Some((c, _)) = conn.as_mut() else {
+            std::thread::sleep(Duration::from_millis(100));
+            if last.elapsed() >= PING_EVERY {
+                last = Instant::now();
+                match sh.connect(true, was) {
+                    Ok(c) => {
+                        was = Some(c.1);
+                        mark(&sh.up, true, "");
+                        conn = Some(c);
+                        // Whatever changed while it was away: read it all again.
+                        changed(
+                            &sh,
+                            vec![
+                                "catalog".into(),
+                                "ledger".into(),
+                                "tokens".into(),
+                                "decision".into(),
+                            ],
+                        );
                     }
+                    Err(e) => mark(&sh.up, false, &e),
                 }
             }
-            let alive = !c.is_closed();
-            mark(&up, alive, "the connection closed");
-            if !alive {
+            continue;
+        };
+        if last.elapsed() >= PING_EVERY {
+            last = Instant::now();
+            if let Err(e) = c.simple_query("SELECT 1") {
+                mark(&sh.up, false, &pg(e));
+                sh.lost.fetch_add(1, Ordering::Relaxed);
                 conn = None;
                 continue;
             }
+            mark(&sh.up, true, "");
         }
-        let Some((c, me)) = conn.as_mut() else {
-            continue;
-        };
-        let mut changed: Vec<String> = Vec::new();
-        let mut n = c.notifications();
-        // A short wait, not `iter()`: the client's I/O is read only while its runtime turns,
-        // and `iter()` never lets it (a notification would sit in the socket for good).
-        let mut it = n.timeout_iter(Duration::from_millis(2));
-        while let Ok(Some(note)) = it.next() {
-            if note.process_id() != *me && !changed.iter().any(|w| w == note.payload()) {
-                changed.push(note.payload().to_string());
+        let mut what: Vec<String> = Vec::new();
+        {
+            let mut n = c.notifications();
+            // A timed wait, not `iter()`: the client's I/O is read only while its runtime
+            // turns, and `iter()` never lets it (a notification would sit in the socket for
+            // good). The first wait is the loop's tick; after a notification, only what is
+            // already there.
+            let mut wait = Duration::from_millis(100);
+            loop {
+                let note = match n.timeout_iter(wait).next() {
+                    Ok(Some(note)) => note,
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "waiting for notifications failed");
+                        break;
+                    }
+                };
+
+                wait = Duration::from_millis(2);
+                if !sh.is_own(note.process_id()) && !what.iter().any(|w| w == note.payload()) {
+                    what.push(note.payload().to_string());
+                }
             }
         }
-        if !changed.is_empty() {
-            tracing::debug!("the state store changed (another replica)");
-            let ls: Vec<Arc<OnChange>> =
-                listeners.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            // On a thread of their own: a listener reads the store, which is this thread's
-            // to serve.
-            let _ = std::thread::Builder::new()
-                .name("stsd-store-change".into())
-                .spawn(move || {
-                    for l in ls {
-                        l(&changed);
-                    }
-                });
+        if c.is_closed() {
+            mark(&sh.up, false, "the connection closed");
+            sh.lost.fetch_add(1, Ordering::Relaxed);
+            conn = None;
+        }
+        if !what.is_empty() {
+            changed(&sh, what);
         }
     }
+}
+
+/// Runs the listeners for a change another replica made.
+fn changed(sh: &Shared, what: Vec<String>) {
+    tracing::debug!(?what, "the state store changed (another replica)");
+    let ls: Vec<Arc<OnChange>> = sh
+        .listeners
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    if ls.is_empty() {
+        return;
+    }
+    // On a thread of their own: a listener reads the store, which may need every
+    // connection of the pool.
+    let _ = std::thread::Builder::new()
+        .name("stsd-store-change".into())
+        .spawn(move || {
+            for l in ls {
+                l(&what);
+            }
+        });
 }
 
 /// Records whether the store answers, saying so when that changes: a WARN when it is lost
@@ -277,6 +377,16 @@ fn notify(tx: &mut Transaction<'_>, what: &str) -> Result<(), String> {
     tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &what])
         .map(|_| ())
         .map_err(pg)
+}
+
+fn put_token(tx: &mut Transaction<'_>, name: &str, digest: &str, now: i64) -> Result<(), String> {
+    tx.execute(
+        "INSERT INTO tokens (digest, name, created_ms) VALUES ($1, $2, $3)
+         ON CONFLICT (digest) DO NOTHING",
+        &[&digest, &name, &now],
+    )
+    .map(|_| ())
+    .map_err(pg)
 }
 
 fn waiting_row(r: &postgres::Row) -> Waiting {
@@ -315,19 +425,27 @@ fn put_ledger(tx: &mut Transaction<'_>, id: &str, entry: &str) -> Result<(), Str
 impl Postgres {
     /// Connects (failing at once when PostgreSQL cannot be reached or migrated), then hands
     /// the connection to its thread.
-    pub fn open(url: &str, password: Option<String>) -> Result<Postgres, String> {
+    pub fn open(url: &str, password: Option<String>, pool: usize) -> Result<Postgres, String> {
         let label = label_of(url);
-        let (tx, rx) = mpsc::channel::<Job>();
+        let sh = Shared {
+            url: url.to_string(),
+            password,
+            listeners: Arc::default(),
+            up: Arc::new(AtomicBool::new(true)),
+            own: Arc::default(),
+            lost: Arc::default(),
+        };
+        // The listener's connection first: it migrates, and a store that cannot be reached
+        // at start is a failed start. Made on its thread: the caller may be async.
+        let alive = Arc::new(());
+        let (l, weak) = (sh.clone(), Arc::downgrade(&alive));
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
-        let listeners: Listeners = Arc::default();
-        let up = Arc::new(AtomicBool::new(true));
-        let (u, l, flag) = (url.to_string(), listeners.clone(), up.clone());
         std::thread::Builder::new()
-            .name("stsd-store".into())
-            .spawn(move || match connect(&u, password.as_deref()) {
+            .name("stsd-store-listen".into())
+            .spawn(move || match l.connect(true, None) {
                 Ok(first) => {
                     let _ = ready_tx.send(Ok(()));
-                    serve(u, password, first, rx, l, flag);
+                    listen(l, first, weak);
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -338,11 +456,21 @@ impl Postgres {
             .recv()
             .map_err(|_| "state store thread went away".to_string())?
             .map_err(|e| format!("{label}: {e}"))?;
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..pool.max(1) {
+            let (w, rx) = (sh.clone(), rx.clone());
+            std::thread::Builder::new()
+                .name(format!("stsd-store-{i}"))
+                .spawn(move || work(w, rx))
+                .map_err(|e| format!("state store thread: {e}"))?;
+        }
         Ok(Postgres {
             label,
             jobs: Mutex::new(tx),
-            listeners,
-            up,
+            listeners: sh.listeners,
+            up: sh.up,
+            _alive: alive,
         })
     }
 
@@ -633,6 +761,39 @@ impl Postgres {
         })
     }
 
+    pub fn tokens(&self) -> Result<Vec<(String, String)>, String> {
+        self.run(move |c| {
+            Ok(c.query(
+                "SELECT name, digest FROM tokens ORDER BY name, created_ms",
+                &[],
+            )
+            .map_err(pg)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect())
+        })
+    }
+
+    pub fn tokens_add(&self, tokens: &[(String, String)]) -> Result<(), String> {
+        let tokens = tokens.to_vec();
+        let now = crate::store::now_ms();
+        self.write("tokens", move |tx| {
+            for (name, digest) in &tokens {
+                put_token(tx, name, digest, now)?;
+            }
+            Ok(())
+        })
+    }
+
+    pub fn tokens_rm(&self, name: &str) -> Result<usize, String> {
+        let name = name.to_string();
+        self.write("tokens", move |tx| {
+            tx.execute("DELETE FROM tokens WHERE name = $1", &[&name])
+                .map(|n| n as usize)
+                .map_err(pg)
+        })
+    }
+
     pub fn waiting_put(&self, instance: &str, id: i64, view: &str) -> Result<i64, String> {
         let (instance, view) = (instance.to_string(), view.to_string());
         let now = crate::store::now_ms();
@@ -764,12 +925,15 @@ impl Postgres {
             {
                 return Ok(false);
             }
-            for (name, doc) in &old.history {
+            for (name, doc, ms) in &old.history {
                 tx.execute(
                     "INSERT INTO tool_history (name, doc, retired_ms) VALUES ($1, $2, $3)",
-                    &[name, doc, &now],
+                    &[name, doc, &ms.unwrap_or(now)],
                 )
                 .map_err(pg)?;
+            }
+            for (name, digest) in &old.tokens {
+                put_token(tx, name, digest, now)?;
             }
             for (name, doc) in &old.tools {
                 tx.execute(

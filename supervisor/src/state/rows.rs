@@ -65,10 +65,13 @@ pub struct Waiting {
 #[derive(Clone, Default)]
 pub(super) struct Old {
     pub tools: Vec<(String, Vec<u8>)>,
-    pub history: Vec<(String, Vec<u8>)>,
+    /// (name, document, when it was retired if known: else the import's time).
+    pub history: Vec<(String, Vec<u8>, Option<i64>)>,
     pub disabled: Vec<String>,
     pub ledger: Vec<(String, String)>,
     pub servers: Vec<(String, i64)>,
+    /// HTTP bearer tokens: (principal, SHA-256 digest in hex).
+    pub tokens: Vec<(String, String)>,
 }
 
 /// The key a store records its import under (in `meta`).

@@ -59,6 +59,12 @@ const MIGRATIONS: &[&str] = &[
         instance TEXT PRIMARY KEY,
         seen_ms INTEGER NOT NULL
      );",
+    // 5: HTTP bearer tokens, as digests (the token itself is shown once, never kept).
+    "CREATE TABLE tokens (
+        digest TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        created_ms INTEGER NOT NULL
+     );",
 ];
 
 /// The embedded store. One connection behind a lock: the daemon's writes are rare (an
@@ -70,6 +76,19 @@ pub struct Sqlite {
 
 fn sql(path: &Path) -> impl Fn(rusqlite::Error) -> String + '_ {
     move |e| format!("state store {}: {e}", path.display())
+}
+
+fn put_token(
+    tx: &rusqlite::Transaction<'_>,
+    name: &str,
+    digest: &str,
+    now: i64,
+) -> rusqlite::Result<usize> {
+    tx.execute(
+        "INSERT INTO tokens (digest, name, created_ms) VALUES (?1, ?2, ?3)
+         ON CONFLICT (digest) DO NOTHING",
+        params![digest, name, now],
+    )
 }
 
 impl Sqlite {
@@ -371,6 +390,37 @@ impl Sqlite {
         })
     }
 
+    pub fn tokens(&self) -> Result<Vec<(String, String)>, String> {
+        let at = sql(&self.path);
+        let c = self.lock();
+        let mut st = c
+            .prepare("SELECT name, digest FROM tokens ORDER BY name, created_ms")
+            .map_err(&at)?;
+        let it = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(&at)?;
+        it.collect::<Result<_, _>>().map_err(&at)
+    }
+
+    pub fn tokens_add(&self, tokens: &[(String, String)]) -> Result<(), String> {
+        let at = sql(&self.path);
+        let now = crate::store::now_ms();
+        self.write(|tx| {
+            for (name, digest) in tokens {
+                put_token(tx, name, digest, now).map_err(&at)?;
+            }
+            Ok(())
+        })
+    }
+
+    pub fn tokens_rm(&self, name: &str) -> Result<usize, String> {
+        let at = sql(&self.path);
+        self.write(|tx| {
+            tx.execute("DELETE FROM tokens WHERE name = ?1", [name])
+                .map_err(&at)
+        })
+    }
+
     // Bookkeeping.
 
     pub fn meta(&self, key: &str) -> Result<Option<String>, String> {
@@ -553,12 +603,15 @@ impl Sqlite {
             if done.is_some() {
                 return Ok(false);
             }
-            for (name, doc) in &old.history {
+            for (name, doc, ms) in &old.history {
                 tx.execute(
                     "INSERT INTO tool_history (name, doc, retired_ms) VALUES (?1, ?2, ?3)",
-                    params![name, doc, now],
+                    params![name, doc, ms.unwrap_or(now)],
                 )
                 .map_err(&at)?;
+            }
+            for (name, digest) in &old.tokens {
+                put_token(tx, name, digest, now).map_err(&at)?;
             }
             for (name, doc) in &old.tools {
                 tx.execute(
