@@ -517,11 +517,19 @@ fn a_call_left_waiting_by_a_killed_daemon_is_recorded_expired_at_the_next_start(
     let dir = d.kill9();
     drop(c);
     let d = Daemon::start_in(dir, 1, "", stsd_tests::harness::CATALOG);
-    let recs = d.audit_records();
-    let r = recs
-        .iter()
-        .find(|r| r["callId"] == id)
-        .unwrap_or_else(|| panic!("no record of call {id}: {recs:?}"));
+    // The socket answers before the start has read the store: wait for the record.
+    let t0 = Instant::now();
+    let r = loop {
+        let recs = d.audit_records();
+        if let Some(r) = recs.iter().find(|r| r["callId"] == id) {
+            break r.clone();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no record of call {id}: {recs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(r["name"], "opTool");
     assert_eq!(r["error"]["code"], "APPROVAL_TIMEOUT", "{r}");
     assert!(
@@ -536,6 +544,10 @@ fn a_call_left_waiting_by_a_killed_daemon_is_recorded_expired_at_the_next_start(
     // Once: a second start finds nothing left.
     let dir = d.kill9();
     let d = Daemon::start_in(dir, 1, "", stsd_tests::harness::CATALOG);
+    // One answered request: the start is done (and anything it would record, recorded).
+    let mut c = d.connect();
+    c.send(9, "tools/list", json!({}));
+    assert!(c.response()["result"].is_object());
     let again = d.audit_records();
     assert_eq!(
         again.iter().filter(|r| r["callId"] == id).count(),

@@ -112,12 +112,12 @@ fn the_older_layout_is_imported_once_verified_and_kept() {
     std::fs::write(cat.join("specs/t.json"), b"{\"v\": 3}").unwrap();
     std::fs::write(cat.join("specs/u.json"), b"{\"v\": 1}").unwrap();
     std::fs::write(
-        cat.join("history/t/00000000000000000001.json"),
+        cat.join("history/t/00000001700000000001.json"),
         b"{\"v\": 1}",
     )
     .unwrap();
     std::fs::write(
-        cat.join("history/t/00000000000000000002.json"),
+        cat.join("history/t/00000001700000000002.json"),
         b"{\"v\": 2}",
     )
     .unwrap();
@@ -145,13 +145,14 @@ fn the_older_layout_is_imported_once_verified_and_kept() {
             ("u".to_string(), b"{\"v\": 1}".to_vec())
         ]
     );
-    let h: Vec<Vec<u8>> = s
-        .history("t")
-        .unwrap()
-        .into_iter()
-        .map(|(_, d)| d)
-        .collect();
-    assert_eq!(h, vec![b"{\"v\": 1}".to_vec(), b"{\"v\": 2}".to_vec()]);
+    // In order, each with when it was retired (its file name's timestamp, milliseconds).
+    assert_eq!(
+        s.history("t").unwrap(),
+        vec![
+            (1_700_000_000_001, b"{\"v\": 1}".to_vec()),
+            (1_700_000_000_002, b"{\"v\": 2}".to_vec())
+        ]
+    );
     assert_eq!(s.disabled().unwrap(), vec!["u".to_string()]);
     let (tools, servers) = s.ledger().unwrap();
     assert_eq!(tools.len(), 1);
