@@ -23,6 +23,33 @@ pub struct Config {
     pub upstream: Vec<crate::upstream::UpstreamConfig>,
     pub cgroups: CgroupConfig,
     pub store: StoreConfig,
+    pub policy: PolicyConfig,
+}
+
+/// `[policy]`: who may call what, as Cedar policies (see the README's "Policy"). The default
+/// policy is made from `[daemon] admin_uids`, `[approval] operator_uids`, `[http]
+/// admin_principals` and `approver_principals`: anyone may list and call the served tools,
+/// admins administer and read, operators approve and read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// Cedar policy files, added to the default policy (or replacing it: `defaults`).
+    pub files: Vec<PathBuf>,
+    /// Whether the default policy is in force beside the files.
+    pub defaults: bool,
+    /// Named groups of principals (`uid:N` or an HTTP principal's name), for policies:
+    /// `ops = ["alice", "uid:1000"]` is `Stsd::Group::"ops"`.
+    pub groups: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            files: Vec::new(),
+            defaults: true,
+            groups: Default::default(),
+        }
+    }
 }
 
 /// `[store]`: where the daemon's state is kept. Unset: an embedded SQLite file in the state

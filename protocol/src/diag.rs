@@ -56,6 +56,9 @@ pub enum Code {
     /// failing), and the operator's `audit_on_failure` refuses such calls rather than run them
     /// unrecorded.
     AuditUnavailable,
+    /// The policy (`[policy]`) does not permit this principal this call. The reply says no
+    /// more; the audit record names the policies that decided.
+    Forbidden,
 }
 
 impl Code {
@@ -88,10 +91,11 @@ impl Code {
             Code::UpstreamError => "UPSTREAM_ERROR",
             Code::ToolWithheld => "TOOL_WITHHELD",
             Code::AuditUnavailable => "AUDIT_UNAVAILABLE",
+            Code::Forbidden => "FORBIDDEN",
         }
     }
 
-    pub const ALL: [Code; 27] = [
+    pub const ALL: [Code; 28] = [
         Code::SpecParse,
         Code::SpecInvariant,
         Code::ResolverReject,
@@ -119,6 +123,7 @@ impl Code {
         Code::UpstreamError,
         Code::ToolWithheld,
         Code::AuditUnavailable,
+        Code::Forbidden,
     ];
 
     /// The code for its stable spelling.

@@ -54,6 +54,10 @@ pub struct AuditRecord {
     /// For a wrapped upstream tool: the upstream, the tool's name there, and its scores.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<UpstreamAudit>,
+    /// For a call the policy refused (FORBIDDEN): the policies that decided (a forbid's id,
+    /// or none when nothing permitted it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Vec<String>>,
 }
 
 impl AuditRecord {
@@ -88,6 +92,7 @@ impl AuditRecord {
             approval: None,
             metrics: None,
             upstream: None,
+            policy: None,
         }
     }
 }
@@ -651,6 +656,7 @@ pub fn outside_record(
         approval: None,
         metrics: None,
         upstream: None,
+        policy: None,
     }
 }
 
@@ -804,6 +810,7 @@ mod tests {
             approval: None,
             metrics: None,
             upstream: None,
+            policy: None,
         }
     }
 

@@ -128,6 +128,36 @@ pub enum TokenCmd {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum PolicyCmd {
+    /// Validate the config's policy (the default one and [policy] files, against the schema)
+    /// and list every principal x tool decision for the served catalog, and every principal's
+    /// admin, read_audit and approve. Exit 1 when the policy does not validate.
+    Check {
+        /// Spec files or directories (default: the bundled catalog).
+        paths: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+    /// The decision for one principal (`uid:N` or an HTTP principal's name) and one tool,
+    /// and the policies that made it.
+    Explain {
+        principal: String,
+        /// The tool (for list and call).
+        tool: Option<String>,
+        /// list, call, approve, admin or read_audit.
+        #[arg(long, default_value = "call")]
+        action: String,
+        /// A spec file or directory to take the tool from (default: the bundled catalog).
+        #[arg(long, value_name = "PATH")]
+        catalog: Vec<PathBuf>,
+        #[command(flatten)]
+        config: ConfigArg,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum ToolsCmd {
     /// Every tool, served and withheld (with why).
     List {
@@ -390,6 +420,9 @@ pub enum Command {
     /// Bearer tokens for MCP over HTTP.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// Who may call what: check the config's Cedar policy, or explain one decision.
+    #[command(subcommand)]
+    Policy(PolicyCmd),
     /// The state store: export it to JSON, or import such a document.
     #[command(subcommand)]
     Store(StoreCmd),

@@ -25,6 +25,7 @@ pub mod managed;
 pub mod mcp;
 pub mod metrics;
 pub mod paths;
+pub mod policy;
 pub mod rate;
 pub mod refs;
 pub mod scratch;

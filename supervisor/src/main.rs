@@ -16,7 +16,9 @@ mod cli_store;
 pub(crate) const EXIT_INVALID: u8 = 1;
 pub(crate) const EXIT_USAGE: u8 = 2;
 
-use cli::{Cli, Command, DaemonArgs, ServeArgs, StoreCmd, TokenCmd, ToolsCmd, UpstreamCmd};
+use cli::{
+    Cli, Command, DaemonArgs, PolicyCmd, ServeArgs, StoreCmd, TokenCmd, ToolsCmd, UpstreamCmd,
+};
 
 /// The daemon's options from its flags and config.
 fn daemon_options(
@@ -390,6 +392,67 @@ fn token_add(name: &str, file: Option<PathBuf>, config: Option<PathBuf>) -> Exit
     })
 }
 
+/// The catalog a command reads: the paths given, else the bundled one.
+fn sources_of(paths: Vec<PathBuf>) -> Vec<stsd::service::Source> {
+    if paths.is_empty() {
+        vec![stsd::service::Source::Bundled]
+    } else {
+        paths.into_iter().map(stsd::service::Source::Path).collect()
+    }
+}
+
+/// `stsd policy check|explain`.
+fn policy_command(what: PolicyCmd) -> ExitCode {
+    use stsd::policy::{report, Action};
+    let refused = |errors: Vec<String>| {
+        for e in errors {
+            eprintln!("stsd: policy: {e}");
+        }
+        ExitCode::from(EXIT_INVALID)
+    };
+    match what {
+        PolicyCmd::Check {
+            paths,
+            json,
+            config,
+        } => with_config(config.config, |c| {
+            match report::check(c, &sources_of(paths)) {
+                Ok(v) if json => {
+                    println!("{v}");
+                    ExitCode::SUCCESS
+                }
+                Ok(v) => {
+                    print!("{}", report::check_text(&v));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => refused(e),
+            }
+        }),
+        PolicyCmd::Explain {
+            principal,
+            tool,
+            action,
+            catalog,
+            config,
+        } => {
+            let Some(action) = Action::parse(&action) else {
+                eprintln!("stsd: --action is one of list, call, approve, admin, read_audit");
+                return ExitCode::from(EXIT_USAGE);
+            };
+            with_config(config.config, |c| {
+                match report::explain(c, &sources_of(catalog), &principal, action, tool.as_deref())
+                {
+                    Ok(text) => {
+                        print!("{text}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => refused(e),
+                }
+            })
+        }
+    }
+}
+
 /// Ends a command that says what it did, or why it could not.
 fn report(r: Result<(), String>) -> ExitCode {
     match r {
@@ -573,6 +636,7 @@ fn main() -> ExitCode {
         Command::Approve { id, reason, socket } => decide(&socket.path(), id, true, &reason),
         Command::Deny { id, reason, socket } => decide(&socket.path(), id, false, &reason),
         Command::Token(what) => token_command(what),
+        Command::Policy(what) => policy_command(what),
         Command::Store(what) => store_command(what),
         Command::Worker | Command::Zygote | Command::UpstreamExec { .. } => {
             ExitCode::from(EXIT_USAGE)

@@ -114,13 +114,40 @@ fn to_tool(t: &PublishedTool) -> Tool {
 
 /// Every tool served now: stsd's own, then the wrapped upstream tools (per the exposure).
 pub fn served_tools(service: &Service) -> Vec<Tool> {
+    listed(service, |_| true)
+}
+
+/// The tools `caller` may see (`tools/list`): those the policy lets it `list`.
+pub fn served_tools_for(service: &Service, caller: &Caller) -> Vec<Tool> {
+    use crate::policy::{Action, Who};
+    let policy = service.policy();
+    let who = Who::of_caller(caller);
+    listed(service, |a| {
+        policy.decide(&who, Action::List, Some(a)).allowed
+    })
+}
+
+fn listed(service: &Service, may: impl Fn(&crate::policy::ToolAttrs) -> bool) -> Vec<Tool> {
+    use crate::policy::ToolAttrs;
     let mut out: Vec<Tool> =
         if service.config().gateway.exposure == stsd_profiles::upstream::Exposure::Upstream {
             Vec::new()
         } else {
-            service.published().tools.iter().map(to_tool).collect()
+            service
+                .published()
+                .tools
+                .iter()
+                .filter(|t| may(&ToolAttrs::own(t)))
+                .map(to_tool)
+                .collect()
         };
-    out.extend(service.wrapped().iter().map(wrapped_tool));
+    out.extend(
+        service
+            .wrapped()
+            .iter()
+            .filter(|t| may(&ToolAttrs::wrapped(t)))
+            .map(wrapped_tool),
+    );
     out
 }
 
@@ -394,9 +421,13 @@ impl ServerHandler for Handler {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(served_tools(&self.service)))
+        let caller = self.caller(&ctx)?;
+        Ok(ListToolsResult::with_all_items(served_tools_for(
+            &self.service,
+            &caller,
+        )))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

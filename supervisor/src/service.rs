@@ -47,6 +47,8 @@ pub struct Service {
     gateway: RwLock<Option<Arc<crate::gateway::Gateway>>>,
     /// The fingerprint ledger (state directory), shared with the gateway.
     ledger: Option<Arc<crate::gateway::Ledger>>,
+    /// Who may do what (`[policy]`); a reload swaps it whole.
+    policy: RwLock<Arc<crate::policy::Policy>>,
 }
 
 /// What a config reload did.
@@ -121,6 +123,8 @@ impl Service {
         all_toolsets.extend(toolsets.iter().cloned());
         let published = publish_with_toolsets(&sources, &config, &all_toolsets)
             .map_err(|errors| format!("toolsets:\n  {}", errors.join("\n  ")))?;
+        let policy = crate::policy::Policy::from_config(&config)
+            .map_err(|errors| format!("policy:\n  {}", errors.join("\n  ")))?;
         // The ledger is kept in the state store, beside the managed catalog; without one,
         // in its file.
         let store = crate::catalog::managed(&sources).map(|m| m.store());
@@ -131,6 +135,7 @@ impl Service {
         .map(Arc::new)?;
         let pool = Pool::start(opts.clone(), pool_size);
         let service = Arc::new(Service {
+            policy: RwLock::new(Arc::new(policy)),
             ledger: Some(ledger),
             gate: Gate::new(config.approval.clone()),
             opts: RwLock::new(opts),
@@ -168,6 +173,21 @@ impl Service {
         Ok(service)
     }
 
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<crate::policy::Policy> {
+        self.policy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// May `who` do `action` to the daemon (the admin channel)?
+    pub fn permits(&self, who: &crate::call::Subject, action: crate::policy::Action) -> bool {
+        self.policy()
+            .decide(&crate::policy::Who::of_subject(who), action, None)
+            .allowed
+    }
+
     pub fn published(&self) -> Arc<Published> {
         self.published
             .read()
@@ -203,6 +223,7 @@ impl Service {
             &new,
             &self.toolsets_for(&new),
         )?);
+        let policy = Arc::new(crate::policy::Policy::from_config(&new)?);
         if let Some(log) = &self.audit {
             // The configured path (as at start): the same file after a logrotate rename, or
             // a new one when the config names another.
@@ -216,6 +237,7 @@ impl Service {
         }
         let restart_needed = fixed_at_start(&old, &new);
         self.gate.set_config(new.approval.clone());
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
         *self.opts.write().unwrap_or_else(|e| e.into_inner()) = opts;
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(new);
         let tools_changed = self.swap_published(fresh);
@@ -512,6 +534,7 @@ impl Service {
             metrics: Some(&self.metrics),
             cut: Some(&self.cut),
             ran: None,
+            policy: Some(self.policy()),
         };
         Ok(crate::call::run(&mut door, target, args).await)
     }

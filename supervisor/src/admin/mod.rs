@@ -19,50 +19,7 @@
 
 pub mod client;
 
-/// The group whose members are admins when `[daemon] admin_uids` is not set (the .deb makes
-/// it).
-pub const ADMIN_GROUP: &str = "stsd-admin";
-
-/// Who may use the admin channel on the socket. Root only by default, plus members of
-/// [`ADMIN_GROUP`] when it exists; never the daemon's own uid unless listed. A per-user
-/// daemon runs as the same uid as the agent host that calls its tools: were that uid an
-/// admin, the agent could publish a copy of a gated tool without its gate.
-#[derive(Debug, Clone)]
-pub enum AdminSet {
-    /// `[daemon] admin_uids` as written: exactly these uids.
-    Listed(Vec<u32>),
-    /// Not set: root and the admin group's members (looked up at each check, so a change of
-    /// the group applies without a restart).
-    Default,
-}
-
-impl AdminSet {
-    pub fn from_config(admin_uids: &[u32]) -> AdminSet {
-        match admin_uids.is_empty() {
-            true => AdminSet::Default,
-            false => AdminSet::Listed(admin_uids.to_vec()),
-        }
-    }
-
-    pub fn contains(&self, uid: u32) -> bool {
-        match self {
-            AdminSet::Listed(l) => l.contains(&uid),
-            AdminSet::Default => uid == 0 || in_admin_group(uid),
-        }
-    }
-}
-
-/// Whether `uid` is a member of [`ADMIN_GROUP`] (as its primary group or listed in it).
-fn in_admin_group(uid: u32) -> bool {
-    use nix::unistd::{Group, Uid, User};
-    let Ok(Some(group)) = Group::from_name(ADMIN_GROUP) else {
-        return false;
-    };
-    let Ok(Some(user)) = User::from_uid(Uid::from_raw(uid)) else {
-        return false;
-    };
-    user.gid == group.gid || group.mem.contains(&user.name)
-}
+pub use crate::policy::{AdminSet, ADMIN_GROUP};
 
 /// A warning for the banner when the uid this daemon runs as is an admin: whatever runs as
 /// that uid (the agent host, for a per-user daemon) can then change the tools it calls.
@@ -88,7 +45,6 @@ pub use codes::{GATE_FAILED, NOT_ALLOWED, NO_SUCH};
 
 pub struct Admin {
     service: Arc<Service>,
-    admin_uids: AdminSet,
     started: std::time::Instant,
     /// The managed catalog and the list-changed signal, when the daemon has them.
     managed: Option<(
@@ -113,28 +69,21 @@ impl Admin {
             tokio::sync::broadcast::Sender<()>,
         )>,
     ) -> Arc<Admin> {
-        let configured = service.config().daemon.admin_uids.clone();
         Arc::new(Admin {
             service,
-            admin_uids: AdminSet::from_config(&configured),
             started: std::time::Instant::now(),
             managed,
         })
     }
 
+    /// The policy's `admin` (by default: `[daemon] admin_uids`, `[http] admin_principals`).
     fn is_admin(&self, who: &Subject) -> bool {
-        match who {
-            Subject::Uid(uid) => self.admin_uids.contains(*uid),
-            Subject::Principal { admin, .. } => *admin,
-        }
+        self.service.permits(who, crate::policy::Action::Admin)
     }
 
+    /// The policy's `read_audit` (by default: the admins and the operators).
     fn may_read(&self, who: &Subject) -> bool {
-        self.is_admin(who)
-            || match who {
-                Subject::Uid(uid) => self.service.gate.config().operator_uids.contains(uid),
-                Subject::Principal { approver, .. } => *approver,
-            }
+        self.service.permits(who, crate::policy::Action::ReadAudit)
     }
 
     fn tool_entry(t: &crate::service::PublishedTool) -> Value {
@@ -281,17 +230,19 @@ impl Admin {
                 } else {
                     reason
                 };
+                if !self.service.permits(who, crate::policy::Action::Approve) {
+                    return Err((
+                        NOT_ALLOWED,
+                        format!(
+                            "{who} may not answer approvals (the policy's approve: by default \
+                             [approval] operator_uids or [http] approver_principals)"
+                        ),
+                    ));
+                }
                 self.service
                     .gate
                     .answer(id, approve, reason, who)
-                    .map_err(|e| {
-                        let code = if e.contains("may not answer") {
-                            NOT_ALLOWED
-                        } else {
-                            NO_SUCH
-                        };
-                        (code, e)
-                    })?;
+                    .map_err(|e| (NO_SUCH, e))?;
                 Ok(json!({"id": id, "approved": approve}))
             }
             m if m.starts_with("stsd/upstream/") || m.starts_with("stsd/ledger/") => {

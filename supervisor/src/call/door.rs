@@ -79,6 +79,9 @@ pub struct Door<'a> {
     /// Filled by an own tool's run: its worker's timings and whether console lines were
     /// dropped over the caps (for `stsd run --timings`).
     pub ran: Option<(crate::exec::CallTimings, bool)>,
+    /// Who may call what: the serving doors' policy. None for `stsd run` and `stsd test`,
+    /// which run the file they are named for the local user who names it.
+    pub policy: Option<std::sync::Arc<crate::policy::Policy>>,
 }
 
 impl<'a> Door<'a> {
@@ -116,6 +119,7 @@ impl<'a> Door<'a> {
             metrics: None,
             cut: None,
             ran: None,
+            policy: None,
         }
     }
 }

@@ -2,8 +2,8 @@
 //! through `Service::call`; `stsd run`; `stsd test` and the publish gate's Local Pass) runs
 //! it through [`run`], and only the [`Door`] differs:
 //!
-//! arrive (the audit record opens) -> rate -> check -> approve -> place -> admit -> execute
-//! -> mask -> audit (exactly one record) -> the reply.
+//! arrive (the audit record opens) -> authorise (the policy) -> rate -> check -> approve ->
+//! place -> admit -> execute -> mask -> audit (exactly one record) -> the reply.
 //!
 //! `vocab` is the call's vocabulary (caller, subject, reply, masking), a leaf that lower
 //! layers import without importing the service; `target` holds what differs between an own
@@ -40,6 +40,10 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
     // Arrive: the record opens, its params masked with the secrets known so far.
     let (mut record, mut secrets) = target.arrive(door.call_id, &door.caller, &args, env);
     record.ts = started;
+    // Authorise: a call the policy forbids goes no further, before approval is ever asked.
+    if let Some(reply) = authorise(door, &target, &mut record) {
+        return finish(door, record, &secrets, t0, reply);
+    }
     // Rate: a principal past its calls a second goes no further.
     if let Some(rate) = door.rate {
         let who = door.caller.principal_key();
@@ -92,6 +96,26 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
     // Execute.
     let reply = target.execute(checked, door, &mut record, &secrets).await;
     finish(door, record, &secrets, t0, reply)
+}
+
+/// The policy's answer for this call; None to go on. The caller learns only that it is not
+/// permitted; the audit record names the policies that decided.
+fn authorise(door: &Door<'_>, target: &Target<'_>, record: &mut AuditRecord) -> Option<ToolReply> {
+    let policy = door.policy.as_ref()?;
+    let attrs = target.policy_attrs()?;
+    let who = crate::policy::Who::of_caller(&door.caller);
+    let d = policy.decide(&who, crate::policy::Action::Call, Some(&attrs));
+    if d.allowed {
+        return None;
+    }
+    if !d.errors.is_empty() {
+        tracing::warn!(principal = %who.id, tool = %attrs.name, errors = %d.errors.join("; "), "a policy failed to evaluate: the call is refused");
+    }
+    record.policy = Some(d.policies);
+    Some(ToolReply::error(
+        Code::Forbidden,
+        &format!("{} may not call {}", who.id, attrs.name),
+    ))
 }
 
 /// [`run`] from synchronous code: a blocking-pool thread of a runtime (the publish gate)

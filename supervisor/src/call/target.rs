@@ -67,6 +67,15 @@ impl Target<'_> {
         }
     }
 
+    /// The tool as policies see it; None for a withheld one (refused at the check anyway).
+    pub fn policy_attrs(&self) -> Option<crate::policy::ToolAttrs> {
+        match self {
+            Target::Own(t) => Some(crate::policy::ToolAttrs::own(t)),
+            Target::Wrapped { tool, .. } => Some(crate::policy::ToolAttrs::wrapped(tool)),
+            Target::Withheld { .. } => None,
+        }
+    }
+
     pub fn name(&self) -> &str {
         match self {
             Target::Own(t) => &t.spec.name,

@@ -1,0 +1,122 @@
+//! Who is in which group, for the policy: the synthetic `stsd:admins` and `stsd:operators`
+//! (from the four lists of the config, so configs written before the policy engine keep
+//! their meaning), the operator's `[policy.groups]`, and a uid's Unix groups (`unix:NAME`).
+
+use std::collections::BTreeMap;
+use stsd_profiles::Config;
+
+/// The group whose members are admins when `[daemon] admin_uids` is not set (the .deb makes
+/// it).
+pub const ADMIN_GROUP: &str = "stsd-admin";
+
+/// Who may use the admin channel on the socket. Root only by default, plus members of
+/// [`ADMIN_GROUP`] when it exists; never the daemon's own uid unless listed. A per-user
+/// daemon runs as the same uid as the agent host that calls its tools: were that uid an
+/// admin, the agent could publish a copy of a gated tool without its gate.
+#[derive(Debug, Clone)]
+pub enum AdminSet {
+    /// `[daemon] admin_uids` as written: exactly these uids.
+    Listed(Vec<u32>),
+    /// Not set: root and the admin group's members (looked up at each check, so a change of
+    /// the group applies without a restart).
+    Default,
+}
+
+impl AdminSet {
+    pub fn from_config(admin_uids: &[u32]) -> AdminSet {
+        match admin_uids.is_empty() {
+            true => AdminSet::Default,
+            false => AdminSet::Listed(admin_uids.to_vec()),
+        }
+    }
+
+    pub fn contains(&self, uid: u32) -> bool {
+        match self {
+            AdminSet::Listed(l) => l.contains(&uid),
+            AdminSet::Default => uid == 0 || in_admin_group(uid),
+        }
+    }
+}
+
+/// Whether `uid` is a member of [`ADMIN_GROUP`] (as its primary group or listed in it).
+fn in_admin_group(uid: u32) -> bool {
+    use nix::unistd::{Group, Uid, User};
+    let Ok(Some(group)) = Group::from_name(ADMIN_GROUP) else {
+        return false;
+    };
+    let Ok(Some(user)) = User::from_uid(Uid::from_raw(uid)) else {
+        return false;
+    };
+    user.gid == group.gid || group.mem.contains(&user.name)
+}
+
+/// The group of the configured admins.
+pub const ADMINS: &str = "stsd:admins";
+/// The group of the configured approvers.
+pub const OPERATORS: &str = "stsd:operators";
+
+/// The config's lists, as groups.
+#[derive(Debug, Clone)]
+pub struct Groups {
+    admin_uids: AdminSet,
+    admin_principals: Vec<String>,
+    operator_uids: Vec<u32>,
+    approver_principals: Vec<String>,
+    named: BTreeMap<String, Vec<String>>,
+}
+
+impl Groups {
+    pub fn of_config(c: &Config) -> Groups {
+        Groups {
+            admin_uids: AdminSet::from_config(&c.daemon.admin_uids),
+            admin_principals: c.http.admin_principals.clone(),
+            operator_uids: c.approval.operator_uids.clone(),
+            approver_principals: c.http.approver_principals.clone(),
+            named: c.policy.groups.clone(),
+        }
+    }
+
+    /// Every group `who` is in.
+    pub fn of(&self, who: &super::Who) -> Vec<String> {
+        let mut out = Vec::new();
+        let (uid, http) = match who.uid {
+            Some(u) => (Some(u), None),
+            None => (None, Some(who.id.as_str())),
+        };
+        let admin = uid.is_some_and(|u| self.admin_uids.contains(u))
+            || http.is_some_and(|n| self.admin_principals.iter().any(|p| p == n));
+        if admin {
+            out.push(ADMINS.to_string());
+        }
+        let operator = uid.is_some_and(|u| self.operator_uids.contains(&u))
+            || http.is_some_and(|n| self.approver_principals.iter().any(|p| p == n));
+        if operator {
+            out.push(OPERATORS.to_string());
+        }
+        for (group, members) in &self.named {
+            if members.contains(&who.id) {
+                out.push(group.clone());
+            }
+        }
+        if let Some(u) = uid {
+            out.extend(unix_groups(u).into_iter().map(|g| format!("unix:{g}")));
+        }
+        out
+    }
+}
+
+/// The Unix groups of `uid` (its primary group and those listing it), by name.
+fn unix_groups(uid: u32) -> Vec<String> {
+    use nix::unistd::{getgrouplist, Group, Uid, User};
+    let Ok(Some(user)) = User::from_uid(Uid::from_raw(uid)) else {
+        return Vec::new();
+    };
+    let Ok(name) = std::ffi::CString::new(user.name.clone()) else {
+        return Vec::new();
+    };
+    getgrouplist(&name, user.gid)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|g| Group::from_gid(g).ok().flatten().map(|g| g.name))
+        .collect()
+}

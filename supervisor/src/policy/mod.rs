@@ -1,0 +1,166 @@
+//! Who may do what, decided by Cedar (`cedar-policy`, the engine ToolHive chose: policies as
+//! data, validated against a schema, with the policies behind each decision named).
+//!
+//! [`Policy::from_config`] is the one entry point: the default policy made from the config's
+//! four lists (`default.rs`), then `[policy] files`, every policy validated against
+//! `schema.cedarschema`. [`Policy::decide`] answers one question: may this principal
+//! ([`Who`]) do this ([`Action`]) to this tool ([`ToolAttrs`]) or to the daemon. The call
+//! pipeline asks `call` before anything else of a call; `tools/list` shows a caller only what
+//! it may `list`; the admin channel asks `admin`, `read_audit` and `approve`.
+
+mod default;
+mod entities;
+pub mod groups;
+mod load;
+pub mod report;
+
+pub use entities::{ToolAttrs, Who};
+pub use groups::{AdminSet, ADMIN_GROUP};
+
+use cedar_policy::{Authorizer, Context, Decision as CedarDecision, PolicySet, Request, Schema};
+use stsd_profiles::Config;
+
+/// What a principal asks to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    List,
+    Call,
+    Approve,
+    Admin,
+    ReadAudit,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::List => "list",
+            Action::Call => "call",
+            Action::Approve => "approve",
+            Action::Admin => "admin",
+            Action::ReadAudit => "read_audit",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Action> {
+        [
+            Action::List,
+            Action::Call,
+            Action::Approve,
+            Action::Admin,
+            Action::ReadAudit,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == s)
+    }
+
+    /// Whether it is about a tool (else about the daemon).
+    pub fn on_tool(self) -> bool {
+        matches!(self, Action::List | Action::Call)
+    }
+}
+
+/// A decision, with the policies that made it (a permit's, or the forbid that overrode it;
+/// none when nothing permitted) and any policy that failed to evaluate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    pub policies: Vec<String>,
+    pub errors: Vec<String>,
+}
+
+/// The policy in force (swapped whole on a reload).
+pub struct Policy {
+    set: PolicySet,
+    schema: Schema,
+    authorizer: Authorizer,
+    groups: groups::Groups,
+    /// Where each policy came from, by id: "the default policy" or a file.
+    origin: std::collections::BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("policies", &self.origin.len())
+            .finish()
+    }
+}
+
+/// The schema policies are validated against.
+pub const SCHEMA: &str = include_str!("schema.cedarschema");
+
+impl Policy {
+    /// The config's policy: the default one (unless `[policy] defaults = false`) and the
+    /// files, each parsed and validated; every problem is returned, with its file and line.
+    pub fn from_config(config: &Config) -> Result<Policy, Vec<String>> {
+        let (schema, _) = Schema::from_cedarschema_str(SCHEMA)
+            .map_err(|e| vec![format!("the policy schema: {e}")])?;
+        let (set, origin) = load::load(config, &schema)?;
+        Ok(Policy {
+            set,
+            schema,
+            authorizer: Authorizer::new(),
+            groups: groups::Groups::of_config(config),
+            origin,
+        })
+    }
+
+    /// May `who` do `action` (to `tool`, for `list` and `call`)?
+    pub fn decide(&self, who: &Who, action: Action, tool: Option<&ToolAttrs>) -> Decision {
+        let refused = |why: String| Decision {
+            allowed: false,
+            policies: Vec::new(),
+            errors: vec![why],
+        };
+        let groups = self.groups.of(who);
+        let (entities, principal, resource) =
+            match entities::build(who, &groups, action, tool, &self.schema) {
+                Ok(x) => x,
+                Err(e) => return refused(e),
+            };
+        let action_uid = match entities::action_uid(action) {
+            Ok(a) => a,
+            Err(e) => return refused(e),
+        };
+        let request = match Request::new(
+            principal,
+            action_uid,
+            resource,
+            Context::empty(),
+            Some(&self.schema),
+        ) {
+            Ok(r) => r,
+            Err(e) => return refused(format!("the request: {e}")),
+        };
+        let r = self
+            .authorizer
+            .is_authorized(&request, &self.set, &entities);
+        Decision {
+            allowed: r.decision() == CedarDecision::Allow,
+            policies: r.diagnostics().reason().map(|p| p.to_string()).collect(),
+            errors: r.diagnostics().errors().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    /// Where policy `id` came from.
+    pub fn origin(&self, id: &str) -> Option<&str> {
+        self.origin.get(id).map(String::as_str)
+    }
+
+    /// How many policies are in force.
+    pub fn len(&self) -> usize {
+        self.origin.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.origin.is_empty()
+    }
+
+    /// The groups `who` is in (for `stsd policy explain`).
+    pub fn groups_of(&self, who: &Who) -> Vec<String> {
+        self.groups.of(who)
+    }
+}
+
+#[cfg(test)]
+mod tests;
