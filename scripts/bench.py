@@ -317,9 +317,22 @@ def main():
         print(f"{name:<32} {ms(r['trivial']):12.3f} {ms(r['floor']):9.3f} {gap:7.3f} {cpu:13.0f} {pss:13.2f} {rss:8.1f}")
         if zygote:
             print(f"{'  (the zygote itself)':<32} {'':>12} {'':>9} {'':>7} {'':>13} {zygote[1]/1024:13.2f} {zygote[0]/1024:8.1f}")
+    run_policy_cost()
     if os.environ.get("ONLY") != "stsd":
         run_breakdown()
         run_machine_costs()
+
+
+def run_policy_cost():
+    """Issue 34: the policy decision on the call path, with 100 policies in force."""
+    out = subprocess.run([STSD, "policy", "bench", "--policies", "100", "--rounds", "20000"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"\npolicy decision: failed: {out.stderr[-300:]}", file=sys.stderr)
+        return
+    r = json.loads(out.stdout)
+    print(f"\npolicy decision per call ({r['policies']} policies, Cedar): p50 {r['p50Us']:.1f} us, "
+          f"p99 {r['p99Us']:.1f} us (goal: p50 under 20 us)")
 
 
 def run_machine_costs():

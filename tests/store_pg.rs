@@ -597,6 +597,7 @@ fn an_operator_decision_on_any_replica_reaches_the_call_waiting_on_another() {
         .as_u64()
         .unwrap_or_else(|| panic!("{p}"))
         .to_string();
+    let t0 = Instant::now();
     let out = c.cli(&["approve", &ticket]);
     assert!(
         out.status.success(),
@@ -604,6 +605,10 @@ fn an_operator_decision_on_any_replica_reaches_the_call_waiting_on_another() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(text(&caller.response()), "ran one");
+    eprintln!(
+        "stsd approve on C to the call's reply from B: {:?}",
+        t0.elapsed()
+    );
     // Answered: the same ticket again is refused, on any replica.
     assert!(!a.cli(&["approve", &ticket]).status.success());
 
@@ -892,4 +897,20 @@ fn a_token_added_to_the_shared_store_is_accepted_by_every_replica_and_removed_fr
         doc.contains("\"bob\"") && !doc.contains(&bob) && !doc.contains(&bob[5..]),
         "{doc}"
     );
+}
+
+/// The store's conformance suite (`supervisor/src/state/suite.rs`, which the unit tests run
+/// on SQLite) on a fresh PostgreSQL: both backends pass the same checks.
+#[test]
+fn the_conformance_suite_passes_on_postgresql() {
+    if !is_root() {
+        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+        return;
+    }
+    let pg = Cluster::start();
+    let mut config = stsd_profiles::Config::default();
+    config.store.url = Some(pg.url());
+    config.store.password_file = Some(pg.secrets.join("pg-password"));
+    let store = stsd::state::Store::of_config(&config).unwrap_or_else(|e| panic!("{e}"));
+    stsd::state::suite::run(&store);
 }

@@ -155,6 +155,14 @@ pub enum PolicyCmd {
         #[command(flatten)]
         config: ConfigArg,
     },
+    /// Internal (scripts/bench): the cost of one decision with N policies in force.
+    #[command(hide = true)]
+    Bench {
+        #[arg(long, default_value_t = 100)]
+        policies: usize,
+        #[arg(long, default_value_t = 20000)]
+        rounds: usize,
+    },
 }
 
 #[derive(Subcommand, Debug)]

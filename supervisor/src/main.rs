@@ -428,6 +428,16 @@ fn policy_command(what: PolicyCmd) -> ExitCode {
                 Err(e) => refused(e),
             }
         }),
+        PolicyCmd::Bench { policies, rounds } => match report::bench(policies, rounds) {
+            Ok((p50, p99)) => {
+                println!(
+                    "{}",
+                    serde_json::json!({"policies": policies, "p50Us": p50, "p99Us": p99})
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => refused(vec![e]),
+        },
         PolicyCmd::Explain {
             principal,
             tool,

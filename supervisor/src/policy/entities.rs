@@ -1,12 +1,50 @@
 //! The entities of one decision: the principal with its groups, and the tool (its attributes
 //! as the schema has them) or the daemon.
 
-use super::Action;
 use cedar_policy::{
     Entities, Entity, EntityId, EntityTypeName, EntityUid, RestrictedExpression, Schema,
 };
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
+
+/// What a principal asks to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    List,
+    Call,
+    Approve,
+    Admin,
+    ReadAudit,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::List => "list",
+            Action::Call => "call",
+            Action::Approve => "approve",
+            Action::Admin => "admin",
+            Action::ReadAudit => "read_audit",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Action> {
+        [
+            Action::List,
+            Action::Call,
+            Action::Approve,
+            Action::Admin,
+            Action::ReadAudit,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == s)
+    }
+
+    /// Whether it is about a tool (else about the daemon).
+    pub fn on_tool(self) -> bool {
+        matches!(self, Action::List | Action::Call)
+    }
+}
 
 /// Who asks: `uid:N` on the socket, an HTTP principal by its name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +86,7 @@ impl Who {
 
     /// The caller of a call: its HTTP principal, else its peer uid; with neither (stdio, a
     /// process that is not a socket peer) the daemon's own uid, as the process that runs.
-    pub fn of_caller(c: &crate::call::Caller) -> Who {
+    pub fn of_caller(c: &crate::call::vocab::Caller) -> Who {
         match (&c.principal, c.peer_uid) {
             (Some(p), _) => Who::http(p, c.transport),
             (None, Some(u)) => Who::uid(u, c.transport),
@@ -57,10 +95,10 @@ impl Who {
     }
 
     /// Who makes an admin request.
-    pub fn of_subject(s: &crate::call::Subject) -> Who {
+    pub fn of_subject(s: &crate::call::vocab::Subject) -> Who {
         match s {
-            crate::call::Subject::Uid(u) => Who::uid(*u, "unix"),
-            crate::call::Subject::Principal { name, .. } => Who::http(name, "http"),
+            crate::call::vocab::Subject::Uid(u) => Who::uid(*u, "unix"),
+            crate::call::vocab::Subject::Principal { name, .. } => Who::http(name, "http"),
         }
     }
 }

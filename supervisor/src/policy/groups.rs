@@ -77,7 +77,7 @@ impl Groups {
     }
 
     /// Every group `who` is in.
-    pub fn of(&self, who: &super::Who) -> Vec<String> {
+    pub fn of(&self, who: &super::entities::Who) -> Vec<String> {
         let mut out = Vec::new();
         let (uid, http) = match who.uid {
             Some(u) => (Some(u), None),

@@ -14,50 +14,11 @@ pub mod groups;
 mod load;
 pub mod report;
 
-pub use entities::{ToolAttrs, Who};
+pub use entities::{Action, ToolAttrs, Who};
 pub use groups::{AdminSet, ADMIN_GROUP};
 
 use cedar_policy::{Authorizer, Context, Decision as CedarDecision, PolicySet, Request, Schema};
 use stsd_profiles::Config;
-
-/// What a principal asks to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    List,
-    Call,
-    Approve,
-    Admin,
-    ReadAudit,
-}
-
-impl Action {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::List => "list",
-            Action::Call => "call",
-            Action::Approve => "approve",
-            Action::Admin => "admin",
-            Action::ReadAudit => "read_audit",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Action> {
-        [
-            Action::List,
-            Action::Call,
-            Action::Approve,
-            Action::Admin,
-            Action::ReadAudit,
-        ]
-        .into_iter()
-        .find(|a| a.as_str() == s)
-    }
-
-    /// Whether it is about a tool (else about the daemon).
-    pub fn on_tool(self) -> bool {
-        matches!(self, Action::List | Action::Call)
-    }
-}
 
 /// A decision, with the policies that made it (a permit's, or the forbid that overrode it;
 /// none when nothing permitted) and any policy that failed to evaluate.

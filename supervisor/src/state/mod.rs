@@ -15,6 +15,8 @@ pub mod import;
 mod postgres;
 pub mod rows;
 mod sqlite;
+#[cfg(any(test, feature = "attack"))]
+pub mod suite;
 
 pub use rows::{crash_point, LedgerRow, LedgerRows, OnChange, ToolRows, Waiting};
 

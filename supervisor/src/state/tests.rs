@@ -11,55 +11,11 @@ fn temp() -> (tempfile::TempDir, Store) {
     (d, s)
 }
 
+/// The conformance suite (`suite.rs`, which `tests/store_pg.rs` runs on PostgreSQL).
 #[test]
-fn install_keeps_the_history_and_rollback_restores_it() {
+fn the_conformance_suite_passes_on_sqlite() {
     let (_d, s) = temp();
-    s.install("t", b"v1", None).unwrap();
-    s.install("t", b"v2", None).unwrap();
-    s.install("t", b"v3", None).unwrap();
-    assert_eq!(s.tools().unwrap(), vec![("t".to_string(), b"v3".to_vec())]);
-    let h: Vec<Vec<u8>> = s
-        .history("t")
-        .unwrap()
-        .into_iter()
-        .map(|(_, d)| d)
-        .collect();
-    assert_eq!(h, vec![b"v1".to_vec(), b"v2".to_vec()]);
-    let back = s.rollback("t", |_| None).unwrap();
-    assert_eq!(back, b"v2");
-    assert_eq!(s.tools().unwrap(), vec![("t".to_string(), b"v2".to_vec())]);
-    assert_eq!(s.history("t").unwrap().len(), 1);
-    s.remove("t").unwrap();
-    assert!(s.tools().unwrap().is_empty());
-    assert!(!s.has_tool("t").unwrap());
-    // Removed goes to the history: rollback brings it back.
-    assert_eq!(s.rollback("t", |_| None).unwrap(), b"v2");
-    assert!(s.remove("nope").is_err());
-    assert!(s.rollback("nope", |_| None).is_err());
-}
-
-#[test]
-fn an_install_and_its_ledger_approval_commit_together() {
-    let (_d, s) = temp();
-    s.install(
-        "t",
-        b"v1",
-        Some(LedgerRow {
-            id: "stsd/t",
-            entry: "{\"a\":1}",
-        }),
-    )
-    .unwrap();
-    let (tools, _) = s.ledger().unwrap();
-    assert_eq!(tools, vec![("stsd/t".to_string(), "{\"a\":1}".to_string())]);
-    s.write_ledger(
-        &[("stsd/t".into(), None), ("u/x".into(), Some("{}".into()))],
-        &[("u".into(), 42)],
-    )
-    .unwrap();
-    let (tools, servers) = s.ledger().unwrap();
-    assert_eq!(tools, vec![("u/x".to_string(), "{}".to_string())]);
-    assert_eq!(servers, vec![("u".to_string(), 42)]);
+    suite::run(&s);
 }
 
 #[test]
@@ -76,15 +32,6 @@ fn a_failed_change_leaves_nothing_of_itself() {
     assert!(r.is_err());
     assert_eq!(s.tools().unwrap(), vec![("t".to_string(), b"v1".to_vec())]);
     assert!(s.history("t").unwrap().is_empty());
-}
-
-#[test]
-fn switches_disable_and_enable() {
-    let (_d, s) = temp();
-    s.set_enabled("a", false).unwrap();
-    s.set_enabled("b", false).unwrap();
-    s.set_enabled("a", true).unwrap();
-    assert_eq!(s.disabled().unwrap(), vec!["b".to_string()]);
 }
 
 #[test]
@@ -167,39 +114,6 @@ fn the_older_layout_is_imported_once_verified_and_kept() {
     // And the ledger reads back through the ledger's own type.
     let l = crate::gateway::Ledger::in_store(std::sync::Arc::new(s)).unwrap();
     assert_eq!(l.get("stsd/t").map(|e| e.approved), Some("ab".to_string()));
-}
-
-/// The operator queue's rows: a decision is taken once, reaches its holder's instance only,
-/// and the calls of an instance not seen within the timeout are taken out for their records.
-#[test]
-fn waiting_calls_are_decided_once_and_a_silent_instance_gives_its_calls_up() {
-    let (_d, s) = temp();
-    let t1 = s.waiting_put("b", 7, r#"{"tool":"x"}"#).unwrap();
-    let t2 = s.waiting_put("c", 8, r#"{"tool":"y"}"#).unwrap();
-    assert_eq!(s.waiting_list().unwrap().len(), 2);
-    assert!(s.waiting_decide(t1, r#"{"approved":true}"#).unwrap());
-    assert!(!s.waiting_decide(t1, r#"{"approved":false}"#).unwrap());
-    assert!(!s.waiting_decide(999, "{}").unwrap());
-    assert_eq!(
-        s.waiting_list().unwrap().len(),
-        1,
-        "a decided call is not listed"
-    );
-    assert_eq!(
-        s.waiting_decided("b").unwrap(),
-        vec![(t1, r#"{"approved":true}"#.to_string())]
-    );
-    assert!(s.waiting_decided("c").unwrap().is_empty());
-    // "c" says it is alive, then falls silent; "b" is seen later.
-    assert!(s.seen("c", 60_000).unwrap().is_empty());
-    std::thread::sleep(std::time::Duration::from_millis(30));
-    let gone = s.seen("b", 10).unwrap();
-    assert_eq!(gone.len(), 1, "{gone:?}");
-    assert_eq!(
-        (gone[0].instance.as_str(), gone[0].id, gone[0].ticket),
-        ("c", 8, t2)
-    );
-    assert!(s.seen("b", 10).unwrap().is_empty(), "taken once");
 }
 
 /// `[store] password` is a reference resolved from `[gateway] secrets_dir` (or the
