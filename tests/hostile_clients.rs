@@ -581,7 +581,7 @@ fn refused_calls_past_the_budget_are_summarised_in_the_audit() {
     }
 }
 
-/// Issue 31 item 6: a principal past `calls_per_second` is refused OVERLOADED with the wait,
+/// Issue 31 item 6: a principal past `calls_per_second` is refused RATE_LIMITED with the wait,
 /// whatever the tool, every refusal audited; another principal (another uid) is untouched,
 /// and the first gets calls through again once its bucket refills.
 #[test]
@@ -597,7 +597,7 @@ fn a_principal_past_its_call_rate_is_refused_and_others_are_not() {
     for _ in 0..n {
         let r = c.response();
         let t = text(&r);
-        if t.starts_with("OVERLOADED: rate limit") {
+        if t.starts_with("RATE_LIMITED: rate limit") {
             assert!(t.contains("retry in"), "{t}");
             limited += 1;
         } else {
@@ -639,7 +639,7 @@ fn a_principal_past_its_call_rate_is_refused_and_others_are_not() {
     let recs = d.audit_records();
     let refused = recs
         .iter()
-        .filter(|r| r["error"]["code"] == "OVERLOADED" && r["name"] == "measure")
+        .filter(|r| r["error"]["code"] == "RATE_LIMITED" && r["name"] == "measure")
         .count() as u64;
     assert_eq!(refused, limited);
 }

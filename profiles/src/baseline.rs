@@ -24,6 +24,40 @@ pub struct Config {
     pub cgroups: CgroupConfig,
     pub store: StoreConfig,
     pub policy: PolicyConfig,
+    /// `[[limits]]`: call rates, concurrent calls and CPU time, per principal, per tool, or
+    /// per principal and tool (see [`LimitRule`]).
+    pub limits: Vec<LimitRule>,
+}
+
+/// One `[[limits]]` rule. It applies to a call when `principal` and `tool` match; each
+/// principal has a budget of its own (`principal = "*"`: every principal, each its own), and
+/// `tool = "*"` counts all tools together (a tool's name: that tool alone). Past any limit of
+/// any rule that applies, a call is refused RATE_LIMITED with the time to wait. Counted in
+/// memory, per daemon. A limit of 0 is no limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitRule {
+    /// `uid:N`, an HTTP principal's name, or `*`.
+    #[serde(default = "any")]
+    pub principal: String,
+    /// A tool's name, or `*`.
+    #[serde(default = "any")]
+    pub tool: String,
+    #[serde(default)]
+    pub calls_per_second: u32,
+    /// Calls at once past the rate (default: one second's worth).
+    #[serde(default)]
+    pub burst: u32,
+    /// Calls running or waiting at once.
+    #[serde(default)]
+    pub concurrent: u32,
+    /// CPU time of the calls (their workers'), seconds in any hour.
+    #[serde(default)]
+    pub cpu_seconds_per_hour: u32,
+}
+
+fn any() -> String {
+    "*".into()
 }
 
 /// `[policy]`: who may call what, as Cedar policies (see the README's "Policy"). The default

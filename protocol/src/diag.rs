@@ -59,6 +59,9 @@ pub enum Code {
     /// The policy (`[policy]`) does not permit this principal this call. The reply says no
     /// more; the audit record names the policies that decided.
     Forbidden,
+    /// Past a call rate, a concurrency limit or a CPU quota (`[daemon] calls_per_second`,
+    /// `[[limits]]`); `_meta["stsd/retryAfterMs"]` says when to try again.
+    RateLimited,
 }
 
 impl Code {
@@ -92,10 +95,11 @@ impl Code {
             Code::ToolWithheld => "TOOL_WITHHELD",
             Code::AuditUnavailable => "AUDIT_UNAVAILABLE",
             Code::Forbidden => "FORBIDDEN",
+            Code::RateLimited => "RATE_LIMITED",
         }
     }
 
-    pub const ALL: [Code; 28] = [
+    pub const ALL: [Code; 29] = [
         Code::SpecParse,
         Code::SpecInvariant,
         Code::ResolverReject,
@@ -124,6 +128,7 @@ impl Code {
         Code::ToolWithheld,
         Code::AuditUnavailable,
         Code::Forbidden,
+        Code::RateLimited,
     ];
 
     /// The code for its stable spelling.

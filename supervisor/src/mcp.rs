@@ -530,6 +530,9 @@ impl ServerHandler for Handler {
                 if let Some(m) = reply.metrics {
                     meta.0.insert("stsd/metrics".into(), json!(m));
                 }
+                if let Some(ms) = reply.retry_after_ms {
+                    meta.0.insert("stsd/retryAfterMs".into(), json!(ms));
+                }
                 if keep_console {
                     meta.0
                         .insert("stsd/console".into(), Value::Array(console_lines));

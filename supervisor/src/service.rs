@@ -38,6 +38,8 @@ pub struct Service {
     admission: Admission,
     /// Calls a second per principal (`[daemon] calls_per_second`).
     rate: crate::rate::RateLimits,
+    /// `[[limits]]`.
+    quotas: crate::rate::Quotas,
     pub metrics: crate::metrics::Metrics,
     inflight: AtomicUsize,
     seq: AtomicU64,
@@ -67,11 +69,11 @@ fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
     let (o, n) = (&old.daemon, &new.daemon);
     let checks: [(&'static str, bool); 12] = [
         ("[daemon] socket_group", o.socket_group != n.socket_group),
+        ("[[limits]]", old.limits != new.limits),
         (
             "[daemon] runtime_threads",
             o.runtime_threads != n.runtime_threads,
         ),
-        ("[daemon] admin_uids", o.admin_uids != n.admin_uids),
         (
             "[daemon] max_connections",
             o.max_connections != n.max_connections,
@@ -154,6 +156,7 @@ impl Service {
                 config.daemon.calls_per_second,
                 config.daemon.call_burst,
             ),
+            quotas: crate::rate::Quotas::new(config.limits.clone()),
             metrics: Default::default(),
             inflight: AtomicUsize::new(0),
             seq: AtomicU64::new(1),
@@ -521,6 +524,7 @@ impl Service {
             cancel,
             console: Some(console),
             rate: Some(&self.rate),
+            quotas: Some(&self.quotas),
             admission: Some(&self.admission),
             executor: Executor::Pool {
                 pool: &self.pool,

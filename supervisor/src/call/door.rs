@@ -64,6 +64,8 @@ pub struct Door<'a> {
     pub console: Option<ConsoleSink>,
     /// The per-principal call rate, where the door has one (the daemon's).
     pub rate: Option<&'a crate::rate::RateLimits>,
+    /// `[[limits]]`: rates, concurrency and CPU quotas per principal and tool.
+    pub quotas: Option<&'a crate::rate::Quotas>,
     /// The fair queue for pool slots, where the door has one (the daemon's).
     pub admission: Option<&'a Admission>,
     pub executor: Executor<'a>,
@@ -110,6 +112,7 @@ impl<'a> Door<'a> {
             cancel: Arc::new(AtomicBool::new(false)),
             console: None,
             rate: None,
+            quotas: None,
             admission: None,
             executor: Executor::OneShot(opts),
             place,

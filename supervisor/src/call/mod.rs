@@ -2,7 +2,8 @@
 //! through `Service::call`; `stsd run`; `stsd test` and the publish gate's Local Pass) runs
 //! it through [`run`], and only the [`Door`] differs:
 //!
-//! arrive (the audit record opens) -> authorise (the policy) -> rate -> check -> approve ->
+//! arrive (the audit record opens) -> authorise (the policy) -> rate and limits -> check ->
+//! approve ->
 //! place -> admit -> execute -> mask -> audit (exactly one record) -> the reply.
 //!
 //! `vocab` is the call's vocabulary (caller, subject, reply, masking), a leaf that lower
@@ -48,10 +49,21 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
     if let Some(rate) = door.rate {
         let who = door.caller.principal_key();
         if let Err(wait) = rate.admit(&who) {
-            let reply = ToolReply::error(Code::Overloaded, &rate.message(&who, wait));
+            let reply = ToolReply::limited(&rate.message(&who, wait), wait);
             return finish(door, record, &secrets, t0, reply);
         }
     }
+    // Limits: `[[limits]]` rates, concurrent calls and CPU quotas, per principal and tool;
+    // held (concurrency) until the call ends.
+    let held = match door.quotas {
+        Some(q) => match q.admit(&door.caller.principal_key(), target.name()) {
+            Ok(h) => Some(h),
+            Err((wait, why)) => {
+                return finish(door, record, &secrets, t0, ToolReply::limited(&why, wait))
+            }
+        },
+        None => None,
+    };
     // Check: arguments against the schema before any worker or upstream is touched.
     let mut checked = match target.check(door.call_id, args, &config, env, door.timeout_ms) {
         Ok(c) => c,
@@ -95,6 +107,10 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
     }
     // Execute.
     let reply = target.execute(checked, door, &mut record, &secrets).await;
+    // The CPU the call cost counts against its quotas.
+    if let (Some(h), Some(m)) = (&held, &record.metrics) {
+        h.charge(m.cpu_us);
+    }
     finish(door, record, &secrets, t0, reply)
 }
 

@@ -47,6 +47,8 @@ pub struct ToolReply {
     pub stack: Option<String>,
     /// An INVALID_INPUT's JSON pointer into the arguments, for `stsd run --json`.
     pub pointer: Option<String>,
+    /// A RATE_LIMITED's wait before a retry may pass (`_meta["stsd/retryAfterMs"]`).
+    pub retry_after_ms: Option<u64>,
 }
 
 impl ToolReply {
@@ -61,6 +63,15 @@ impl ToolReply {
             raw: None,
             stack: None,
             pointer: None,
+            retry_after_ms: None,
+        }
+    }
+
+    /// A refusal past a limit, with the wait.
+    pub fn limited(message: &str, wait: std::time::Duration) -> ToolReply {
+        ToolReply {
+            retry_after_ms: Some(wait.as_millis().max(1) as u64),
+            ..ToolReply::error(Code::RateLimited, message)
         }
     }
 
@@ -88,6 +99,7 @@ impl ToolReply {
             },
             stack: None,
             pointer: None,
+            retry_after_ms: None,
         }
     }
 

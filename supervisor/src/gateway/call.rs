@@ -66,6 +66,7 @@ pub(crate) fn reply_of(
         raw: None,
         stack: None,
         pointer: None,
+        retry_after_ms: None,
     }
 }
 

@@ -182,6 +182,11 @@ fn uid(type_name: &str, id: &str) -> Result<EntityUid, String> {
     ))
 }
 
+/// `Stsd::Group::"<name>"`.
+pub fn group_uid(name: &str) -> Result<EntityUid, String> {
+    uid("Stsd::Group", name)
+}
+
 /// `Stsd::Action::"<action>"`.
 pub fn action_uid(a: Action) -> Result<EntityUid, String> {
     uid("Stsd::Action", a.as_str())
@@ -201,7 +206,7 @@ pub fn build(
     groups: &[String],
     action: Action,
     tool: Option<&ToolAttrs>,
-    schema: &Schema,
+    schema: Option<&Schema>,
 ) -> Result<(Entities, EntityUid, EntityUid), String> {
     let principal = uid("Stsd::Principal", &who.id)?;
     let mut parents = HashSet::new();
@@ -269,6 +274,6 @@ pub fn build(
         }
     };
     let entities =
-        Entities::from_entities(all, Some(schema)).map_err(|e| format!("the entities: {e}"))?;
+        Entities::from_entities(all, schema).map_err(|e| format!("the entities: {e}"))?;
     Ok((entities, principal, resource))
 }

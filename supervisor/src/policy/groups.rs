@@ -99,10 +99,38 @@ impl Groups {
             }
         }
         if let Some(u) = uid {
-            out.extend(unix_groups(u).into_iter().map(|g| format!("unix:{g}")));
+            out.extend(
+                unix_groups_cached(u)
+                    .into_iter()
+                    .map(|g| format!("unix:{g}")),
+            );
         }
         out
     }
+}
+
+/// How long a uid's Unix groups are kept: a lookup reads the group database (files, or a
+/// directory service), too slow for every call; a change of group applies within this.
+const UNIX_GROUPS_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+type UnixCache =
+    std::sync::Mutex<std::collections::HashMap<u32, (std::time::Instant, Vec<String>)>>;
+
+fn unix_groups_cached(uid: u32) -> Vec<String> {
+    static CACHE: std::sync::OnceLock<UnixCache> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some((at, g)) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&uid) {
+        if at.elapsed() < UNIX_GROUPS_TTL {
+            return g.clone();
+        }
+    }
+    let g = unix_groups(uid);
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if c.len() > 4096 {
+        c.clear();
+    }
+    c.insert(uid, (std::time::Instant::now(), g.clone()));
+    g
 }
 
 /// The Unix groups of `uid` (its primary group and those listing it), by name.

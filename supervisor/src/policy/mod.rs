@@ -13,11 +13,12 @@ mod entities;
 pub mod groups;
 mod load;
 pub mod report;
+mod slice;
 
 pub use entities::{Action, ToolAttrs, Who};
 pub use groups::{AdminSet, ADMIN_GROUP};
 
-use cedar_policy::{Authorizer, Context, Decision as CedarDecision, PolicySet, Request, Schema};
+use cedar_policy::{Authorizer, Context, Decision as CedarDecision, Request, Schema};
 use stsd_profiles::Config;
 
 /// A decision, with the policies that made it (a permit's, or the forbid that overrode it;
@@ -31,7 +32,8 @@ pub struct Decision {
 
 /// The policy in force (swapped whole on a reload).
 pub struct Policy {
-    set: PolicySet,
+    /// Every policy in force, cut per principal and action.
+    sliced: slice::Sliced,
     schema: Schema,
     authorizer: Authorizer,
     groups: groups::Groups,
@@ -58,7 +60,7 @@ impl Policy {
             .map_err(|e| vec![format!("the policy schema: {e}")])?;
         let (set, origin) = load::load(config, &schema)?;
         Ok(Policy {
-            set,
+            sliced: slice::Sliced::new(&set),
             schema,
             authorizer: Authorizer::new(),
             groups: groups::Groups::of_config(config),
@@ -74,8 +76,11 @@ impl Policy {
             errors: vec![why],
         };
         let groups = self.groups.of(who);
+        // Debug builds (the tests) check every request's entities against the schema; a
+        // release build trusts `entities.rs`, which those tests keep in line with it.
+        let schema = cfg!(debug_assertions).then_some(&self.schema);
         let (entities, principal, resource) =
-            match entities::build(who, &groups, action, tool, &self.schema) {
+            match entities::build(who, &groups, action, tool, schema) {
                 Ok(x) => x,
                 Err(e) => return refused(e),
             };
@@ -83,23 +88,30 @@ impl Policy {
             Ok(a) => a,
             Err(e) => return refused(e),
         };
-        let request = match Request::new(
-            principal,
-            action_uid,
-            resource,
-            Context::empty(),
-            Some(&self.schema),
-        ) {
+        let group_uids: Vec<_> = groups
+            .iter()
+            .filter_map(|g| entities::group_uid(g).ok())
+            .collect();
+        let set =
+            match self
+                .sliced
+                .for_request(action.as_str(), &action_uid, &principal, &group_uids)
+            {
+                Ok(s) => s,
+                Err(e) => return refused(e),
+            };
+        let request = match Request::new(principal, action_uid, resource, Context::empty(), schema)
+        {
             Ok(r) => r,
             Err(e) => return refused(format!("the request: {e}")),
         };
-        let r = self
-            .authorizer
-            .is_authorized(&request, &self.set, &entities);
+        let r = self.authorizer.is_authorized(&request, &set, &entities);
+        let errors: Vec<String> = r.diagnostics().errors().map(|e| e.to_string()).collect();
         Decision {
-            allowed: r.decision() == CedarDecision::Allow,
+            // A policy that failed to evaluate (a forbid among them, perhaps) fails closed.
+            allowed: r.decision() == CedarDecision::Allow && errors.is_empty(),
             policies: r.diagnostics().reason().map(|p| p.to_string()).collect(),
-            errors: r.diagnostics().errors().map(|e| e.to_string()).collect(),
+            errors,
         }
     }
 
