@@ -355,6 +355,14 @@ impl Daemon {
     }
 }
 
+/// A free TCP port on loopback (bound and released: the caller binds it next).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// A `kB` line of /proc/<pid>/status.
 /// The threads of process `pid`, by name (`/proc/<pid>/task/*/comm`).
 pub fn thread_names(pid: i32) -> Vec<String> {

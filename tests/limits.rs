@@ -117,14 +117,26 @@ fn a_cpu_quota_ends_the_heavy_principals_calls_not_anothers() {
     }
     let d = daemon("[[limits]]\nprincipal = \"uid:0\"\ntool = \"*\"\ncpu_seconds_per_hour = 1\n");
     let mut c = d.connect();
-    // About 0.6 s of CPU each: the quota is spent after two.
-    for i in 0..2 {
-        c.call(i, "slow", json!({"ms": 600}));
+    // Spin until refused: each call's CPU (its `_meta` metrics) counts, whatever share of
+    // the machine it got; the refusal comes once a second of CPU is spent, not before.
+    let (mut spent, mut refused) = (0u64, None);
+    for i in 0..40 {
+        c.call(i, "slow", json!({"ms": 300}));
         let r = c.response();
-        assert_eq!(text(&r), "slept 600", "{r}");
+        if text(&r).starts_with("RATE_LIMITED") {
+            refused = Some(r);
+            break;
+        }
+        assert_eq!(text(&r), "slept 300", "{r}");
+        spent += r["result"]["_meta"]["stsd/metrics"]["cpuUs"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no cpuUs: {r}"));
     }
-    c.call(3, "slow", json!({"ms": 1}));
-    let r = c.response();
+    let r = refused.unwrap_or_else(|| panic!("never refused; {spent} us of CPU spent"));
+    assert!(
+        spent >= 1_000_000,
+        "refused after {spent} us, under the quota"
+    );
     let t = text(&r);
     assert!(t.starts_with("RATE_LIMITED: CPU quota: uid:0 used"), "{t}");
     assert!(

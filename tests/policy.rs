@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use stsd_tests::harness::{meta, text, Daemon, CATALOG};
+use stsd_tests::harness::{free_port, meta, text, Daemon, CATALOG};
 use stsd_tests::{is_root, stsd_bin};
 
 const POLICY: &str = r#"@id("agents-read-only")
@@ -32,13 +32,6 @@ forbid (
 @id("approvers-do-not-call")
 forbid (principal in Stsd::Group::"stsd:operators", action == Stsd::Action::"call", resource);
 "#;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"))
-}
 
 /// A token for `name` in `file` (`stsd token add --file`).
 fn token(file: &Path, name: &str) -> String {

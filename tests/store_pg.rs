@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use stsd_tests::harness::{saw_list_changed, subscriber, text, Daemon, CATALOG};
+use stsd_tests::harness::{free_port, saw_list_changed, subscriber, text, Daemon, CATALOG};
 use stsd_tests::{is_root, stsd_bin};
 
 /// A PostgreSQL cluster of the test's own, stopped (immediately) when dropped.
@@ -86,10 +86,7 @@ impl Cluster {
             "initdb: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let port = free_port();
         let opts = format!(
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
             dir.path().display()
@@ -160,6 +157,16 @@ impl Cluster {
             self.url()
         )
     }
+}
+
+/// A fresh cluster, or None (said) where the test cannot start one: it needs root to run
+/// PostgreSQL as `nobody`.
+fn cluster() -> Option<Cluster> {
+    if !is_root() {
+        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+        return None;
+    }
+    Some(Cluster::start())
 }
 
 impl Drop for Cluster {
@@ -233,11 +240,9 @@ fn until_answers(d: &Daemon, want: &str) -> Duration {
 
 #[test]
 fn three_replicas_on_one_postgresql_share_the_catalog_and_survive_a_kill() {
-    if !is_root() {
-        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+    let Some(pg) = cluster() else {
         return;
-    }
-    let pg = Cluster::start();
+    };
     let config = format!("require_local_pass = true\n{}", pg.store_toml());
     let replica = || {
         Daemon::start_in(
@@ -384,11 +389,9 @@ fn one_approval_state_is_spent_once_whichever_replica_sees_it() {
     use std::sync::Arc;
     use stsd::approval::mcp::{StateBook, StateOwner, INPUT_KEY};
     use stsd::approval::Elicited;
-    if !is_root() {
-        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+    let Some(pg) = cluster() else {
         return;
-    }
-    let pg = Cluster::start();
+    };
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let mut config = stsd_profiles::Config::default();
     config.store.url = Some(pg.url());
@@ -457,11 +460,9 @@ fn one_approval_state_is_spent_once_whichever_replica_sees_it() {
 /// history (a rollback works); a second import into a store that holds state is refused.
 #[test]
 fn a_store_moves_from_sqlite_to_postgresql_through_export_and_import() {
-    if !is_root() {
-        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+    let Some(pg) = cluster() else {
         return;
-    }
-    let pg = Cluster::start();
+    };
     let gate = "require_local_pass = true\n";
     let d = Daemon::start_in(
         tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
@@ -570,11 +571,9 @@ fn operator_setup(pg: &Cluster, dir: &Path) -> (String, String) {
 /// Before: each replica knew only its own queue ("no call N is waiting for approval").
 #[test]
 fn an_operator_decision_on_any_replica_reaches_the_call_waiting_on_another() {
-    if !is_root() {
-        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+    let Some(pg) = cluster() else {
         return;
-    }
-    let pg = Cluster::start();
+    };
     let cat_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let (config, cat) = operator_setup(&pg, cat_dir.path());
     let replica = || {
@@ -675,11 +674,9 @@ fn an_operator_decision_on_any_replica_reaches_the_call_waiting_on_another() {
 /// before, and the history is whole (a later update and a rollback land on it).
 #[test]
 fn a_postgresql_crash_inside_an_update_leaves_the_committed_version_everywhere() {
-    if !is_root() {
-        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+    let Some(pg) = cluster() else {
         return;
-    }
-    let pg = Cluster::start();
+    };
     let config = format!("require_local_pass = true\n{}", pg.store_toml());
     let a_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let pause = a_dir.path().join("paused");
@@ -805,24 +802,15 @@ fn http_status(port: u16, token: &str) -> u16 {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
 /// Bearer tokens live in the shared store: `stsd token add` (no file) puts a digest there,
 /// and every replica accepts the token at once; `stsd token rm` and every replica refuses it
 /// within seconds; the store's export carries the digests, never a token. Before, tokens were
 /// a file per replica (a token added for one was unknown to the others).
 #[test]
 fn a_token_added_to_the_shared_store_is_accepted_by_every_replica_and_removed_from_all() {
-    if !is_root() {
-        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+    let Some(pg) = cluster() else {
         return;
-    }
-    let pg = Cluster::start();
+    };
     let cfg_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let cfg = cfg_dir.path().join("stsd.toml");
     std::fs::write(&cfg, pg.store_toml()).unwrap_or_else(|e| panic!("{e}"));
@@ -903,11 +891,9 @@ fn a_token_added_to_the_shared_store_is_accepted_by_every_replica_and_removed_fr
 /// on SQLite) on a fresh PostgreSQL: both backends pass the same checks.
 #[test]
 fn the_conformance_suite_passes_on_postgresql() {
-    if !is_root() {
-        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+    let Some(pg) = cluster() else {
         return;
-    }
-    let pg = Cluster::start();
+    };
     let mut config = stsd_profiles::Config::default();
     config.store.url = Some(pg.url());
     config.store.password_file = Some(pg.secrets.join("pg-password"));

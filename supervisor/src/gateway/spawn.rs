@@ -93,9 +93,10 @@ fn inherit(fd: &OwnedFd) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 
 /// leads a process group of its own, so `client::pipes::kill` also reaches what it spawned.
 /// `stsd_exe` is the stsd binary (the daemon's held exe path).
 ///
-/// Spawn it from a thread that lives as long as the upstream should (a runtime worker
-/// thread, i.e. from an async task): the parent-death signal `upstream-exec` arms follows the
-/// thread that forked it, so a `spawn_blocking` thread retiring would kill the upstream.
+/// Spawn it with `client::pipes::spawn_kept`, from a thread that lives as long as the daemon:
+/// the parent-death signal `upstream-exec` arms follows the thread that forked it, and any
+/// other thread (a blocking-pool thread, a runtime worker that lent itself to blocking work)
+/// may retire and kill the upstream.
 pub fn command_as(
     cfg: &UpstreamConfig,
     env: BTreeMap<String, String>,

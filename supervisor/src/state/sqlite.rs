@@ -78,6 +78,17 @@ fn sql(path: &Path) -> impl Fn(rusqlite::Error) -> String + '_ {
     move |e| format!("state store {}: {e}", path.display())
 }
 
+/// A `waiting` row selected as (ticket, instance, id, view, since_ms).
+fn waiting_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Waiting> {
+    Ok(Waiting {
+        ticket: r.get(0)?,
+        instance: r.get(1)?,
+        id: r.get(2)?,
+        view: r.get(3)?,
+        since_ms: r.get(4)?,
+    })
+}
+
 fn put_token(
     tx: &rusqlite::Transaction<'_>,
     name: &str,
@@ -472,17 +483,7 @@ impl Sqlite {
                  WHERE decision IS NULL ORDER BY ticket",
             )
             .map_err(&at)?;
-        let it = st
-            .query_map([], |r| {
-                Ok(Waiting {
-                    ticket: r.get(0)?,
-                    instance: r.get(1)?,
-                    id: r.get(2)?,
-                    view: r.get(3)?,
-                    since_ms: r.get(4)?,
-                })
-            })
-            .map_err(&at)?;
+        let it = st.query_map([], waiting_row).map_err(&at)?;
         it.collect::<Result<_, _>>().map_err(&at)
     }
 
@@ -531,17 +532,7 @@ impl Sqlite {
                          WHERE instance IN (SELECT instance FROM replicas WHERE seen_ms < ?1)",
                     )
                     .map_err(&at)?;
-                let it = st
-                    .query_map([gone], |r| {
-                        Ok(Waiting {
-                            ticket: r.get(0)?,
-                            instance: r.get(1)?,
-                            id: r.get(2)?,
-                            view: r.get(3)?,
-                            since_ms: r.get(4)?,
-                        })
-                    })
-                    .map_err(&at)?;
+                let it = st.query_map([gone], waiting_row).map_err(&at)?;
                 it.collect::<Result<_, _>>().map_err(&at)?
             };
             tx.execute(

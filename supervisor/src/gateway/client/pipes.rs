@@ -141,6 +141,52 @@ pub fn kill(child: &mut tokio::process::Child) {
     let _ = child.start_kill();
 }
 
+type SpawnJob = (
+    tokio::process::Command,
+    tokio::runtime::Handle,
+    std::sync::mpsc::Sender<std::io::Result<tokio::process::Child>>,
+);
+
+/// Starts `cmd` from one thread kept for the daemon's life. The parent-death signal
+/// `upstream-exec` arms follows the thread that forked the child, not the process, and a
+/// runtime worker thread is not forever: one that lent itself to blocking work
+/// (`block_in_place`, a store operation) may end as a blocking-pool thread after ten idle
+/// seconds, and every upstream it forked got SIGKILL with it (both of a test's upstreams, in
+/// the middle of a call). The keeper never retires.
+pub fn spawn_kept(mut cmd: tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    static KEEPER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<SpawnJob>>> =
+        std::sync::OnceLock::new();
+    let handle = tokio::runtime::Handle::try_current()
+        .map_err(|e| std::io::Error::other(format!("no runtime: {e}")))?;
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<SpawnJob>();
+        let started = std::thread::Builder::new()
+            .name("stsd-upstream-spawn".into())
+            .spawn(move || {
+                while let Ok((mut cmd, handle, reply)) = rx.recv() {
+                    let _in = handle.enter();
+                    let _ = reply.send(cmd.spawn());
+                }
+            });
+        if let Err(e) = started {
+            tracing::error!(error = %e, "the upstream spawner thread did not start");
+        }
+        std::sync::Mutex::new(tx)
+    });
+    let (reply, answer) = std::sync::mpsc::channel();
+    let sent = keeper.lock().unwrap_or_else(|e| e.into_inner()).send((
+        std::mem::replace(&mut cmd, tokio::process::Command::new("true")),
+        handle,
+        reply,
+    ));
+    if sent.is_err() {
+        return Err(std::io::Error::other("the upstream spawner thread is gone"));
+    }
+    answer
+        .recv()
+        .map_err(|_| std::io::Error::other("the upstream spawner thread is gone"))?
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -234,7 +234,7 @@ fn spawn(launcher: &Launcher, opts: &Options, id: &Arc<str>) -> Result<Spawned, 
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = ChildGuard(cmd.spawn().map_err(|e| format!("cannot start: {e}"))?);
+    let mut child = ChildGuard(pipes::spawn_kept(cmd).map_err(|e| format!("cannot start: {e}"))?);
     let pid = child.0.id();
     let (Some(stdin), Some(stdout), Some(stderr)) = (
         child.0.stdin.take(),
