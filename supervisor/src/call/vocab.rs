@@ -142,24 +142,19 @@ pub fn principal_key(principal: Option<&str>, peer_uid: Option<u32>) -> String {
     }
 }
 
-/// Who makes an admin request, with the rights the transport found for them: a local uid
-/// (checked against `[daemon] admin_uids` and `[approval] operator_uids`), or an HTTP
-/// principal (rights from `[http] admin_principals` and `approver_principals`).
+/// Who makes an admin request: a local uid (SO_PEERCRED) or an HTTP principal. What it may
+/// do is the policy's to decide (`policy::Action::{Admin, ReadAudit, Approve}`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Subject {
     Uid(u32),
-    Principal {
-        name: String,
-        admin: bool,
-        approver: bool,
-    },
+    Principal { name: String },
 }
 
 impl std::fmt::Display for Subject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Subject::Uid(u) => write!(f, "uid {u}"),
-            Subject::Principal { name, .. } => write!(f, "principal {name}"),
+            Subject::Principal { name } => write!(f, "principal {name}"),
         }
     }
 }

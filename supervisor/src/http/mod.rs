@@ -490,7 +490,8 @@ fn ready(shared: &Shared) -> bool {
 }
 
 /// `POST /admin`: one JSON-RPC request for the admin channel, answered as JSON. The rights
-/// are the principal's (`[http] admin_principals`, `approver_principals`).
+/// are the policy's for the principal (by default `[http] admin_principals`,
+/// `approver_principals`).
 async fn admin(shared: &Shared, principal: Principal, req: Request<Incoming>) -> Response<Body> {
     if req.method() != Method::POST {
         return text(StatusCode::METHOD_NOT_ALLOWED, "POST a JSON-RPC request\n");
@@ -514,8 +515,6 @@ async fn admin(shared: &Shared, principal: Principal, req: Request<Incoming>) ->
         .cloned()
         .unwrap_or_else(|| serde_json::json!({}));
     let who = crate::call::Subject::Principal {
-        admin: shared.config.admin_principals.contains(&principal.name),
-        approver: shared.config.approver_principals.contains(&principal.name),
         name: principal.name,
     };
     let reply = match shared.admin.handle(who, method, params).await {

@@ -98,7 +98,7 @@ impl Who {
     pub fn of_subject(s: &crate::call::vocab::Subject) -> Who {
         match s {
             crate::call::vocab::Subject::Uid(u) => Who::uid(*u, "unix"),
-            crate::call::vocab::Subject::Principal { name, .. } => Who::http(name, "http"),
+            crate::call::vocab::Subject::Principal { name } => Who::http(name, "http"),
         }
     }
 }
