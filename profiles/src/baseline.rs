@@ -201,6 +201,54 @@ pub struct HttpConfig {
     pub approver_principals: Vec<String>,
     /// Longest request body accepted.
     pub max_request_bytes: usize,
+    /// OAuth 2.1 access tokens (JWTs) from an authorization server, as the MCP
+    /// authorization spec has it: stsd is the resource server.
+    pub oauth: Option<OAuthConfig>,
+}
+
+/// `[http.oauth]`: stsd as an OAuth 2.1 resource server. A JWT access token is accepted when
+/// its signature verifies against the issuer's JWKS, `iss` is `issuer`, `aud` names
+/// `audience`, it has not expired, and it carries every scope in `scopes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// The authorization server's issuer identifier (its metadata is found from it).
+    pub issuer: String,
+    /// This MCP endpoint as clients address it (the protected resource's identifier, RFC
+    /// 8707/9728). Default: `http(s)://<listen address><path>`.
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// The `aud` a token must name. Default: the resource.
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// The issuer's JWKS. Default: `jwks_uri` from its metadata (RFC 8414, then OpenID
+    /// Connect discovery).
+    #[serde(default)]
+    pub jwks_uri: Option<String>,
+    /// Scopes every token must carry; advertised in the protected-resource metadata.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// The claim that names the principal (`oauth:<value>` in policies). Default `sub`.
+    #[serde(default = "default_principal_claim")]
+    pub principal_claim: String,
+    /// A claim holding the principal's groups (a list of strings, or one string).
+    #[serde(default = "default_groups_claim")]
+    pub groups_claim: String,
+    /// Clock skew allowed on `exp` and `nbf`, seconds.
+    #[serde(default = "default_leeway")]
+    pub leeway_seconds: u64,
+}
+
+fn default_principal_claim() -> String {
+    "sub".into()
+}
+
+fn default_groups_claim() -> String {
+    "groups".into()
+}
+
+fn default_leeway() -> u64 {
+    30
 }
 
 impl Default for HttpConfig {
@@ -219,6 +267,7 @@ impl Default for HttpConfig {
             admin_principals: Vec::new(),
             approver_principals: Vec::new(),
             max_request_bytes: 4 * 1024 * 1024,
+            oauth: None,
         }
     }
 }

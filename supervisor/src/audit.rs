@@ -37,6 +37,9 @@ pub struct AuditRecord {
     /// principal).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// How that principal authenticated: "token", "certificate" or "oauth".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal_kind: Option<&'static str>,
     pub limits_hit: Vec<String>,
     pub transport: &'static str,
     /// Every fetch hop of the call, refused ones included, with the operator settings that
@@ -85,7 +88,8 @@ impl AuditRecord {
             elapsed_ms: 0,
             worker_pid: None,
             peer_uid: caller.peer_uid,
-            principal: caller.principal.clone(),
+            principal: caller.principal.as_ref().map(|p| p.name.clone()),
+            principal_kind: caller.principal.as_ref().map(|p| p.kind.as_str()),
             limits_hit: Vec::new(),
             transport: caller.transport,
             egress: Vec::new(),
@@ -650,6 +654,7 @@ pub fn outside_record(
         worker_pid,
         peer_uid: Some(nix::unistd::Uid::effective().as_raw()),
         principal: None,
+        principal_kind: None,
         limits_hit: Vec::new(),
         transport,
         egress: Vec::new(),
@@ -804,6 +809,7 @@ mod tests {
             worker_pid: None,
             peer_uid: None,
             principal: None,
+            principal_kind: None,
             limits_hit: Vec::new(),
             transport: "test",
             egress: Vec::new(),

@@ -260,12 +260,25 @@ fn principal_session(name: &str) -> u64 {
         .or_insert_with(|| NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
+/// Set when a call is refused RATE_LIMITED, for a transport that can say so itself: the HTTP
+/// transport puts one in each request's extensions and answers 429 with `Retry-After` when
+/// the reply was ready before the response started (a stateless request).
+#[derive(Debug, Clone, Default)]
+pub struct Backoff(Arc<std::sync::OnceLock<u64>>);
+
+impl Backoff {
+    /// The wait, in milliseconds, before a retry may pass.
+    pub fn retry_after_ms(&self) -> Option<u64> {
+        self.0.get().copied()
+    }
+}
+
 /// The principal an HTTP transport authenticated for this request, if any.
-fn request_principal(ctx: &RequestContext<RoleServer>) -> Option<String> {
+fn request_principal(ctx: &RequestContext<RoleServer>) -> Option<crate::call::Principal> {
     ctx.extensions
         .get::<http::request::Parts>()
-        .and_then(|p| p.extensions.get::<crate::http::auth::Principal>())
-        .map(|p| p.name.clone())
+        .and_then(|p| p.extensions.get::<crate::call::Principal>())
+        .cloned()
 }
 
 impl Handler {
@@ -273,9 +286,10 @@ impl Handler {
     /// request when there is one. A legacy HTTP session stays with its first principal.
     fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
         let mut caller = self.conn.caller.clone();
-        let Some(name) = request_principal(ctx) else {
+        let Some(principal) = request_principal(ctx) else {
             return Ok(caller);
         };
+        let name = principal.name.clone();
         let modern = ctx
             .protocol_version()
             .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
@@ -290,7 +304,7 @@ impl Handler {
         } else {
             caller.session = principal_session(&name);
         }
-        caller.principal = Some(name);
+        caller.principal = Some(principal);
         Ok(caller)
     }
 }
@@ -399,8 +413,8 @@ impl ServerHandler for Handler {
         request: rmcp::model::InitializeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::InitializeResult, ErrorData> {
-        if let Some(name) = request_principal(&ctx) {
-            let _ = self.conn.session_principal.set(name);
+        if let Some(p) = request_principal(&ctx) {
+            let _ = self.conn.session_principal.set(p.name);
         }
         ctx.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
@@ -532,6 +546,13 @@ impl ServerHandler for Handler {
                 }
                 if let Some(ms) = reply.retry_after_ms {
                     meta.0.insert("stsd/retryAfterMs".into(), json!(ms));
+                    if let Some(b) = ctx
+                        .extensions
+                        .get::<http::request::Parts>()
+                        .and_then(|p| p.extensions.get::<Backoff>())
+                    {
+                        let _ = b.0.set(ms);
+                    }
                 }
                 if keep_console {
                     meta.0

@@ -374,7 +374,13 @@ impl Service {
             let v: Value = serde_json::from_str(&view).unwrap_or(Value::Null);
             let caller = Caller {
                 peer_uid: v["peerUid"].as_u64().map(|u| u as u32),
-                principal: v["principal"].as_str().map(String::from),
+                principal: v["principal"].as_str().map(|name| {
+                    let kind = v["principalKind"]
+                        .as_str()
+                        .and_then(crate::call::PrincipalKind::parse)
+                        .unwrap_or(crate::call::PrincipalKind::Token);
+                    crate::call::Principal::new(name, kind)
+                }),
                 transport: "-",
                 session: 0,
             };

@@ -14,6 +14,8 @@ import httpx2
 import pytest
 from conftest import CATALOG, Daemon, stsd_bin
 from httpkit import Pki, add_token, audit, client, free_port, get, wait_ready
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 ORIGIN = "https://app.example.com"
@@ -325,3 +327,41 @@ def test_without_legacy_sessions_only_the_2026_07_28_era_is_served(tmp_path: Pat
     finally:
         remote.stop()
     assert [r["params"]["text"] for r in audit(remote.daemon.audit) if r["name"] == "echo-console"] == ["modern"]
+
+
+def test_a_rate_limited_call_over_http_is_429_with_retry_after(tmp_path: Path):
+    # One call a second for alice's echo-console: of calls in a row, the excess is refused
+    # RATE_LIMITED, which the HTTP transport says as 429 with Retry-After (the JSON-RPC reply,
+    # with _meta stsd/retryAfterMs, stays the body).
+    remote = Remote(tmp_path, extra='[[limits]]\nprincipal = "alice"\ntool = "echo-console"\n'
+                                    'calls_per_second = 1\nburst = 1\n')
+    seen: list[tuple[int, str | None, str]] = []
+
+    async def hook(resp):
+        if resp.request.method == "POST" and b'"tools/call"' in resp.request.content:
+            await resp.aread()
+            seen.append((resp.status_code, resp.headers.get("retry-after"), resp.text))
+
+    async def main():
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {remote.alice}"}, verify=remote.ctx,
+                                  timeout=httpx2.Timeout(30, read=60), event_hooks={"response": [hook]})
+        async with Client(streamable_http_client(remote.url, http_client=http), mode="2026-07-28") as c:
+            for _ in range(20):
+                try:
+                    await c.call_tool("echo-console", {"text": "x"})
+                except Exception:
+                    pass
+                if any(s == 429 for s, _, _ in seen):
+                    return
+    try:
+        anyio.run(main)
+    finally:
+        remote.stop()
+    assert seen and seen[0][0] == 200, seen
+    limited = [x for x in seen if x[0] == 429]
+    assert limited, seen
+    status, retry_after, body = limited[0]
+    assert retry_after is not None and int(retry_after) >= 1, limited
+    assert "RATE_LIMITED" in body and "stsd/retryAfterMs" in body, body
+    codes = [r["error"]["code"] for r in audit(remote.daemon.audit) if r.get("error")]
+    assert "RATE_LIMITED" in codes, codes

@@ -284,7 +284,7 @@ const WRITES: &[&str] = &[
 fn admin_list(who: &Subject) -> &'static str {
     match who {
         Subject::Uid(_) => "[daemon] admin_uids",
-        Subject::Principal { .. } => "[http] admin_principals",
+        Subject::Principal(_) => "[http] admin_principals",
     }
 }
 

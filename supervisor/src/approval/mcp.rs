@@ -122,7 +122,7 @@ pub struct StateOwner(String);
 impl StateOwner {
     pub fn of(caller: &crate::call::vocab::Caller) -> StateOwner {
         match &caller.principal {
-            Some(p) => StateOwner(format!("principal={p}")),
+            Some(p) => StateOwner(format!("principal={}", p.name)),
             None => StateOwner::uid(caller.peer_uid),
         }
     }

@@ -48,7 +48,7 @@ pub struct Ask<'a> {
     pub prompt_template: Option<&'a str>,
     pub peer_uid: Option<u32>,
     /// The HTTP principal making the call, if any.
-    pub principal: Option<&'a str>,
+    pub principal: Option<&'a crate::call::vocab::Principal>,
     pub requirement: &'a Requirement,
 }
 
@@ -179,7 +179,8 @@ impl Gate {
                     "arguments": ask.arguments,
                     "prompt": prompt,
                     "peerUid": ask.peer_uid,
-                    "principal": ask.principal,
+                    "principal": ask.principal.map(|p| &p.name),
+                    "principalKind": ask.principal.map(|p| p.kind.as_str()),
                     "source": req.source.as_str(),
                 });
                 let limit = Duration::from_millis(self.config().command_timeout_ms);
@@ -262,7 +263,8 @@ impl Gate {
             arguments: ask.arguments.clone(),
             prompt,
             peer_uid: ask.peer_uid,
-            principal: ask.principal.map(String::from),
+            principal: ask.principal.map(|p| p.name.clone()),
+            principal_kind: ask.principal.map(|p| p.kind.as_str().to_string()),
             age_ms: 0,
         };
         let waiting = self

@@ -38,6 +38,9 @@ pub struct PendingView {
     /// The HTTP principal making the call, if any.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub principal: Option<String>,
+    /// How it authenticated: "token", "certificate" or "oauth".
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub principal_kind: Option<String>,
     pub age_ms: u64,
 }
 

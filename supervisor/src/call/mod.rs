@@ -16,7 +16,7 @@ pub mod vocab;
 
 pub use door::{Audit, ConsoleSink, Door, Executor, Place};
 pub use target::Target;
-pub use vocab::{mask_value, CallFailure, Caller, Subject, ToolReply};
+pub use vocab::{mask_value, CallFailure, Caller, Principal, PrincipalKind, Subject, ToolReply};
 
 use crate::approval::{ApprovalRecord, Ask};
 use crate::audit::{bounded_message, bounded_params, AuditError, AuditRecord};
@@ -223,7 +223,7 @@ async fn approve(
         arguments: &record.params,
         prompt_template: template,
         peer_uid: door.caller.peer_uid,
-        principal: door.caller.principal.as_deref(),
+        principal: door.caller.principal.as_ref(),
         requirement: &req,
     };
     let decision = tokio::select! {
@@ -316,6 +316,8 @@ fn finish(
         outcome,
         ms = record.elapsed_ms,
         transport = record.transport,
+        principal = %door.caller.principal_key(),
+        principal_kind = door.caller.principal.as_ref().map_or("uid", |p| p.kind.as_str()),
         "tool call"
     );
     reply

@@ -121,7 +121,8 @@ impl ToolReply {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     pub peer_uid: Option<u32>,
-    pub principal: Option<String>,
+    /// The authenticated HTTP principal, when the call came over HTTP.
+    pub principal: Option<Principal>,
     pub transport: &'static str,
     pub session: u64,
 }
@@ -129,7 +130,63 @@ pub struct Caller {
 impl Caller {
     /// The key rates and refusal summaries count by (see [`principal_key`]).
     pub fn principal_key(&self) -> String {
-        principal_key(self.principal.as_deref(), self.peer_uid)
+        principal_key(self.principal_name(), self.peer_uid)
+    }
+
+    pub fn principal_name(&self) -> Option<&str> {
+        self.principal.as_ref().map(|p| p.name.as_str())
+    }
+}
+
+/// How an HTTP caller proved who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrincipalKind {
+    /// A bearer token stsd issued (`stsd token add`).
+    Token,
+    /// A client certificate's common name.
+    Certificate,
+    /// An OAuth 2.1 access token (a JWT from the configured authorization server).
+    OAuth,
+}
+
+impl PrincipalKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrincipalKind::Token => "token",
+            PrincipalKind::Certificate => "certificate",
+            PrincipalKind::OAuth => "oauth",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PrincipalKind> {
+        [
+            PrincipalKind::Token,
+            PrincipalKind::Certificate,
+            PrincipalKind::OAuth,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// An authenticated HTTP caller: its name (a token's or certificate's principal, or
+/// `oauth:<subject>`, so an authorization server cannot name a token principal), how it
+/// authenticated, and the groups its credential carries (an OAuth token's group claim, and
+/// `scope:<s>` for each scope). A socket caller is its uid ([`Caller::peer_uid`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub name: String,
+    pub kind: PrincipalKind,
+    pub groups: Vec<String>,
+}
+
+impl Principal {
+    pub fn new(name: impl Into<String>, kind: PrincipalKind) -> Principal {
+        Principal {
+            name: name.into(),
+            kind,
+            groups: Vec::new(),
+        }
     }
 }
 
@@ -147,14 +204,14 @@ pub fn principal_key(principal: Option<&str>, peer_uid: Option<u32>) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Subject {
     Uid(u32),
-    Principal { name: String },
+    Principal(Principal),
 }
 
 impl std::fmt::Display for Subject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Subject::Uid(u) => write!(f, "uid {u}"),
-            Subject::Principal { name } => write!(f, "principal {name}"),
+            Subject::Principal(p) => write!(f, "principal {}", p.name),
         }
     }
 }

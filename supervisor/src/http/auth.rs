@@ -11,15 +11,6 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-/// The authenticated caller of one HTTP request, put in the request's extensions; the MCP
-/// handler reads it and the audit record names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    pub name: String,
-    /// "token" or "client-cert".
-    pub method: &'static str,
-}
-
 /// The prefix of every token, so a leaked one is recognisable in a scan.
 const TOKEN_PREFIX: &str = "stsd_";
 

@@ -8,17 +8,20 @@
 //! |---|---|---|
 //! | `GET /healthz` | none | liveness: `ok` while the process serves HTTP |
 //! | `GET /readyz` | none | readiness: 200 once the pool has warmed and a catalog is served, 503 while draining or while a shared state store is unreachable |
-//! | `[http] path` (`/mcp`) | token or client cert | MCP: stateless 2026-07-28, and 2025-11-25 sessions when `legacy_sessions` |
+//! | `GET /.well-known/oauth-protected-resource[/path]` | none | with `[http.oauth]`: the protected-resource metadata (RFC 9728) |
+//! | `[http] path` (`/mcp`) | token, client cert or OAuth access token | MCP: stateless 2026-07-28, and 2025-11-25 sessions when `legacy_sessions` |
 //! | `POST /admin` | token or client cert, a principal in `admin_principals`/`approver_principals` | the `stsd/...` admin methods (JSON-RPC) |
 
 pub mod auth;
+pub mod oauth;
 mod origin;
 pub mod tls;
 
+use crate::call::{Principal, PrincipalKind};
 use crate::mcp::Handler;
 use crate::service::Service;
 use crate::transport::AdminHandler;
-use auth::{Principal, Tokens};
+use auth::Tokens;
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -52,6 +55,7 @@ pub struct Bound {
     /// The tokens file's, until [`Bound::with_store`] makes the book of them and the store's.
     tokens: Tokens,
     book: Option<Arc<auth::TokenBook>>,
+    oauth: Option<Arc<oauth::OAuth>>,
     config: HttpConfig,
 }
 
@@ -63,11 +67,11 @@ impl Bound {
             std::mem::take(&mut self.tokens),
             store.clone(),
         ));
-        if book.is_empty() && self.config.client_ca.is_none() {
+        if book.is_empty() && self.config.client_ca.is_none() && self.oauth.is_none() {
             return Err(
                 "MCP over HTTP needs a way to authenticate callers: a bearer token \
-                 (stsd token add NAME, kept in the state store; or [http] tokens_file) or \
-                 [http] client_ca"
+                 (stsd token add NAME, kept in the state store; or [http] tokens_file), \
+                 [http] client_ca, or [http.oauth]"
                     .into(),
             );
         }
@@ -101,6 +105,9 @@ impl Bound {
         }
         if self.config.client_ca.is_some() {
             auth.push("client certificates".into());
+        }
+        if let Some(o) = &self.config.oauth {
+            auth.push(format!("OAuth access tokens from {}", o.issuer));
         }
         format!(
             "MCP over Streamable HTTP on {scheme}://{}{} (2026-07-28{}; auth: {}); health on /healthz, /readyz\n",
@@ -163,12 +170,21 @@ pub async fn bind(config: &HttpConfig, listen: &str) -> Result<Bound, String> {
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let addr = listener.local_addr().unwrap_or(addr);
+    let oauth = match &config.oauth {
+        Some(o) => {
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let default_resource = format!("{scheme}://{addr}{}", config.path);
+            Some(Arc::new(oauth::OAuth::new(o, default_resource)?))
+        }
+        None => None,
+    };
     Ok(Bound {
         listener,
         addr,
         tls,
         tokens,
         book: None,
+        oauth,
         config: config.clone(),
     })
 }
@@ -177,6 +193,7 @@ pub async fn bind(config: &HttpConfig, listen: &str) -> Result<Bound, String> {
 struct Shared {
     service: Arc<Service>,
     tokens: Arc<auth::TokenBook>,
+    oauth: Option<Arc<oauth::OAuth>>,
     config: HttpConfig,
     origins: Vec<String>,
     mcp: StreamableHttpService<Handler, LocalSessionManager>,
@@ -238,6 +255,7 @@ pub async fn serve(
         tokens: bound
             .book
             .unwrap_or_else(|| Arc::new(auth::TokenBook::new(bound.tokens, None))),
+        oauth: bound.oauth,
         config: bound.config,
         mcp,
         admin,
@@ -391,24 +409,81 @@ fn text(status: StatusCode, body: &'static str) -> Response<Body> {
 }
 
 /// 401 with the RFC 6750 challenge: no credential at all, or one that was not accepted.
-fn unauthorized(invalid_token: bool) -> Response<Body> {
-    let (body, challenge) = if invalid_token {
-        (
-            "the token was not accepted\n",
-            "Bearer realm=\"stsd\", error=\"invalid_token\"",
-        )
-    } else {
-        (
+/// With OAuth the challenge points at the protected-resource metadata (RFC 9728), so a
+/// client can find the authorization server; a valid token without a required scope is 403
+/// `insufficient_scope`.
+fn unauthorized(shared: &Shared, refusal: Option<oauth::Refusal>) -> Response<Body> {
+    let (status, body) = match &refusal {
+        Some(oauth::Refusal::Scope) => {
+            (StatusCode::FORBIDDEN, "the token lacks a required scope\n")
+        }
+        Some(_) => (StatusCode::UNAUTHORIZED, "the token was not accepted\n"),
+        None => (
+            StatusCode::UNAUTHORIZED,
             "authentication required: Authorization: Bearer <token>\n",
-            "Bearer realm=\"stsd\"",
-        )
+        ),
     };
-    let mut r = text(StatusCode::UNAUTHORIZED, body);
-    r.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static(challenge),
-    );
+    let challenge = match (&shared.oauth, &refusal) {
+        (Some(o), r) => o.challenge(r.as_ref()),
+        (None, Some(_)) => "Bearer realm=\"stsd\", error=\"invalid_token\"".into(),
+        (None, None) => "Bearer realm=\"stsd\"".into(),
+    };
+    let mut r = text(status, body);
+    if let Ok(v) = header::HeaderValue::from_str(&challenge) {
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
     r
+}
+
+/// The protected-resource metadata, when OAuth is configured and `path` is its URL.
+fn resource_metadata(shared: &Shared, path: &str) -> Option<Response<Body>> {
+    let o = shared.oauth.as_ref()?;
+    if path != o.metadata_path() && path != "/.well-known/oauth-protected-resource" {
+        return None;
+    }
+    let mut r = Response::new(Full::new(Bytes::from(o.metadata().to_string())).boxed());
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    Some(r)
+}
+
+/// Who presents this request's credential: a bearer token (stsd's own, or an OAuth access
+/// token, a JWT, which always has dots and stsd's never do), else the client certificate.
+async fn authenticate(
+    shared: &Shared,
+    cert: Option<&str>,
+    req: &Request<Incoming>,
+) -> Result<Principal, Response<Body>> {
+    let Some(token) = auth::bearer(req.headers().get(header::AUTHORIZATION)) else {
+        return match cert {
+            Some(name) => Ok(Principal::new(name, PrincipalKind::Certificate)),
+            None => {
+                let presented = req.headers().contains_key(header::AUTHORIZATION);
+                Err(unauthorized(
+                    shared,
+                    presented.then(|| oauth::Refusal::Invalid("not a bearer token".into())),
+                ))
+            }
+        };
+    };
+    if let (Some(o), true) = (&shared.oauth, token.contains('.')) {
+        return o.authenticate(token).await.map_err(|r| {
+            tracing::info!(refusal = ?r, "HTTP request refused: OAuth access token not accepted");
+            unauthorized(shared, Some(r))
+        });
+    }
+    match shared.tokens.principal(token).await {
+        Some(name) => Ok(Principal::new(name, PrincipalKind::Token)),
+        None => {
+            tracing::info!("HTTP request refused: unknown bearer token");
+            Err(unauthorized(
+                shared,
+                Some(oauth::Refusal::Invalid("unknown token".into())),
+            ))
+        }
+    }
 }
 
 async fn route(shared: &Shared, cert: Option<&str>, mut req: Request<Incoming>) -> Response<Body> {
@@ -424,6 +499,11 @@ async fn route(shared: &Shared, cert: Option<&str>, mut req: Request<Incoming>) 
         } else {
             text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
         };
+    }
+    if req.method() == Method::GET {
+        if let Some(r) = resource_metadata(shared, path) {
+            return r;
+        }
     }
     let is_mcp = path == shared.config.path;
     let is_admin = path == "/admin";
@@ -443,35 +523,28 @@ async fn route(shared: &Shared, cert: Option<&str>, mut req: Request<Incoming>) 
             return text(StatusCode::FORBIDDEN, "origin not allowed\n");
         }
     }
-    let principal = match auth::bearer(req.headers().get(header::AUTHORIZATION)) {
-        Some(token) => match shared.tokens.principal(token).await {
-            Some(name) => Principal {
-                name,
-                method: "token",
-            },
-            None => {
-                tracing::info!("HTTP request refused: unknown bearer token");
-                return unauthorized(true);
-            }
-        },
-        None => match cert {
-            Some(name) => Principal {
-                name: name.to_string(),
-                method: "client-cert",
-            },
-            None => {
-                if req.headers().contains_key(header::AUTHORIZATION) {
-                    return unauthorized(true);
-                }
-                return unauthorized(false);
-            }
-        },
+    let principal = match authenticate(shared, cert, &req).await {
+        Ok(p) => p,
+        Err(refused) => return refused,
     };
     if is_admin {
         return admin(shared, principal, req).await;
     }
     req.extensions_mut().insert(principal);
-    shared.mcp.handle(req).await
+    let backoff = crate::mcp::Backoff::default();
+    req.extensions_mut().insert(backoff.clone());
+    let mut r = shared.mcp.handle(req).await;
+    // A call refused RATE_LIMITED: the JSON-RPC reply stays the body, the status says so.
+    if let Some(ms) = backoff.retry_after_ms() {
+        if r.status() == StatusCode::OK {
+            *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            r.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from(ms.div_ceil(1000)),
+            );
+        }
+    }
+    r
 }
 
 fn ready(shared: &Shared) -> bool {
@@ -514,9 +587,7 @@ async fn admin(shared: &Shared, principal: Principal, req: Request<Incoming>) ->
         .get("params")
         .cloned()
         .unwrap_or_else(|| serde_json::json!({}));
-    let who = crate::call::Subject::Principal {
-        name: principal.name,
-    };
+    let who = crate::call::Subject::Principal(principal);
     let reply = match shared.admin.handle(who, method, params).await {
         Ok(result) => serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}),
         Err((code, message)) => {

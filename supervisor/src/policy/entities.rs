@@ -7,6 +7,8 @@ use cedar_policy::{
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 
+use crate::call::vocab::{Principal, PrincipalKind};
+
 /// What a principal asks to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -46,15 +48,18 @@ impl Action {
     }
 }
 
-/// Who asks: `uid:N` on the socket, an HTTP principal by its name.
+/// Who asks: `uid:N` on the socket, an HTTP principal by its name (`oauth:<subject>` for an
+/// OAuth token's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Who {
     /// The principal's id in policies: `Stsd::Principal::"<id>"`.
     pub id: String,
-    /// "uid" or "http".
+    /// "uid", "token", "certificate" or "oauth".
     pub kind: &'static str,
     pub transport: &'static str,
     pub uid: Option<u32>,
+    /// The groups the credential itself carries (an OAuth token's claims and scopes).
+    pub credential_groups: Vec<String>,
 }
 
 impl Who {
@@ -64,22 +69,33 @@ impl Who {
             kind: "uid",
             transport,
             uid: Some(uid),
+            credential_groups: Vec::new(),
         }
     }
 
+    /// A bearer-token principal by its name.
     pub fn http(name: &str, transport: &'static str) -> Who {
+        Who::principal(&Principal::new(name, PrincipalKind::Token), transport)
+    }
+
+    pub fn principal(p: &Principal, transport: &'static str) -> Who {
         Who {
-            id: name.to_string(),
-            kind: "http",
+            id: p.name.clone(),
+            kind: p.kind.as_str(),
             transport,
             uid: None,
+            credential_groups: p.groups.clone(),
         }
     }
 
-    /// A principal as written on the command line (`stsd policy explain`): `uid:N` or a name.
+    /// A principal as written on the command line (`stsd policy explain`): `uid:N`,
+    /// `oauth:SUBJECT` or a token's name.
     pub fn parse(text: &str) -> Who {
         match text.strip_prefix("uid:").and_then(|n| n.parse().ok()) {
             Some(uid) => Who::uid(uid, "unix"),
+            None if text.starts_with("oauth:") => {
+                Who::principal(&Principal::new(text, PrincipalKind::OAuth), "http")
+            }
             None => Who::http(text, "http"),
         }
     }
@@ -88,7 +104,7 @@ impl Who {
     /// process that is not a socket peer) the daemon's own uid, as the process that runs.
     pub fn of_caller(c: &crate::call::vocab::Caller) -> Who {
         match (&c.principal, c.peer_uid) {
-            (Some(p), _) => Who::http(p, c.transport),
+            (Some(p), _) => Who::principal(p, c.transport),
             (None, Some(u)) => Who::uid(u, c.transport),
             (None, None) => Who::uid(nix::unistd::Uid::effective().as_raw(), c.transport),
         }
@@ -98,7 +114,7 @@ impl Who {
     pub fn of_subject(s: &crate::call::vocab::Subject) -> Who {
         match s {
             crate::call::vocab::Subject::Uid(u) => Who::uid(*u, "unix"),
-            crate::call::vocab::Subject::Principal { name } => Who::http(name, "http"),
+            crate::call::vocab::Subject::Principal(p) => Who::principal(p, "http"),
         }
     }
 }

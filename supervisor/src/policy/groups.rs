@@ -98,6 +98,7 @@ impl Groups {
                 out.push(group.clone());
             }
         }
+        out.extend(who.credential_groups.iter().cloned());
         if let Some(u) = uid {
             out.extend(
                 unix_groups_cached(u)

@@ -175,3 +175,42 @@ fn the_readme_worked_policy_holds() {
     assert!(p.decide(&ops, Action::Call, Some(&writer)).allowed);
     assert!(!p.decide(&ops, Action::Call, Some(&l5)).allowed);
 }
+
+#[test]
+fn an_oauth_principal_is_decided_by_its_claimed_groups_and_its_kind() {
+    use crate::call::{Principal, PrincipalKind};
+    let (_d, c) = with_file(
+        r#"@id("writes-need-ops-from-the-idp")
+forbid (principal, action == Stsd::Action::"call", resource)
+when { resource.fileWrite }
+unless { principal in Stsd::Group::"ops" && principal.kind == "oauth" };
+"#,
+        |_| {},
+    );
+    let p = Policy::from_config(&c).unwrap();
+    let mut ops = Principal::new("oauth:alice", PrincipalKind::OAuth);
+    ops.groups = vec!["ops".into(), "scope:stsd:call".into()];
+    let writer = tool("writer", true);
+    assert!(
+        p.decide(&Who::principal(&ops, "http"), Action::Call, Some(&writer))
+            .allowed
+    );
+    assert_eq!(
+        p.groups_of(&Who::principal(&ops, "http")),
+        ["ops", "scope:stsd:call"]
+    );
+    // The same groups named by a token principal's config are not the IdP's claim: kind
+    // decides; and without the claim, the forbid holds.
+    let mut token = Principal::new("alice", PrincipalKind::Token);
+    token.groups = vec!["ops".into()];
+    assert!(
+        !p.decide(&Who::principal(&token, "http"), Action::Call, Some(&writer))
+            .allowed
+    );
+    let bob = Principal::new("oauth:bob", PrincipalKind::OAuth);
+    let d = p.decide(&Who::principal(&bob, "http"), Action::Call, Some(&writer));
+    assert!(!d.allowed);
+    assert_eq!(d.policies, ["writes-need-ops-from-the-idp"]);
+    assert_eq!(Who::parse("oauth:bob").kind, "oauth");
+    assert_eq!(Who::parse("ci-bot").kind, "token");
+}
