@@ -318,6 +318,7 @@ def main():
         if zygote:
             print(f"{'  (the zygote itself)':<32} {'':>12} {'':>9} {'':>7} {'':>13} {zygote[1]/1024:13.2f} {zygote[0]/1024:8.1f}")
     run_policy_cost()
+    run_secrets_cost()
     if os.environ.get("ONLY") != "stsd":
         run_breakdown()
         run_machine_costs()
@@ -333,6 +334,17 @@ def run_policy_cost():
     r = json.loads(out.stdout)
     print(f"\npolicy decision per call ({r['policies']} policies, Cedar): p50 {r['p50Us']:.1f} us, "
           f"p99 {r['p99Us']:.1f} us (goal: p50 under 20 us)")
+
+
+def run_secrets_cost():
+    """Issue 35: what putting secrets back at egress adds to a fetch (1 KiB request)."""
+    out = subprocess.run([STSD, "secrets-bench", "--rounds", "20000"], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"\nsecrets at egress: failed: {out.stderr[-300:]}", file=sys.stderr)
+        return
+    r = json.loads(out.stdout)
+    print(f"secrets at egress per fetch (2 secrets, 1 KiB request and response): p50 {r['p50Us']:.1f} us, "
+          f"p99 {r['p99Us']:.1f} us (goal: under 20 us)")
 
 
 def run_machine_costs():

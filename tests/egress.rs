@@ -819,3 +819,88 @@ fn cancelled_fetches_leave_no_thread_or_connection_behind() {
         "threads: {baseline} before, {now} after"
     );
 }
+
+/// Issue 35: every catalog tool that takes a secret (`${NAME}` in its staticVariables) runs
+/// with its code holding only placeholders, and the fixture standing in for the tool's host
+/// receives the real value where the tool put it: a header, a query parameter, a path
+/// segment, or the whole URL (a webhook). No request anywhere carries a placeholder.
+#[test]
+fn catalog_tools_that_take_a_secret_send_the_real_value_to_their_own_host_only() {
+    use stsd::local_pass::run_entry;
+    use stsd::store::Catalog;
+    let cat = Catalog::load(&stsd_tests::catalog_spec_files());
+    let c = config();
+    let o = options(&c, None);
+    let names = |t: &str| -> Vec<String> {
+        t.split("${")
+            .skip(1)
+            .filter_map(|r| r.split_once('}').map(|(n, _)| n.to_string()))
+            .collect()
+    };
+    let value = |name: &str| -> String {
+        if name.ends_with("_URL") {
+            format!("https://hooks.slack.com/services/T0STSD/B0STSD/{name}-hook9")
+        } else {
+            format!("{name}-val-9Zq")
+        }
+    };
+    let env = move |n: &str| -> Option<String> { Some(value(n)) };
+    let mut uses = 0;
+    let mut tools = Vec::new();
+    for e in &cat.entries {
+        let Some(spec) = e.validated.spec.as_ref() else {
+            continue;
+        };
+        let secrets: Vec<String> = spec
+            .static_variables
+            .iter()
+            .flat_map(|s| names(&s.value))
+            .collect();
+        if secrets.is_empty() {
+            continue;
+        }
+        let resolved = stsd_profiles::resolve(spec, &c).unwrap_or_else(|e| panic!("{e:?}"));
+        let hosts = resolved.tool_safety.capabilities.network.hosts.clone();
+        let _ = run_entry(
+            &cat,
+            e,
+            &c,
+            &env,
+            &o,
+            stsd::local_pass::PassPlace::Scratch,
+            Some(&stsd_tests::APPROVE),
+        );
+        let seen = server().seen();
+        for name in &secrets {
+            let v = value(name);
+            let want = v.trim_start_matches("https://hooks.slack.com");
+            let got: Vec<_> = seen.iter().filter(|s| s.text().contains(want)).collect();
+            assert!(
+                !got.is_empty(),
+                "{}: ${{{name}}} reached no fixture host",
+                spec.name
+            );
+            for s in &got {
+                assert!(
+                    hosts.iter().any(|h| h == &s.host),
+                    "{}: ${{{name}}} went to {} (allowed: {hosts:?})",
+                    spec.name,
+                    s.host
+                );
+            }
+            uses += 1;
+        }
+        tools.push(spec.name.clone());
+    }
+    let placeholders: Vec<_> = server()
+        .seen()
+        .into_iter()
+        .filter(|s| s.text().contains("stsd-secret-"))
+        .collect();
+    assert!(placeholders.is_empty(), "{placeholders:?}");
+    eprintln!(
+        "{} catalog tools, {uses} secret uses: {tools:?}",
+        tools.len()
+    );
+    assert_eq!((tools.len(), uses), (16, 19), "{tools:?}");
+}

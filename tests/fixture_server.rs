@@ -21,6 +21,27 @@ pub struct Seen {
     pub path: String,
     pub headers: Vec<(String, String)>,
     pub tls: bool,
+    pub query: String,
+    pub body: Vec<u8>,
+}
+
+impl Seen {
+    /// The whole request as text (path, query, headers, body), for searching.
+    pub fn text(&self) -> String {
+        let headers: Vec<String> = self
+            .headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        format!(
+            "{} {}?{}\n{}\n\n{}",
+            self.method,
+            self.path,
+            self.query,
+            headers.join("\n"),
+            String::from_utf8_lossy(&self.body)
+        )
+    }
 }
 
 pub struct FixtureServer {
@@ -38,6 +59,17 @@ pub const TEST_HOSTS: &[&str] = &[
     "rebind.test",
     "api.example.com",
     "example.org",
+    // The hosts of the catalog's tools that take a secret (no route: a request is seen and
+    // answered 404, which is all the secrets test needs).
+    "openapi.naver.com",
+    "dapi.kakao.com",
+    "apis.data.go.kr",
+    "openapi.seoul.go.kr",
+    "www.kamis.or.kr",
+    "www.kobis.or.kr",
+    "www.googleapis.com",
+    "api.openai.com",
+    "hooks.slack.com",
 ];
 
 struct Route {
@@ -243,6 +275,8 @@ fn handle(s: &mut (impl Read + Write), tls: bool, routes: &[Route], seen: &Mutex
             path: path.to_string(),
             headers: headers.clone(),
             tls,
+            query: query.to_string(),
+            body: body.clone(),
         });
     }
     let json_type = "application/json";

@@ -2,7 +2,9 @@
 //! any form a tool can give them without transforming them itself: as they are, JSON-escaped
 //! (objects, arrays, thrown values), percent-encoded, base64; in results, structured results,
 //! errors, console lines cut at every position around the line limit, the audit log, and
-//! `stsd run --json`.
+//! `stsd run --json`. The code holds the secret here (`[secrets.NAME] expose_to_code`): by
+//! default it would hold only a placeholder (tests/secrets_egress.rs), and masking would have
+//! nothing to do.
 
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
@@ -70,7 +72,7 @@ fn daemon() -> Daemon {
     Daemon::launch_env(
         dir,
         1,
-        "",
+        "[secrets.STSD_HOSTILE_SECRET]\nexpose_to_code = true\n",
         Some(&c),
         &[],
         None,

@@ -27,6 +27,21 @@ pub struct Config {
     /// `[[limits]]`: call rates, concurrent calls and CPU time, per principal, per tool, or
     /// per principal and tool (see [`LimitRule`]).
     pub limits: Vec<LimitRule>,
+    /// `[secrets.NAME]`: how the secret `${NAME}` is handled at egress (by default the code
+    /// gets a placeholder and the broker puts the value back for the tool's allowed hosts).
+    pub secrets: std::collections::BTreeMap<String, SecretConfig>,
+}
+
+/// `[secrets.NAME]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecretConfig {
+    /// The hosts the secret may go to (names or `*.apex`), narrower than the tool's
+    /// allowlist (a host outside it is ignored). Unset: the tool's allowlist.
+    pub hosts: Option<Vec<String>>,
+    /// Give the value to the tool's code in clear (it computes on it): masking is then the
+    /// only guard, as before placeholders.
+    pub expose_to_code: bool,
 }
 
 /// One `[[limits]]` rule. It applies to a call when `principal` and `tool` match; each

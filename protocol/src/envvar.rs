@@ -563,3 +563,63 @@ mod tests {
         assert_eq!(set.mask("abcdefgh"), "***");
     }
 }
+
+/// A secret the tool's code never holds: the worker gets `placeholder` in its place, and the
+/// supervisor's broker puts `value` back into a request only on its way to one of `hosts`
+/// (the forms `host_allowed` matches: a name, `*.apex`, never `*` alone). Lives in the
+/// supervisor only: [`crate::frames::Job::withheld`] is never serialized.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Withheld {
+    /// The variable's name (`${NAME}`), for the audit record.
+    pub name: String,
+    pub value: String,
+    pub placeholder: String,
+    /// The value is an http(s) URL: the placeholder is a URL on the same scheme, host and
+    /// port (so the allowlist sees the real host), and stands for the whole URL.
+    pub url: bool,
+    pub hosts: Vec<String>,
+    /// Every form of the value a response may echo ([`encoded_forms`]), longest first.
+    pub forms: Vec<String>,
+}
+
+impl Withheld {
+    pub fn new(
+        name: &str,
+        value: &str,
+        placeholder: String,
+        url: bool,
+        hosts: Vec<String>,
+    ) -> Withheld {
+        let mut forms = encoded_forms(value);
+        forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
+        forms.dedup();
+        Withheld {
+            name: name.to_string(),
+            value: value.to_string(),
+            placeholder,
+            url,
+            hosts,
+            forms,
+        }
+    }
+}
+
+impl std::fmt::Debug for Withheld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Withheld")
+            .field("name", &self.name)
+            .field("placeholder", &self.placeholder)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The call's withheld secrets (none: every secret was given to the code, or there were none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WithheldSet(pub Vec<Withheld>);
+
+impl WithheldSet {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}

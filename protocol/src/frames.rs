@@ -141,6 +141,11 @@ pub struct Job {
     /// Calls the worker may serve in all (reuse; 1 without). Read once, when the worker is
     /// confined: its hard CPU limit covers that many calls' budgets.
     pub reuse_calls: u32,
+    /// The secrets whose placeholders `statics_json` carries, with their values: the
+    /// supervisor's broker substitutes them at egress. Never serialized, so never sent to a
+    /// worker (a decoded job has none).
+    #[serde(skip)]
+    pub withheld: crate::envvar::WithheldSet,
 }
 
 impl Job {
@@ -207,6 +212,7 @@ impl Job {
             keep_alive: false,
             compile_only: false,
             reuse_calls: self.reuse_calls,
+            withheld: self.withheld.clone(),
         }
     }
 }
@@ -533,6 +539,7 @@ mod tests {
             keep_alive: false,
             compile_only: false,
             reuse_calls: 1,
+            withheld: Default::default(),
         }
     }
 

@@ -440,6 +440,12 @@ pub enum Command {
         /// Created if missing; gets man/*.1 and completions/{stsd.bash,_stsd,stsd.fish}.
         dir: PathBuf,
     },
+    /// Internal (scripts/bench): what substituting secrets at egress adds to one fetch.
+    #[command(hide = true)]
+    SecretsBench {
+        #[arg(long, default_value_t = 20000)]
+        rounds: usize,
+    },
     /// Internal: the sandboxed worker process (started by exec, never by hand).
     #[command(hide = true)]
     Worker,

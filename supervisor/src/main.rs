@@ -535,6 +535,13 @@ fn serve_daemon(args: DaemonArgs, systemd: stsd::systemd::Systemd) -> ExitCode {
     }
 }
 
+/// `stsd secrets-bench` (hidden; scripts/bench).
+fn secrets_bench(rounds: usize) -> ExitCode {
+    let (p50, p99) = stsd::egress::secrets::bench(rounds);
+    println!("{}", serde_json::json!({"p50Us": p50, "p99Us": p99}));
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     // The worker must not start a logging subscriber or touch anything before its sandbox:
     // dispatch it first.
@@ -560,6 +567,7 @@ fn main() -> ExitCode {
             keepalive_ms,
         } => mcp_command(config, socket.path(), serve, keepalive_ms, systemd),
         Command::GenerateAssets { dir } => generate_assets_command(&dir),
+        Command::SecretsBench { rounds } => secrets_bench(rounds),
         Command::Check {
             paths,
             json,

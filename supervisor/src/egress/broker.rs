@@ -117,6 +117,9 @@ pub struct Request {
     pub body: Vec<u8>,
     pub start_index: u64,
     pub max_length: Option<u64>,
+    /// The call's secrets, as placeholders in what the code sent: each hop puts back those
+    /// its host may receive ([`super::secrets::apply`]).
+    pub withheld: stsd_protocol::envvar::WithheldSet,
 }
 
 #[derive(Debug)]
@@ -204,6 +207,13 @@ pub struct HopRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
     pub elapsed_ms: u64,
+    /// The secrets put back into this hop's request (their names, never values).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// Secrets whose placeholder this hop carried to a host not allowed to receive them:
+    /// sent as placeholders, worthless there.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub withheld: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -390,6 +400,7 @@ impl Broker {
             url,
             headers,
             body,
+            withheld,
             ..
         } = req;
         let method = method.trim().to_ascii_uppercase();
@@ -416,6 +427,7 @@ impl Broker {
             headers,
             body,
             redirects: 0,
+            withheld,
         })
     }
 
@@ -534,8 +546,29 @@ impl Broker {
             url,
             headers,
             body,
+            withheld,
         } = *hop;
         let (target, addrs) = self.check_and_resolve(policy, url, deadline, rec)?;
+        // The secrets this host may receive go back in now, after every check of the URL the
+        // code sent; the request put together must still name the same host and port.
+        let applied = super::secrets::apply(withheld, &target.host, url, headers, body)?;
+        rec.secrets = applied.sent.clone();
+        rec.withheld = applied.withheld.clone();
+        let (headers, body) = (&applied.headers[..], &applied.body[..]);
+        let mut wire_url = match url::Url::parse(&applied.url) {
+            Ok(u)
+                if u.host_str() == target.url.host_str()
+                    && u.port_or_known_default() == target.url.port_or_known_default() =>
+            {
+                u
+            }
+            _ => {
+                return Err(Failure::input(
+                    "secret-not-placeable",
+                    "the request with its secrets put back names another host",
+                ))
+            }
+        };
         let https = target.url.scheme() == "https";
         if https && !self.cfg.extra_ca_files.is_empty() {
             rec.extra_ca = true;
@@ -545,7 +578,6 @@ impl Broker {
         // A plain-http hop goes to ureq as https with a connector that does no TLS, so that
         // it too gets the deadline under every socket read and write (see conn.rs); the Host
         // header is then ours.
-        let mut wire_url = target.url.clone();
         let mut host_header = None;
         if !https {
             let host = target.url.host_str().unwrap_or_default().to_string();
@@ -779,6 +811,7 @@ struct Outgoing {
     body: Vec<u8>,
     /// Redirects followed so far.
     redirects: u32,
+    withheld: stsd_protocol::envvar::WithheldSet,
 }
 
 impl Outgoing {
@@ -789,6 +822,7 @@ impl Outgoing {
             url: &self.url,
             headers: &self.headers,
             body: &self.body,
+            withheld: &self.withheld,
         }
     }
 }
@@ -797,6 +831,7 @@ impl Outgoing {
 #[derive(Clone, Copy)]
 struct Hop<'a> {
     method: &'a str,
+    withheld: &'a stsd_protocol::envvar::WithheldSet,
     url: &'a str,
     headers: &'a [(String, String)],
     body: &'a [u8],
@@ -982,6 +1017,7 @@ mod tests {
             body: vec![],
             start_index: 0,
             max_length: None,
+            withheld: Default::default(),
         };
         let mut recs = Vec::new();
         for port in [22, 6379, 8080] {
@@ -1028,6 +1064,7 @@ mod tests {
             body: vec![],
             start_index: 0,
             max_length: None,
+            withheld: Default::default(),
         };
         let e = b.fetch(&strict, req("http://127.0.0.1:1/"), deadline, &mut recs);
         let e = e.err().unwrap_or_else(|| panic!("loopback allowed"));

@@ -5,6 +5,7 @@ pub mod broker;
 mod conn;
 pub mod dns;
 pub mod guard;
+pub mod secrets;
 mod tls;
 
 pub use broker::{Broker, Failure, HopRecord, Policy, Request, Response};

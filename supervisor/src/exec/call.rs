@@ -201,6 +201,7 @@ impl FetchState {
             body,
             start_index: req.start_index,
             max_length: req.max_length,
+            withheld: job.withheld.clone(),
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let (b, p, mut recs) = (broker.clone(), policy.clone(), records.clone());
@@ -223,7 +224,15 @@ impl FetchState {
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok((r, recs)) => {
                     *records = recs;
-                    return Some(r);
+                    // A server that echoes a secret it was sent: the code sees the placeholder.
+                    return Some(r.map(|mut resp| {
+                        crate::egress::secrets::mask_response(
+                            &job.withheld,
+                            &mut resp.head,
+                            &mut resp.body,
+                        );
+                        resp
+                    }));
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {

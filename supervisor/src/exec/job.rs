@@ -124,9 +124,24 @@ pub fn prepare(
     args: Map<String, Value>,
     env: &dyn EnvSource,
 ) -> Result<Prepared, Diagnostic> {
+    // The code gets each secret as a placeholder; the broker puts it back at egress.
+    let net = &resolved.tool_safety.capabilities.network;
+    let (tool_hosts, default_hosts) = match net.mode {
+        NetworkMode::Allowlist | NetworkMode::Strict => (net.hosts.clone(), net.hosts.clone()),
+        NetworkMode::Open => (vec!["*".to_string()], Vec::new()),
+        NetworkMode::Blocked => (Vec::new(), Vec::new()),
+    };
+    let withholding = crate::egress::secrets::Withholding {
+        env,
+        tool: &spec.name,
+        tool_hosts: &tool_hosts,
+        default_hosts: &default_hosts,
+        config: &config.secrets,
+        found: Default::default(),
+    };
     let mut statics = Map::new();
     for (key, template) in spec.static_bag() {
-        match envvar::resolve(template, env) {
+        match envvar::resolve(template, &withholding) {
             Ok(v) => {
                 statics.insert(key.to_string(), Value::String(v));
             }
@@ -184,6 +199,7 @@ pub fn prepare(
         keep_alive: false,
         compile_only: false,
         reuse_calls: 1,
+        withheld: envvar::WithheldSet(withholding.found.into_inner()),
     };
     Ok(Prepared { job, secrets })
 }

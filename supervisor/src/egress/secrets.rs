@@ -1,0 +1,498 @@
+//! Secrets the tool's code never holds (issue 35). Masking output can only catch the forms of
+//! a secret it knows; code that reverses, XORs or splits a secret gets it out anyway. So a
+//! secret the spec resolves (`${NAME}`) reaches the worker as a placeholder, and the broker
+//! puts the value back on the way out, in the request to a host that may receive it (the
+//! tool's allowlist, or `[secrets.NAME] hosts`): what the code can transform is worthless.
+//!
+//! - A placeholder is `stsd-secret-` and 40 hex digits: characters `encodeURIComponent`,
+//!   JSON and header values leave as they are, one length for every secret, derived with a
+//!   key made at start (stable for a daemon's life, so a primed worker's statics still
+//!   match; unguessable). A secret that is an http(s) URL (a webhook) gets a URL on the same
+//!   scheme, host and port with an opaque path, so `fetch`, `new URL()` and the allowlist see
+//!   the real host.
+//! - In a request to an allowed host it is replaced in the URL (percent-encoded, unless the
+//!   placeholder is a whole URL), the headers (as is; inside `Basic` credentials too), and the
+//!   body (JSON-escaped in a JSON body, form-encoded in a form). To another host it is sent as
+//!   it is, and the hop's record says so (`withheld`).
+//! - A response that echoes a secret has it masked back to its placeholder before the worker
+//!   sees it.
+
+use super::broker::Failure;
+use super::guard;
+use stsd_protocol::envvar::{EnvSource, Withheld, WithheldSet};
+use stsd_protocol::frames::FetchHead;
+use stsd_protocol::Code;
+
+const PREFIX: &str = "stsd-secret-";
+
+fn key() -> &'static ring::hmac::Key {
+    static KEY: std::sync::OnceLock<ring::hmac::Key> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        let rng = ring::rand::SystemRandom::new();
+        // No randomness at all is not a state to run in; the zero key still gives
+        // per-value placeholders, and the failure is loud.
+        ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng).unwrap_or_else(|_| {
+            tracing::error!("no randomness for the secrets' placeholder key");
+            ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &[0u8; 32])
+        })
+    })
+}
+
+/// The placeholder for `value` of `${name}` in tool `tool`, and whether it stands for a URL.
+pub fn placeholder(tool: &str, name: &str, value: &str) -> (String, bool) {
+    let tag = ring::hmac::sign(key(), format!("{tool}\0{name}\0{value}").as_bytes());
+    let hex: String = tag.as_ref()[..20]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let opaque = format!("{PREFIX}{hex}");
+    match url::Url::parse(value) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            let host = u.host_str().unwrap_or_default();
+            (format!("{}://{host}{port}/{opaque}", u.scheme()), true)
+        }
+        _ => (opaque, false),
+    }
+}
+
+/// The environment the spec's static variables resolve against for a worker: a secret's
+/// value becomes its placeholder (and is noted, with the hosts it may go to), unless the
+/// operator gave it to code in clear (`[secrets.NAME] expose_to_code`).
+pub struct Withholding<'a> {
+    pub env: &'a dyn EnvSource,
+    pub tool: &'a str,
+    /// The hosts the tool may send anything to: its allowlist, `*` in open mode.
+    pub tool_hosts: &'a [String],
+    /// Where a secret may go when the operator did not say: the allowlist; nowhere in open
+    /// mode (any host at all is no boundary for a secret).
+    pub default_hosts: &'a [String],
+    pub config: &'a std::collections::BTreeMap<String, stsd_profiles::baseline::SecretConfig>,
+    pub found: std::cell::RefCell<Vec<Withheld>>,
+}
+
+impl EnvSource for Withholding<'_> {
+    fn lookup(&self, name: &str) -> Option<String> {
+        let value = self.env.lookup(name)?;
+        let conf = self.config.get(name);
+        if value.trim().is_empty() || conf.is_some_and(|c| c.expose_to_code) {
+            return Some(value);
+        }
+        let (ph, url) = placeholder(self.tool, name, &value);
+        let hosts = match conf.and_then(|c| c.hosts.clone()) {
+            // Narrowed by the operator, never widened past the tool's allowlist.
+            Some(h) => h
+                .into_iter()
+                .filter(|x| guard::host_allowed(x, self.tool_hosts))
+                .collect(),
+            None => self.default_hosts.to_vec(),
+        };
+        let mut found = self.found.borrow_mut();
+        if !found.iter().any(|w| w.placeholder == ph) {
+            found.push(Withheld::new(name, &value, ph.clone(), url, hosts));
+        }
+        Some(ph)
+    }
+}
+
+/// A request with its secrets put back, for one hop to `host`.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Secrets put back (their names).
+    pub sent: Vec<String>,
+    /// Secrets whose placeholder went, as is, to a host not allowed to receive them.
+    pub withheld: Vec<String>,
+}
+
+fn component(s: &str) -> String {
+    let keep = |b: u8| b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b);
+    s.bytes()
+        .map(|b| {
+            if keep(b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn form(s: &str) -> String {
+    component(s).replace("%20", "+")
+}
+
+fn replace_bytes(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    if from.is_empty() || hay.len() < from.len() {
+        return hay.to_vec();
+    }
+    let mut out = Vec::with_capacity(hay.len());
+    let mut last = 0;
+    for at in memchr::memmem::find_iter(hay, from) {
+        if at < last {
+            continue; // overlapping match
+        }
+        out.extend_from_slice(&hay[last..at]);
+        out.extend_from_slice(to);
+        last = at + from.len();
+    }
+    out.extend_from_slice(&hay[last..]);
+    out
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && memchr::memmem::find(hay, needle).is_some()
+}
+
+/// `Basic` credentials carrying a placeholder, decoded (None: not Basic, or none inside).
+fn basic_with(value: &str, ph: &str) -> Option<String> {
+    let b64 = value
+        .strip_prefix("Basic ")
+        .or_else(|| value.strip_prefix("basic "))?;
+    let raw = base64_decode(b64.trim())?;
+    let text = String::from_utf8(raw).ok()?;
+    text.contains(ph).then_some(text)
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let s = s.trim_end_matches('=');
+    let mut out = Vec::new();
+    for chunk in s.as_bytes().chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= val(c)? << (18 - 6 * i);
+        }
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        match chunk.len() {
+            4 => out.extend_from_slice(&bytes),
+            3 => out.extend_from_slice(&bytes[..2]),
+            2 => out.push(bytes[0]),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn refused(name: &str, why: &str) -> Failure {
+    Failure {
+        code: Code::InvalidInput,
+        rule: "secret-not-placeable",
+        message: format!("[fetch] invalid request: secret-not-placeable: ${{{name}}} {why}"),
+    }
+}
+
+/// The request for one hop to `host`, each placeholder of a secret that host may receive
+/// replaced by the secret in the form its place needs.
+pub fn apply(
+    set: &WithheldSet,
+    host: &str,
+    url: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Result<Applied, Failure> {
+    let mut out = Applied {
+        url: url.to_string(),
+        headers: headers.to_vec(),
+        body: body.to_vec(),
+        ..Applied::default()
+    };
+    if set.is_empty() {
+        return Ok(out);
+    }
+    let content_type = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        .map(|(_, v)| v.to_ascii_lowercase())
+        .unwrap_or_default();
+    for s in &set.0 {
+        let ph = s.placeholder.as_str();
+        let present = out.url.contains(ph)
+            || out
+                .headers
+                .iter()
+                .any(|(_, v)| v.contains(ph) || basic_with(v, ph).is_some())
+            || contains(&out.body, ph.as_bytes());
+        if !present {
+            continue;
+        }
+        if !guard::host_allowed(host, &s.hosts) {
+            out.withheld.push(s.name.clone());
+            continue;
+        }
+        let in_url = if s.url {
+            s.value.clone()
+        } else {
+            component(&s.value)
+        };
+        out.url = out.url.replace(ph, &in_url);
+        for (_, v) in out.headers.iter_mut() {
+            if let Some(text) = basic_with(v, ph) {
+                *v = format!(
+                    "Basic {}",
+                    base64_encode(text.replace(ph, &s.value).as_bytes())
+                );
+            }
+            if v.contains(ph) {
+                if s.value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                    return Err(refused(
+                        &s.name,
+                        "has a line break: it cannot go in a header",
+                    ));
+                }
+                *v = v.replace(ph, &s.value);
+            }
+        }
+        let in_body = if content_type.contains("json") {
+            let j = serde_json::to_string(&s.value).unwrap_or_default();
+            j[1..j.len().saturating_sub(1).max(1)].to_string()
+        } else if content_type.contains("x-www-form-urlencoded") {
+            form(&s.value)
+        } else {
+            s.value.clone()
+        };
+        out.body = replace_bytes(&out.body, ph.as_bytes(), in_body.as_bytes());
+        out.sent.push(s.name.clone());
+    }
+    Ok(out)
+}
+
+/// Masks every form of every withheld secret in a response back to its placeholder, before
+/// the worker sees it (a server that echoes the key it was sent).
+pub fn mask_response(set: &WithheldSet, head: &mut FetchHead, body: &mut Vec<u8>) {
+    for s in &set.0 {
+        for f in &s.forms {
+            if contains(body, f.as_bytes()) {
+                *body = replace_bytes(body, f.as_bytes(), s.placeholder.as_bytes());
+            }
+            head.url = head.url.replace(f.as_str(), &s.placeholder);
+            for (_, v) in head.headers.iter_mut() {
+                if v.contains(f.as_str()) {
+                    *v = v.replace(f.as_str(), &s.placeholder);
+                }
+            }
+        }
+    }
+    head.body_len = body.len() as u64;
+}
+
+/// `stsd secrets-bench` (scripts/bench): what substitution adds to one fetch, p50 and p99 in
+/// microseconds: two secrets put back into a 1 KiB request (a query parameter, a bearer
+/// header, the JSON body) and a 1 KiB response searched for every form of both.
+pub fn bench(rounds: usize) -> (f64, f64) {
+    let secret = |name: &str, value: &str| {
+        let (placeholder, url) = placeholder("bench", name, value);
+        Withheld::new(
+            name,
+            value,
+            placeholder,
+            url,
+            vec!["api.example.com".into()],
+        )
+    };
+    let set = WithheldSet(vec![
+        secret("API_KEY", "sk-live-0123456789abcdef"),
+        secret("CLIENT_ID", "client-0123456789"),
+    ]);
+    let (k, id) = (&set.0[0].placeholder, &set.0[1].placeholder);
+    let url = format!("https://api.example.com/v1/search?q=weather&client={id}&key={k}");
+    let headers = vec![
+        ("Authorization".to_string(), format!("Bearer {k}")),
+        ("Content-Type".to_string(), "application/json".to_string()),
+        ("Accept".to_string(), "application/json".to_string()),
+    ];
+    let filler = "x".repeat(1024 - 40 - k.len());
+    let body = format!("{{\"key\":\"{k}\",\"pad\":\"{filler}\"}}").into_bytes();
+    let response = format!("{{\"results\":[\"{}\"]}}", "y".repeat(1000)).into_bytes();
+    let mut us = Vec::with_capacity(rounds.max(1));
+    for _ in 0..rounds.max(1) {
+        let t0 = std::time::Instant::now();
+        let a = apply(&set, "api.example.com", &url, &headers, &body);
+        let mut head = FetchHead {
+            status: 200,
+            status_text: "OK".into(),
+            url: url.clone(),
+            headers: Vec::new(),
+            body_len: 0,
+            truncated: false,
+            next_start_index: None,
+        };
+        let mut resp = response.clone();
+        mask_response(&set, &mut head, &mut resp);
+        us.push(t0.elapsed().as_secs_f64() * 1e6);
+        let _ = std::hint::black_box((a, resp));
+    }
+    us.sort_by(f64::total_cmp);
+    let at = |q: f64| us[((us.len() - 1) as f64 * q) as usize];
+    (at(0.5), at(0.99))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(value: &str, hosts: &[&str]) -> WithheldSet {
+        let (placeholder, url) = placeholder("t", "KEY", value);
+        WithheldSet(vec![Withheld::new(
+            "KEY",
+            value,
+            placeholder,
+            url,
+            hosts.iter().map(|h| h.to_string()).collect(),
+        )])
+    }
+
+    #[test]
+    fn a_placeholder_is_opaque_stable_and_survives_every_encoding() {
+        let (a, url) = placeholder("tool", "KEY", "sk-live-1");
+        assert!(!url && a.starts_with(PREFIX) && a.len() == PREFIX.len() + 40);
+        assert_eq!(placeholder("tool", "KEY", "sk-live-1").0, a);
+        assert_ne!(placeholder("tool", "KEY", "sk-live-2").0, a);
+        assert_ne!(placeholder("other", "KEY", "sk-live-1").0, a);
+        assert_eq!(component(&a), a);
+        assert_eq!(
+            serde_json::to_string(&a).unwrap_or_default(),
+            format!("\"{a}\"")
+        );
+        let (u, url) = placeholder("t", "HOOK", "https://hooks.slack.com/services/T0/B0/xyz");
+        assert!(
+            url && u.starts_with("https://hooks.slack.com/stsd-secret-"),
+            "{u}"
+        );
+        assert!(!u.contains("T0/B0"));
+    }
+
+    #[test]
+    fn each_place_gets_the_form_it_needs_and_only_an_allowed_host_gets_it() {
+        let s = set("a b&c\"d", &["api.example.com"]);
+        let ph = s.0[0].placeholder.clone();
+        let headers = vec![
+            ("Authorization".into(), format!("Bearer {ph}")),
+            ("Content-Type".into(), "application/json".into()),
+        ];
+        let body = format!("{{\"key\":\"{ph}\"}}");
+        let a = apply(
+            &s,
+            "api.example.com",
+            &format!("https://api.example.com/x?k={ph}"),
+            &headers,
+            body.as_bytes(),
+        )
+        .unwrap_or_default();
+        assert_eq!(a.url, "https://api.example.com/x?k=a%20b%26c%22d");
+        assert_eq!(a.headers[0].1, "Bearer a b&c\"d");
+        assert_eq!(String::from_utf8_lossy(&a.body), r#"{"key":"a b&c\"d"}"#);
+        assert_eq!(a.sent, ["KEY"]);
+        // Another host (allowed for the tool, not for this secret): the placeholder as is.
+        let b = apply(
+            &s,
+            "other.example.com",
+            &format!("https://other.example.com/?k={ph}"),
+            &headers,
+            b"",
+        )
+        .unwrap_or_default();
+        assert!(b.url.contains(&ph) && b.headers[0].1.contains(&ph));
+        assert_eq!(b.withheld, ["KEY"]);
+        assert!(b.sent.is_empty());
+    }
+
+    #[test]
+    fn basic_credentials_forms_and_whole_urls_are_put_back() {
+        let s = set("pass:word", &["*.example.com"]);
+        let ph = s.0[0].placeholder.clone();
+        let basic = format!("Basic {}", base64_encode(format!("user:{ph}").as_bytes()));
+        let headers = vec![
+            ("authorization".into(), basic),
+            (
+                "content-type".into(),
+                "application/x-www-form-urlencoded".into(),
+            ),
+        ];
+        let a = apply(
+            &s,
+            "api.example.com",
+            "https://api.example.com/",
+            &headers,
+            format!("k={ph}").as_bytes(),
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            a.headers[0].1,
+            format!("Basic {}", base64_encode(b"user:pass:word"))
+        );
+        assert_eq!(a.body, b"k=pass%3Aword");
+        let hook = set(
+            "https://hooks.slack.com/services/T0/B0/xyz",
+            &["hooks.slack.com"],
+        );
+        let u = hook.0[0].placeholder.clone();
+        let a = apply(&hook, "hooks.slack.com", &u, &[], b"{}").unwrap_or_default();
+        assert_eq!(a.url, "https://hooks.slack.com/services/T0/B0/xyz");
+        let lf = set("a\r\nX-Evil: 1", &["api.example.com"]);
+        let ph = lf.0[0].placeholder.clone();
+        let r = apply(
+            &lf,
+            "api.example.com",
+            "https://api.example.com/",
+            &[("x-key".into(), ph)],
+            b"",
+        );
+        assert!(r.is_err_and(|f| f.rule == "secret-not-placeable"));
+    }
+
+    #[test]
+    fn an_echoed_secret_is_masked_back_to_its_placeholder() {
+        let s = set("sk-live-echoed", &["api.example.com"]);
+        let ph = s.0[0].placeholder.clone();
+        let mut head = FetchHead {
+            status: 200,
+            status_text: "OK".into(),
+            url: "https://api.example.com/?k=sk-live-echoed".into(),
+            headers: vec![("x-echo".into(), "Bearer sk-live-echoed".into())],
+            body_len: 0,
+            truncated: false,
+            next_start_index: None,
+        };
+        let mut body = br#"{"auth":"Bearer sk-live-echoed","b64":"c2stbGl2ZS1lY2hvZWQ="}"#.to_vec();
+        mask_response(&s, &mut head, &mut body);
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            !text.contains("sk-live-echoed") && !text.contains("c2stbGl2ZS1lY2hvZWQ"),
+            "{text}"
+        );
+        assert!(text.contains(&ph));
+        assert_eq!(head.headers[0].1, format!("Bearer {ph}"));
+        assert!(!head.url.contains("sk-live"));
+        assert_eq!(head.body_len, body.len() as u64);
+    }
+}
