@@ -551,7 +551,8 @@ impl Broker {
         let (target, addrs) = self.check_and_resolve(policy, url, deadline, rec)?;
         // The secrets this host may receive go back in now, after every check of the URL the
         // code sent; the request put together must still name the same host and port.
-        let applied = super::secrets::apply(withheld, &target.host, url, headers, body)?;
+        let applied = super::secrets::apply(withheld, &target.host, url, headers, body)
+            .map_err(|e| Failure::input("secret-not-placeable", e))?;
         rec.secrets = applied.sent.clone();
         rec.withheld = applied.withheld.clone();
         let (headers, body) = (&applied.headers[..], &applied.body[..]);

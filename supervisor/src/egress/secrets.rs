@@ -17,11 +17,9 @@
 //! - A response that echoes a secret has it masked back to its placeholder before the worker
 //!   sees it.
 
-use super::broker::Failure;
 use super::guard;
 use stsd_protocol::envvar::{EnvSource, Withheld, WithheldSet};
 use stsd_protocol::frames::FetchHead;
-use stsd_protocol::Code;
 
 const PREFIX: &str = "stsd-secret-";
 
@@ -203,23 +201,16 @@ fn base64_encode(bytes: &[u8]) -> String {
     out
 }
 
-fn refused(name: &str, why: &str) -> Failure {
-    Failure {
-        code: Code::InvalidInput,
-        rule: "secret-not-placeable",
-        message: format!("[fetch] invalid request: secret-not-placeable: ${{{name}}} {why}"),
-    }
-}
-
 /// The request for one hop to `host`, each placeholder of a secret that host may receive
-/// replaced by the secret in the form its place needs.
+/// replaced by the secret in the form its place needs. Err: why a secret cannot go where
+/// the code put it (the broker refuses the request, `secret-not-placeable`).
 pub fn apply(
     set: &WithheldSet,
     host: &str,
     url: &str,
     headers: &[(String, String)],
     body: &[u8],
-) -> Result<Applied, Failure> {
+) -> Result<Applied, String> {
     let mut out = Applied {
         url: url.to_string(),
         headers: headers.to_vec(),
@@ -264,9 +255,9 @@ pub fn apply(
             }
             if v.contains(ph) {
                 if s.value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-                    return Err(refused(
-                        &s.name,
-                        "has a line break: it cannot go in a header",
+                    return Err(format!(
+                        "${{{}}} has a line break: it cannot go in a header",
+                        s.name
                     ));
                 }
                 *v = v.replace(ph, &s.value);
@@ -467,7 +458,7 @@ mod tests {
             &[("x-key".into(), ph)],
             b"",
         );
-        assert!(r.is_err_and(|f| f.rule == "secret-not-placeable"));
+        assert!(r.is_err_and(|e| e.contains("line break")));
     }
 
     #[test]
