@@ -214,3 +214,72 @@ fn a_secret_exposed_to_code_is_held_in_clear_and_masked_on_the_way_out() {
         "{held}"
     );
 }
+
+/// `crypto.subtle` with a withheld secret: `importKey` from the placeholder gives a key the
+/// host holds; `sign` (computed by the supervisor) equals the HMAC the worker computes itself
+/// from the same value in clear; `verify` works; `exportKey` refuses that key (and exports an
+/// ordinary extractable one). Without network there is no supervisor to ask: a clear error.
+#[test]
+fn a_key_imported_from_a_placeholder_signs_like_the_clear_key_and_is_never_exported() {
+    const SIGN: &str = r#"
+const enc = new TextEncoder();
+const alg = {name: 'HMAC', hash: 'SHA-256'};
+const hex = (b) => Array.from(new Uint8Array(b)).map(x => x.toString(16).padStart(2, '0')).join('');
+const msg = enc.encode('GET /v1/orders?ts=1700000000');
+const key = await crypto.subtle.importKey('raw', enc.encode(held), alg, true, ['sign', 'verify']);
+const sig = await crypto.subtle.sign('HMAC', key, msg);
+const mine = await crypto.subtle.sign('HMAC', await crypto.subtle.importKey('raw', enc.encode(clear), alg, false, ['sign']), msg);
+let exported;
+try { await crypto.subtle.exportKey('raw', key); exported = 'exported'; } catch (e) { exported = e.name; }
+const open = await crypto.subtle.importKey('raw', enc.encode('plain-key'), alg, true, ['sign']);
+const openRaw = new TextDecoder().decode(await crypto.subtle.exportKey('raw', open));
+const ok = await crypto.subtle.verify('HMAC', key, sig, msg);
+return {same: hex(sig) === hex(mine), sig: hex(sig), exported, openRaw, ok, extractable: key.extractable};
+"#;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let catalog = dir.path().join("sign.json");
+    let statics = json!([{"held": "${STSD_HOSTILE_SECRET}"}, {"clear": "${STSD_TEST_SIGNKEY}"}]);
+    let spec = json!([
+        {"name": "signs", "description": "signs with its key", "codeType": "Javascript",
+         "draft": false, "staticVariables": statics,
+         "sandboxOverrides": {"networkMode": "allowlist", "hostsAllow": ["fixture.test"]},
+         "code": SIGN},
+        {"name": "signsOffline", "description": "signs without network", "codeType": "Javascript",
+         "draft": false, "staticVariables": statics,
+         "code": "const k = await crypto.subtle.importKey('raw', new TextEncoder().encode(held), \
+                  {name: 'HMAC', hash: 'SHA-256'}, false, ['sign']); \
+                  return await crypto.subtle.sign('HMAC', k, new TextEncoder().encode('x'));"}
+    ]);
+    std::fs::write(&catalog, spec.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let c = catalog.display().to_string();
+    let d = Daemon::launch_env(
+        dir,
+        1,
+        "[secrets.STSD_TEST_SIGNKEY]\nexpose_to_code = true\n",
+        Some(&c),
+        &[],
+        None,
+        &[
+            ("STSD_HOSTILE_SECRET", SECRET),
+            ("STSD_TEST_SIGNKEY", SECRET),
+        ],
+    );
+    let mut conn = d.connect();
+    conn.call(1, "signs", json!({}));
+    let r = conn.response();
+    assert!(!is_error(&r), "{r}");
+    let v: Value = serde_json::from_str(&text(&r)).unwrap_or_default();
+    assert_eq!(v["same"], true, "{v}");
+    assert_eq!(v["sig"].as_str().map(str::len), Some(64), "{v}");
+    assert_eq!(v["exported"], "InvalidAccessError", "{v}");
+    assert_eq!(v["extractable"], false, "{v}");
+    assert_eq!(v["openRaw"], "plain-key", "{v}");
+    assert_eq!(v["ok"], true, "{v}");
+    conn.call(2, "signsOffline", json!({}));
+    let r = conn.response();
+    assert!(is_error(&r), "{r}");
+    assert!(
+        text(&r).contains("signs only in a tool with network"),
+        "{r}"
+    );
+}

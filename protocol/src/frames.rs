@@ -257,6 +257,11 @@ pub enum ToWorker {
         code: String,
         message: String,
     },
+    /// The answer to [`FromWorker::Hmac`]: the MAC, or why there is none.
+    HmacDone {
+        mac: Vec<u8>,
+        error: Option<String>,
+    },
     /// Reuse: the supervisor has the call's outcome and keeps the worker; it makes its next
     /// context now (not before: the reply would wait behind it on a busy CPU) and says Ready.
     Continue,
@@ -376,6 +381,13 @@ pub enum FromWorker {
     },
     /// A tool called `fetch`; the worker waits for the broker's answer.
     Fetch(Box<FetchRequest>),
+    /// `crypto.subtle.sign` with a key imported from a withheld secret's placeholder: the
+    /// supervisor, which holds the value, computes the HMAC ([`ToWorker::HmacDone`]).
+    Hmac {
+        hash: String,
+        placeholder: String,
+        data: Vec<u8>,
+    },
     /// Attack mode only: a probe's outcome when the process survived it.
     Probe {
         name: String,

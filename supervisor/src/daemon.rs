@@ -169,6 +169,19 @@ fn banner(service: &Service, what: &str) -> String {
     for (name, why) in &p.withheld {
         s.push_str(&format!("withheld {name}: {why}\n"));
     }
+    let clear: Vec<String> = service
+        .config()
+        .secrets
+        .iter()
+        .filter(|(_, c)| c.expose_to_code)
+        .map(|(n, _)| n.clone())
+        .collect();
+    if !clear.is_empty() {
+        s.push_str(&format!(
+            "secrets given to tool code in clear ([secrets.NAME] expose_to_code; only masking guards them): {}\n",
+            clear.join(", ")
+        ));
+    }
     if service.config().cgroups.mode != stsd_profiles::baseline::CgroupMode::Off {
         s.push_str(&format!("limits: {}\n", crate::cgroup::describe()));
     }

@@ -277,6 +277,28 @@ pub fn apply(
     Ok(out)
 }
 
+/// `crypto.subtle.sign` with a key the code imported from a placeholder: the HMAC of `data`
+/// under the secret it stands for (the code never sees the key; `exportKey` refuses it).
+pub fn hmac(
+    set: &WithheldSet,
+    hash: &str,
+    placeholder: &str,
+    data: &[u8],
+) -> Result<Vec<u8>, String> {
+    let Some(s) = set.0.iter().find(|s| s.placeholder == placeholder) else {
+        return Err("sign: the key is not a secret of this call".into());
+    };
+    let alg = match hash {
+        "SHA-1" => ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
+        "SHA-256" => ring::hmac::HMAC_SHA256,
+        "SHA-384" => ring::hmac::HMAC_SHA384,
+        "SHA-512" => ring::hmac::HMAC_SHA512,
+        _ => return Err(format!("sign: unsupported hash {hash}")),
+    };
+    let key = ring::hmac::Key::new(alg, s.value.as_bytes());
+    Ok(ring::hmac::sign(&key, data).as_ref().to_vec())
+}
+
 /// Masks every form of every withheld secret in a response back to its placeholder, before
 /// the worker sees it (a server that echoes the key it was sent).
 pub fn mask_response(set: &WithheldSet, head: &mut FetchHead, body: &mut Vec<u8>) {

@@ -109,6 +109,21 @@ pub fn run_keeping(
         match ex.on_frame(frame, on_event) {
             None => {}
             Some(FetchStep::Body(data)) => fetch.add_body(&data, &opts.broker),
+            Some(FetchStep::Hmac {
+                hash,
+                placeholder,
+                data,
+            }) => {
+                let (mac, error) =
+                    match crate::egress::secrets::hmac(&job.withheld, &hash, &placeholder, &data) {
+                        Ok(m) => (m, None),
+                        Err(e) => (Vec::new(), Some(e)),
+                    };
+                if let Err(e) = send_until(&w.socket, &ToWorker::HmacDone { mac, error }, deadline)
+                {
+                    ex.protocol_error = Some(e);
+                }
+            }
             Some(FetchStep::Request(req)) => {
                 let call_deadline = deadline.checked_sub(opts.kill_grace).unwrap_or(deadline);
                 let reply = fetch.run(

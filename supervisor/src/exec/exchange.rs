@@ -84,6 +84,12 @@ impl Drop for InFlight {
 pub(super) enum FetchStep {
     Body(Vec<u8>),
     Request(Box<FetchRequest>),
+    /// Sign `data` with the withheld secret `placeholder` stands for.
+    Hmac {
+        hash: String,
+        placeholder: String,
+        data: Vec<u8>,
+    },
 }
 
 /// What became of the worker once the exchange is over.
@@ -321,7 +327,7 @@ impl<'j> Exchange<'j> {
             FromWorker::Probe { .. } => {
                 self.protocol_error = Some("probe frame outside attack mode".into())
             }
-            FromWorker::FetchBody { .. } | FromWorker::Fetch(_)
+            FromWorker::FetchBody { .. } | FromWorker::Fetch(_) | FromWorker::Hmac { .. }
                 if job.sandbox.network != NetworkGrant::Brokered =>
             {
                 self.protocol_error =
@@ -329,6 +335,17 @@ impl<'j> Exchange<'j> {
             }
             FromWorker::FetchBody { data } => return Some(FetchStep::Body(data)),
             FromWorker::Fetch(req) => return Some(FetchStep::Request(req)),
+            FromWorker::Hmac {
+                hash,
+                placeholder,
+                data,
+            } => {
+                return Some(FetchStep::Hmac {
+                    hash,
+                    placeholder,
+                    data,
+                })
+            }
             FromWorker::Timings(t) => self.out.timings.worker = t,
             FromWorker::Ready { .. } => self.protocol_error = Some("second Ready frame".into()),
         }

@@ -20,6 +20,30 @@ fn kind_of(code: &str) -> &'static str {
     }
 }
 
+thread_local! {
+    /// The broker's channel, for signing with a withheld secret (set with `fetch`: a posture
+    /// without network has no broker to ask).
+    static SIGNER: std::cell::RefCell<Option<Rc<Channel>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// HMAC with a key only the supervisor holds (`placeholder` stands for it): Err is the
+/// message for the tool.
+pub fn hmac_withheld(hash: &str, placeholder: &str, data: &[u8]) -> Result<Vec<u8>, String> {
+    let Some(ch) = SIGNER.with(|s| s.borrow().clone()) else {
+        return Err("sign: a key from a withheld secret signs only in a tool with network (the supervisor holds it)".into());
+    };
+    ch.send(&FromWorker::Hmac {
+        hash: hash.to_string(),
+        placeholder: placeholder.to_string(),
+        data: data.to_vec(),
+    })?;
+    match ch.recv()? {
+        ToWorker::HmacDone { mac, error: None } => Ok(mac),
+        ToWorker::HmacDone { error: Some(e), .. } => Err(e),
+        other => Err(format!("sign: unexpected frame {other:?}")),
+    }
+}
+
 struct Answer {
     head: stsd_protocol::frames::FetchHead,
     body: Vec<u8>,
@@ -62,6 +86,7 @@ fn exchange(ch: &Channel, req: FetchRequest, body: &[u8]) -> Result<Answer, (Str
 /// headers, truncated, nextStartIndex, body}`; failures throw `KIND: message`. `decode(buf)`
 /// is lossy UTF-8 (a response's `text()`).
 pub fn host_object<'js>(ctx: &Ctx<'js>, channel: Rc<Channel>) -> rquickjs::Result<Object<'js>> {
+    SIGNER.with(|s| *s.borrow_mut() = Some(channel.clone()));
     let o = Object::new(ctx.clone())?;
     o.set("fetch", fetch_function(ctx, channel)?)?;
     o.set(

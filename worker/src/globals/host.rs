@@ -178,6 +178,22 @@ pub fn host_object<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
         )?,
     )?;
     host.set(
+        "hmacWithheld",
+        Function::new(
+            ctx.clone(),
+            |ctx: Ctx<'js>,
+             alg: String,
+             placeholder: String,
+             data: TypedArray<'js, u8>|
+             -> rquickjs::Result<TypedArray<'js, u8>> {
+                let d = bytes_of(&ctx, &data)?;
+                let out = super::fetch::hmac_withheld(&alg, &placeholder, &d)
+                    .map_err(|e| Exception::throw_type(&ctx, &e))?;
+                TypedArray::<u8>::new_copy(ctx, &out)
+            },
+        )?,
+    )?;
+    host.set(
         "hmac",
         Function::new(
             ctx.clone(),

@@ -87,9 +87,13 @@
   }
 
   const KEY = Symbol("stsd key material");
+  const WITHHELD = Symbol("stsd withheld secret");
+  // A secret the code holds only as its placeholder (issue 35): the supervisor signs with it.
+  const PLACEHOLDER = /^stsd-secret-[0-9a-f]{40}$/;
   class CryptoKey {
-    constructor(material, algorithm, extractable, usages) {
+    constructor(material, algorithm, extractable, usages, withheld) {
       Object.defineProperty(this, KEY, { value: material });
+      Object.defineProperty(this, WITHHELD, { value: withheld });
       this.type = "secret";
       this.extractable = Boolean(extractable);
       this.algorithm = algorithm;
@@ -111,11 +115,23 @@
       const hash = hashName(typeof algorithm === "object" && algorithm.hash ? algorithm.hash : "SHA-256", "importKey");
       const bytes = Uint8Array.from(toBytes(keyData, "importKey"));
       if (bytes.length === 0) throw new DOMException("importKey: the key must not be empty", "DataError");
-      return new CryptoKey(bytes, { name: "HMAC", hash: { name: hash }, length: bytes.length * 8 }, extractable, usages || []);
+      const text = bytes.length <= 64 ? String.fromCharCode.apply(null, bytes) : "";
+      const withheld = PLACEHOLDER.test(text) ? text : undefined;
+      // A withheld secret's key is never extractable: its bytes are not here to give.
+      return new CryptoKey(bytes, { name: "HMAC", hash: { name: hash }, length: bytes.length * 8 },
+        withheld ? false : extractable, usages || [], withheld);
+    },
+    async exportKey(format, key) {
+      if (!(key instanceof CryptoKey)) throw new TypeError("exportKey: not a CryptoKey");
+      if (format !== "raw") throw new DOMException(`exportKey: format ${format} is not supported`, "NotSupportedError");
+      if (key[WITHHELD]) throw new DOMException("exportKey: the key is a secret the host holds; it is not exported", "InvalidAccessError");
+      if (!key.extractable) throw new DOMException("exportKey: the key is not extractable", "InvalidAccessError");
+      return Uint8Array.from(key[KEY]);
     },
     async sign(algorithm, key, data) {
       const name = String(typeof algorithm === "object" && algorithm !== null ? algorithm.name : algorithm).toUpperCase();
       if (name !== "HMAC" || !(key instanceof CryptoKey)) throw new DOMException("sign: only HMAC keys are supported", "InvalidAccessError");
+      if (key[WITHHELD]) return host.hmacWithheld(key.algorithm.hash.name, key[WITHHELD], toBytes(data, "sign"));
       return host.hmac(key.algorithm.hash.name, key[KEY], toBytes(data, "sign"));
     },
     async verify(algorithm, key, signature, data) {
