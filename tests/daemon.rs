@@ -307,11 +307,10 @@ fn fetch_hops_are_audited_with_the_operator_settings_and_secrets_masked() {
     assert!(!is_error(&r), "{r}");
     let t = text(&r);
     assert!(!t.contains("supersecret-token-123"), "{t}");
-    // The code held a placeholder; the echo of the real value came back as it too.
-    assert!(
-        t.contains("Bearer stsd-secret-") && t.contains("key=stsd-secret-"),
-        "{t}"
-    );
+    // The code held a placeholder (the echo of the real value came back as it too), masked
+    // on the way out like the secret.
+    assert!(t.contains("Bearer ***") && t.contains("key=***"), "{t}");
+    assert!(!t.contains("stsd-secret-"), "{t}");
     // The server did get the real secret: the broker put it back on the wire.
     assert!(server.seen().iter().any(|s| s
         .headers
@@ -342,23 +341,14 @@ fn fetch_hops_are_audited_with_the_operator_settings_and_secrets_masked() {
     assert_eq!(hop["extraCa"], true);
     assert_eq!(hop["mode"], "allowlist");
     assert!(
-        hop["url"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("key=stsd-secret-"),
+        hop["url"].as_str().unwrap_or_default().ends_with("key=***"),
         "{hop}"
     );
     assert_eq!(hop["secrets"], json!(["STSD_TEST_TOKEN"]), "{hop}");
     let bad = rec("fetchLoopback");
     assert_eq!(bad["error"]["code"], "SECURITY", "{bad}");
     assert_eq!(bad["egress"][0]["refused"], "loopback");
-    assert!(
-        bad["egress"][0]["url"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("http://127.0.0.1:9/stsd-secret-"),
-        "{bad}"
-    );
+    assert_eq!(bad["egress"][0]["url"], "http://127.0.0.1:9/***");
     assert!(!bad.to_string().contains("supersecret-token-123"), "{bad}");
 }
 

@@ -325,6 +325,14 @@ impl SecretSet {
         self.values.is_empty()
     }
 
+    /// This set and `extra` (the placeholders the code holds in the secrets' place: masked
+    /// as `***` too, so output reads as it always has).
+    pub fn and(&self, extra: impl IntoIterator<Item = String>) -> SecretSet {
+        let mut all = self.values.clone();
+        all.extend(extra);
+        SecretSet::from_values(all.iter().map(String::as_str))
+    }
+
     pub fn len(&self) -> usize {
         self.values.len()
     }

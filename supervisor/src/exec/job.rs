@@ -157,7 +157,9 @@ pub fn prepare(
             }
         }
     }
-    let secrets = SecretSet::collect(spec.static_variables.iter().map(|s| s.value.as_str()), env);
+    let withheld = envvar::WithheldSet(withholding.found.into_inner());
+    let secrets = SecretSet::collect(spec.static_variables.iter().map(|s| s.value.as_str()), env)
+        .and(withheld.0.iter().map(|w| w.placeholder.clone()));
     let caps = &resolved.tool_safety.capabilities;
     let mut declared: Vec<String> = spec.params.iter().map(|p| p.name.clone()).collect();
     for (k, _) in spec.static_bag() {
@@ -199,7 +201,7 @@ pub fn prepare(
         keep_alive: false,
         compile_only: false,
         reuse_calls: 1,
-        withheld: envvar::WithheldSet(withholding.found.into_inner()),
+        withheld,
     };
     Ok(Prepared { job, secrets })
 }
