@@ -192,7 +192,9 @@ pub enum ToolsCmd {
 pub enum UpstreamCmd {
     /// Connect to each declared upstream (confined, as the daemon would), score the server
     /// and its tools, scan them, look them up in the ledger, and print it all; nothing is
-    /// served and the ledger is not changed (seed 001's connection risk preview).
+    /// served and the ledger is not changed (seed 001's connection risk preview). A server it
+    /// cannot reach is scored from its configuration alone. Exit 0: all connected and nothing
+    /// withheld; 1: an upstream did not get to serve; 2: a policy withholds a tool.
     Check {
         /// Only this upstream.
         id: Option<String>,

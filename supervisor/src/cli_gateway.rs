@@ -3,7 +3,7 @@
 //! the others are thin clients of the running daemon's admin channel.
 
 use crate::cli::LedgerCmd;
-use crate::EXIT_INVALID;
+use crate::{EXIT_INVALID, EXIT_USAGE};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::ExitCode;
@@ -45,9 +45,17 @@ fn print_upstream(u: &Value) {
             .map(|e| format!(": NOT CONNECTED: {e}"))
             .unwrap_or_default()
     );
+    let (r, whence) = if r.is_null() {
+        (
+            &u["configRisk"],
+            " (from the config alone: the tool list was not seen)",
+        )
+    } else {
+        (r, "")
+    };
     if !r.is_null() {
         println!(
-            "  server risk {}  transport {} auth {} trust {} doc {} = {}{}",
+            "  server risk {}  transport {} auth {} trust {} doc {} = {}{}{whence}",
             s(&r["level"]),
             r["transport"],
             r["auth"],
@@ -164,13 +172,25 @@ pub fn check(
             print_upstream(u);
         }
     }
-    if report["upstreams"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|u| !u["error"].is_null())
+    check_exit(&report)
+}
+
+/// `stsd upstream check`'s exit code: 1 when an upstream did not get to serve (set-up failed,
+/// or it was still restarting at the deadline), else 2 when a policy withheld a tool
+/// (poisoning with `block_on_poisoning`, a ledger MISMATCH, a name collision), else 0.
+fn check_exit(report: &Value) -> ExitCode {
+    let ups = report["upstreams"].as_array().cloned().unwrap_or_default();
+    if ups
+        .iter()
+        .any(|u| !u["error"].is_null() || u["state"] != "ready")
     {
         return ExitCode::from(EXIT_INVALID);
+    }
+    if ups
+        .iter()
+        .any(|u| u["withheld"].as_array().is_some_and(|w| !w.is_empty()))
+    {
+        return ExitCode::from(EXIT_USAGE);
     }
     ExitCode::SUCCESS
 }

@@ -294,7 +294,9 @@ def test_poisoned_descriptions_are_reported_and_blocked_on_request(tmp_path):
                           "--catalog", str(CATALOG)],
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "STSD_STATE_DIR": str(tmp_path / "check-state")})
-    assert out.returncode == 0, out.stderr
+    # 2: connected, but a policy withholds a tool (the composition rule refuses the one that
+    # names another server's tool).
+    assert out.returncode == 2, out.stderr
     report = json.loads(out.stdout)["upstreams"][0]
     hits = {(t["tool"], h["pattern"]) for t in report["tools"] + report["withheld"]
             for h in t.get("poisoning", [])}
@@ -692,3 +694,41 @@ def test_a_wrapped_tool_gets_the_same_decisions_through_every_mcp_door(tmp_path)
         if first is None:
             first = recs
         assert recs == first, (door, recs, first)
+
+
+def test_upstream_check_scores_from_the_config_and_exits_as_documented(tmp_path):
+    """`stsd upstream check` exit codes (issues 36 item 4, 38 item 4): 1 when a server does not
+    get to serve, with the error named in text and JSON (never `null` beside a debug string),
+    and a server score from the configuration alone for a server it cannot reach (seed 001's
+    no-auth-unknown floor needs no tool list); 2 when a policy withholds a tool; 0 otherwise."""
+    env = {**os.environ, "STSD_STATE_DIR": str(tmp_path / "check-state")}
+
+    def check(config: str, *extra: str):
+        cfg = tmp_path / "check.toml"
+        cfg.write_text("[daemon]\nrequire_local_pass = false\n" + config)
+        return subprocess.run([stsd_bin(), "upstream", "check", "--config", str(cfg), "--timeout-seconds", "20",
+                               "--catalog", str(CATALOG), *extra], capture_output=True, text=True,
+                              timeout=120, env=env)
+
+    unreachable = ('[[upstream]]\nid = "far"\nurl = "https://mcp.unreachable.invalid/mcp"\n'
+                   '[[upstream]]\nid = "broken"\ncommand = "/nonexistent/mcp-server"\n')
+    out = check(unreachable, "--json")
+    assert out.returncode == 1, out.stderr[-2000:]
+    ups = {u["id"]: u for u in json.loads(out.stdout)["upstreams"]}
+    for u in ups.values():
+        assert u["state"] != "ready" and u["error"], u
+        assert u["serverRisk"] is None and u["configRisk"]["level"], u
+    assert "SANDBOX_UNAVAILABLE" in ups["broken"]["error"]
+    assert ups["far"]["configRisk"]["floor"] == "non_loopback_no_auth_trust_unknown"
+    assert ups["far"]["configRisk"]["level"] == "L5"
+    text = check(unreachable)
+    assert text.returncode == 1
+    assert "upstream far (streamable-http): NOT CONNECTED:" in text.stdout, text.stdout
+    assert "server risk L5" in text.stdout and "from the config alone" in text.stdout, text.stdout
+
+    # Connected and within policy: 0; a server whose poisoned tools a policy withholds
+    # (block_on_poisoning): 2.
+    calm = check(hostile("calm", "clean"))
+    assert calm.returncode == 0, calm.stdout[-2000:] + calm.stderr[-2000:]
+    blocked = check("[gateway]\nblock_on_poisoning = true\n" + hostile("evil", "poison"))
+    assert blocked.returncode == 2, blocked.stdout[-2000:]

@@ -128,6 +128,48 @@ pub fn compute(
     (out, events)
 }
 
+/// What the server score reads of an upstream: its config, and the two facts that come from
+/// elsewhere (the ledger's last use, the tool list's annotations).
+fn server_facts<'a>(
+    u: &'a UpstreamConfig,
+    gw: &GatewayConfig,
+    used_within_90_days: bool,
+    advertises_write: bool,
+) -> risk::ServerFacts<'a> {
+    risk::ServerFacts {
+        host: risk::classify(u.url.as_deref()),
+        auth: super::sources::auth_kind(u),
+        trust: u.trust,
+        known_host: u
+            .url
+            .as_deref()
+            .is_some_and(|url| risk::matches_known_host(url, &gw.known_hosts)),
+        docs_url: u.docs_url.as_deref().is_some_and(|d| !d.trim().is_empty()),
+        docs_adequate: u.docs_adequate,
+        used_within_90_days,
+        advertises_write,
+        oauth_scopes: &u.oauth_scopes,
+    }
+}
+
+/// Seed 001's server score from the configuration alone, before (or without) a connection:
+/// every axis and the floors that need no tool list (no-auth with unknown trust, a
+/// privileged OAuth scope). What waits on the live tool list: the no-auth write-capability
+/// floor (read here as no write capability) and every tool's own score.
+pub fn config_risk(
+    u: &UpstreamConfig,
+    gw: &GatewayConfig,
+    last_used_ms: Option<i64>,
+    now_ms: i64,
+) -> ServerRisk {
+    risk::server_risk(&server_facts(
+        u,
+        gw,
+        risk::used_within_90_days(last_used_ms, now_ms),
+        false,
+    ))
+}
+
 /// An upstream's server score from its config and its listed tools' annotations, with its
 /// events (the score, and the floor when one applies).
 fn score_server(
@@ -142,20 +184,12 @@ fn score_server(
         .iter()
         .map(risk::Annotations::from_tool_json)
         .collect();
-    let facts = risk::ServerFacts {
-        host: risk::classify(u.url.as_deref()),
-        auth: super::sources::auth_kind(u),
-        trust: u.trust,
-        known_host: u
-            .url
-            .as_deref()
-            .is_some_and(|url| risk::matches_known_host(url, &gw.known_hosts)),
-        docs_url: u.docs_url.as_deref().is_some_and(|d| !d.trim().is_empty()),
-        docs_adequate: u.docs_adequate,
-        used_within_90_days: risk::used_within_90_days(l.last_used_ms, now_ms),
-        advertises_write: risk::advertises_write(annotations.iter().map(Option::as_ref)),
-        oauth_scopes: &u.oauth_scopes,
-    };
+    let facts = server_facts(
+        u,
+        gw,
+        risk::used_within_90_days(l.last_used_ms, now_ms),
+        risk::advertises_write(annotations.iter().map(Option::as_ref)),
+    );
     let server = risk::server_risk(&facts);
     events.push(RiskEvent::ServerRiskComputed {
         upstream: u.id.clone(),

@@ -226,6 +226,11 @@ impl Gateway {
     /// (with scores, scan hits and ledger state) and withheld (with why). Secrets masked.
     pub fn report(&self) -> Value {
         let exposed = self.exposed();
+        let config = self
+            .config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let list: Vec<Value> = self
             .upstreams
             .iter()
@@ -269,13 +274,31 @@ impl Gateway {
                         Err(e) => json!(e),
                     }
                 });
+                let (state, last_error) = match u.conn.as_ref().map(|c| c.state()) {
+                    None => ("not-started", None),
+                    Some(client::ConnState::Starting) => ("starting", None),
+                    Some(client::ConnState::Ready) => ("ready", None),
+                    Some(client::ConnState::Restarting { last_error, .. }) => {
+                        ("restarting", Some(last_error))
+                    }
+                    Some(client::ConnState::Stopped) => ("stopped", None),
+                };
+                // Why it is not serving, whichever step failed: set-up, or the session.
+                let error = u.error.clone().or(last_error).map(|e| u.secrets.mask(&e));
+                let config_risk = expose::config_risk(
+                    &u.cfg,
+                    &config.gateway,
+                    self.ledger.last_used(id),
+                    crate::store::now_ms(),
+                );
                 json!({
                     "id": id,
                     "transport": if u.cfg.is_stdio() { "stdio" } else { "streamable-http" },
                     "url": u.cfg.url,
-                    "state": u.conn.as_ref().map(|c| format!("{:?}", c.state())),
+                    "state": state,
                     "pid": u.conn.as_ref().and_then(|c| c.pid()),
-                    "error": u.error.as_ref().map(|e| u.secrets.mask(e)),
+                    "error": error,
+                    "configRisk": config_risk,
                     "workspace": u.workspace,
                     "readPaths": read_paths,
                     "network": if u.cfg.network.is_empty() { Value::from("none") }
