@@ -605,7 +605,7 @@ def test_an_upstream_that_cannot_be_confined_never_runs(tmp_path):
         tools = wait_for(d, lambda t: "ok__echo" in t, "the other upstream served")
         assert not [n for n in tools if n.startswith("ghost__")]
         deadline = time.time() + 30
-        while "SANDBOX_UNAVAILABLE" not in str(upstream_list(d)["ghost"]["state"]):
+        while "SANDBOX_UNAVAILABLE" not in str(upstream_list(d)["ghost"]["error"]):
             assert time.time() < deadline, upstream_list(d)["ghost"]
             time.sleep(0.2)
         assert "SANDBOX_UNAVAILABLE" in d.log.read_text()

@@ -27,6 +27,8 @@ pub fn run(
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the stsd binary: {e}"))?;
     let ledger = Arc::new(Ledger::open(ledger_path(config))?);
+    // Declared before the runtime, so dropped after it: no session writes once it is restored.
+    let _pipes = PipeErrorsNotSignals::new();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -53,4 +55,29 @@ pub fn run(
         gw.stop();
         Ok(report)
     })
+}
+
+/// A one-shot command has SIGPIPE at its default (it ends quietly under `| head`); while the
+/// preview talks to upstreams, a write to one that died (a server that exits at once) must
+/// be an EPIPE for its session, not the end of `stsd upstream check` (it was, now and then:
+/// exit -13 instead of the report). Restores the disposition it found.
+struct PipeErrorsNotSignals(libc::sighandler_t);
+
+impl PipeErrorsNotSignals {
+    fn new() -> PipeErrorsNotSignals {
+        // SAFETY: `signal` only swaps the process's disposition for SIGPIPE; SIG_IGN has no
+        // handler to run.
+        PipeErrorsNotSignals(unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) })
+    }
+}
+
+impl Drop for PipeErrorsNotSignals {
+    fn drop(&mut self) {
+        if self.0 != libc::SIG_ERR {
+            // SAFETY: puts back the disposition `new` found (SIG_DFL or SIG_IGN).
+            unsafe {
+                libc::signal(libc::SIGPIPE, self.0);
+            }
+        }
+    }
 }
