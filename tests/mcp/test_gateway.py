@@ -88,8 +88,21 @@ def wait_for(d: Daemon, pred, what: str, timeout: float = 60) -> dict[str, dict]
         tools = served(d)
         if pred(tools):
             return tools
-        assert time.time() < deadline, f"{what}: {json.dumps(tools, indent=1)[:3000]}\n{d.log.read_text()[-3000:]}"
+        assert time.time() < deadline, f"{what}: {json.dumps(tools, indent=1)[:3000]}\n{why_not(d)}"
         time.sleep(0.2)
+
+
+def why_not(d: Daemon) -> str:
+    """For a failure: each upstream's state and error, and every log line about an upstream
+    (not only the log's tail, which risk events fill)."""
+    try:
+        states = {i: (u.get("state"), u.get("pid"), u.get("error"))
+                  for i, u in upstream_list(d).items()}
+    except Exception as e:  # the daemon may be gone
+        states = {"(upstream list failed)": str(e)}
+    lines = [l for l in d.log.read_text().splitlines()
+             if "upstream" in l and "risk event" not in l]
+    return f"upstreams: {json.dumps(states)}\n" + "\n".join(lines[-60:])
 
 
 def upstream_list(d: Daemon) -> dict[str, dict]:
