@@ -63,11 +63,25 @@ pub struct Reloaded {
 }
 
 /// The settings read once at start (the socket, the pool and its workers, connection and
-/// queue bounds, the admin channel's uids, the managed catalog, the metrics listener) that
-/// differ between `old` and `new`.
+/// queue bounds, the managed catalog, the listeners, the state store, the control groups)
+/// that differ between `old` and `new`.
 fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
     let (o, n) = (&old.daemon, &new.daemon);
-    let checks: [(&'static str, bool); 12] = [
+    // The HTTP listener, its TLS, tokens file and OAuth are set up at start; its two rights
+    // lists feed the policy, which a reload rebuilds.
+    let listener = |c: &Config| {
+        let mut h = c.http.clone();
+        h.admin_principals.clear();
+        h.approver_principals.clear();
+        h
+    };
+    let checks: [(&'static str, bool); 15] = [
+        (
+            "[http] (all but admin_principals, approver_principals)",
+            listener(old) != listener(new),
+        ),
+        ("[store]", old.store != new.store),
+        ("[cgroups]", old.cgroups != new.cgroups),
         ("[daemon] socket_group", o.socket_group != n.socket_group),
         ("[[limits]]", old.limits != new.limits),
         (
@@ -801,5 +815,39 @@ pub(crate) async fn raise_on<T>(
                 flag.store(true, Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod reload_tests {
+    use super::*;
+
+    #[test]
+    fn a_reload_names_every_section_it_does_not_apply_and_only_those() {
+        let old = Config::default();
+        let mut new = old.clone();
+        new.http.admin_principals = vec!["ops".into()];
+        new.policy
+            .groups
+            .insert("agents".into(), vec!["uid:1000".into()]);
+        new.egress.max_redirects += 1;
+        assert!(
+            fixed_at_start(&old, &new).is_empty(),
+            "{:?}",
+            fixed_at_start(&old, &new)
+        );
+        new.http.listen = Some("127.0.0.1:8443".into());
+        new.store.url = Some("postgres://db/stsd".into());
+        new.cgroups.mode = stsd_profiles::baseline::CgroupMode::Off;
+        new.metrics.listen = Some("127.0.0.1:9464".into());
+        assert_eq!(
+            fixed_at_start(&old, &new),
+            [
+                "[http] (all but admin_principals, approver_principals)",
+                "[store]",
+                "[cgroups]",
+                "[metrics]"
+            ]
+        );
     }
 }
