@@ -440,3 +440,30 @@ fn the_daemons_own_uid_is_not_an_admin_unless_listed() {
     let out = d.as_its_uid(&["tools", "disable", "echo-console"]);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("may not"));
 }
+
+/// Issue 38 item 9: a tool the operator disabled says so (it said "disabled by a toolsets
+/// document" when no document was involved), in `stsd tools show` and to a caller.
+#[test]
+fn a_tool_the_operator_disabled_says_so() {
+    let d = Daemon::start(1, "");
+    let out = cli(&d, &["tools", "disable", "echo-console"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let show = cli(&d, &["tools", "show", "echo-console"]);
+    let v = json_of(&show);
+    assert_eq!(v["state"], "WITHHELD", "{v}");
+    let reason = v["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("disabled by the operator (stsd tools disable)"),
+        "{v}"
+    );
+    let call = cli(&d, &["call", "echo-console", "--arg", "text=x"]);
+    assert!(
+        String::from_utf8_lossy(&call.stderr).contains("disabled by the operator"),
+        "{}",
+        String::from_utf8_lossy(&call.stderr)
+    );
+}

@@ -26,6 +26,8 @@ pub struct Switch {
     pub requires_approval: Option<bool>,
     /// `file#toolset-id` of every toolset that lists the tool.
     pub from: Vec<String>,
+    /// Disabled by the operator (`stsd tools disable`), not (only) by a document.
+    pub by_operator: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -163,6 +165,7 @@ fn apply_document(
                 enabled: true,
                 requires_approval: None,
                 from: Vec::new(),
+                by_operator: false,
             });
             sw.enabled &= enabled;
             sw.requires_approval = match (sw.requires_approval, requires) {

@@ -79,15 +79,18 @@ pub fn publish_with_toolsets(
     // The operator's switches from the admin channel.
     if let Some(m) = managed(sources) {
         for name in m.disabled().map_err(|e| vec![e])? {
-            toolsets
-                .tools
-                .entry(name)
-                .or_insert_with(|| crate::approval::toolsets::Switch {
-                    enabled: true,
-                    requires_approval: None,
-                    from: Vec::new(),
-                })
-                .enabled = false;
+            let sw =
+                toolsets
+                    .tools
+                    .entry(name)
+                    .or_insert_with(|| crate::approval::toolsets::Switch {
+                        enabled: true,
+                        requires_approval: None,
+                        from: Vec::new(),
+                        by_operator: false,
+                    });
+            sw.enabled = false;
+            sw.by_operator = true;
         }
     }
     if let Some(id) = &config.daemon.preset {
@@ -190,11 +193,19 @@ fn served(
             ));
         }
     }
-    if toolsets.get(&spec.name).is_some_and(|s| !s.enabled) {
-        return Err(
-            "disabled by a toolsets document: stsd tools enable NAME, or edit the document"
-                .to_string(),
-        );
+    match toolsets.get(&spec.name) {
+        Some(s) if s.by_operator => {
+            return Err(
+                "disabled by the operator (stsd tools disable): stsd tools enable NAME".into(),
+            )
+        }
+        Some(s) if !s.enabled => {
+            return Err(
+                "disabled by a toolsets document: stsd tools enable NAME, or edit the document"
+                    .into(),
+            )
+        }
+        _ => {}
     }
     Ok(resolved)
 }
