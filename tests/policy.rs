@@ -375,7 +375,7 @@ fn stsd_policy_explain_names_the_decision_and_its_policies() {
     };
     assert_eq!(
         explain(&["alice", "writer"]),
-        "principal: alice (token; groups: agents)\n\
+        "principal: alice (http; groups: agents)\n\
          action: call\n\
          tool: writer (riskLevel 5, fileRead true, fileWrite true, destructive true, network blocked, requiresApproval false)\n\
          decision: DENY\n\
@@ -383,7 +383,7 @@ fn stsd_policy_explain_names_the_decision_and_its_policies() {
     );
     assert_eq!(
         explain(&["bob", "writer"]),
-        "principal: bob (token; groups: none)\n\
+        "principal: bob (http; groups: none)\n\
          action: call\n\
          tool: writer (riskLevel 5, fileRead true, fileWrite true, destructive true, network blocked, requiresApproval false)\n\
          decision: ALLOW\n\

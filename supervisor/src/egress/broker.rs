@@ -384,7 +384,8 @@ impl Broker {
             let redirect = matches!(status, 301 | 302 | 303 | 307 | 308);
             let Some(loc) = location.filter(|_| redirect) else {
                 let final_url = target.url.to_string();
-                return self.read_response(resp, final_url, &slice, deadline, records);
+                let withheld = out.withheld.clone();
+                return self.read_response(resp, final_url, &slice, deadline, records, &withheld);
             };
             *current = (out.method.clone(), loc.clone());
             self.follow_redirect(policy, &mut out, status, &target.url, &loc, records)?;
@@ -727,6 +728,7 @@ impl Broker {
         slice: &Slice,
         deadline: Instant,
         records: &mut [HopRecord],
+        withheld: &stsd_protocol::envvar::WithheldSet,
     ) -> Result<Response, Failure> {
         let status = resp.status();
         let mut names: Vec<String> = resp.headers_names();
@@ -775,6 +777,11 @@ impl Broker {
                 format!("the body is over the {cap} byte limit"),
             )));
         }
+        // An echoed secret is masked back to its placeholder before the slice is cut: masked
+        // after, a tool could read it a byte at a time (no one-byte slice matches a form).
+        let mut head_url = final_url;
+        super::secrets::mask_echoes(withheld, &mut head_url, &mut headers, &mut body);
+        let final_url = head_url;
         let total = body.len() as u64;
         let start = slice.start.min(total);
         let end = match slice.max_length {

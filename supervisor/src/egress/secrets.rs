@@ -19,7 +19,6 @@
 
 use super::guard;
 use stsd_protocol::envvar::{EnvSource, Withheld, WithheldSet};
-use stsd_protocol::frames::FetchHead;
 
 const PREFIX: &str = "stsd-secret-";
 
@@ -77,7 +76,7 @@ impl EnvSource for Withholding<'_> {
             return Some(value);
         }
         let (ph, url) = placeholder(self.tool, name, &value);
-        let hosts = match conf.and_then(|c| c.hosts.clone()) {
+        let hosts: Vec<String> = match conf.and_then(|c| c.hosts.clone()) {
             // Narrowed by the operator, never widened past the tool's allowlist.
             Some(h) => h
                 .into_iter()
@@ -85,6 +84,8 @@ impl EnvSource for Withholding<'_> {
                 .collect(),
             None => self.default_hosts.to_vec(),
         };
+        // `*` (an allowlist may hold it) names every host: no boundary for a secret.
+        let hosts = hosts.into_iter().filter(|h| h.trim() != "*").collect();
         let mut found = self.found.borrow_mut();
         if !found.iter().any(|w| w.placeholder == ph) {
             found.push(Withheld::new(name, &value, ph.clone(), url, hosts));
@@ -274,6 +275,15 @@ pub fn apply(
         out.body = replace_bytes(&out.body, ph.as_bytes(), in_body.as_bytes());
         out.sent.push(s.name.clone());
     }
+    if !out.sent.is_empty() {
+        // The response to a request that carried a secret is searched for its echoes: it
+        // must come whole and as is (a gzip'd or ranged echo would pass unrecognised).
+        out.headers.retain(|(k, _)| {
+            !k.eq_ignore_ascii_case("accept-encoding") && !k.eq_ignore_ascii_case("range")
+        });
+        out.headers
+            .push(("Accept-Encoding".to_string(), "identity".to_string()));
+    }
     Ok(out)
 }
 
@@ -288,6 +298,14 @@ pub fn hmac(
     let Some(s) = set.0.iter().find(|s| s.placeholder == placeholder) else {
         return Err("sign: the key is not a secret of this call".into());
     };
+    // A MAC under a secret that may go to no host would be a credential the tool mints for
+    // anywhere (and an oracle for guessing a weak key): signing follows the secret's hosts.
+    if s.hosts.is_empty() {
+        return Err(format!(
+            "sign: ${{{}}} may go to no host ([secrets.{}] hosts, or the tool's allowlist), so it signs nothing",
+            s.name, s.name
+        ));
+    }
     let alg = match hash {
         "SHA-1" => ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
         "SHA-256" => ring::hmac::HMAC_SHA256,
@@ -299,23 +317,51 @@ pub fn hmac(
     Ok(ring::hmac::sign(&key, data).as_ref().to_vec())
 }
 
+/// Every form of every withheld secret with its placeholder, longest form first across all
+/// secrets (a secret inside a longer one is masked as part of the longer one).
+fn forms_by_length(set: &WithheldSet) -> Vec<(&str, &str)> {
+    let mut all: Vec<(&str, &str)> = set
+        .0
+        .iter()
+        .flat_map(|s| s.forms.iter().map(|f| (f.as_str(), s.placeholder.as_str())))
+        .collect();
+    all.sort_by_key(|(f, _)| std::cmp::Reverse(f.len()));
+    all
+}
+
 /// Masks every form of every withheld secret in a response back to its placeholder, before
-/// the worker sees it (a server that echoes the key it was sent).
-pub fn mask_response(set: &WithheldSet, head: &mut FetchHead, body: &mut Vec<u8>) {
-    for s in &set.0 {
-        for f in &s.forms {
-            if contains(body, f.as_bytes()) {
-                *body = replace_bytes(body, f.as_bytes(), s.placeholder.as_bytes());
-            }
-            head.url = head.url.replace(f.as_str(), &s.placeholder);
-            for (_, v) in head.headers.iter_mut() {
-                if v.contains(f.as_str()) {
-                    *v = v.replace(f.as_str(), &s.placeholder);
-                }
+/// the worker sees it (a server that echoes the key it was sent), and before any slice of it
+/// is cut.
+pub fn mask_echoes(
+    set: &WithheldSet,
+    url: &mut String,
+    headers: &mut [(String, String)],
+    body: &mut Vec<u8>,
+) {
+    for (f, ph) in forms_by_length(set) {
+        if contains(body, f.as_bytes()) {
+            *body = replace_bytes(body, f.as_bytes(), ph.as_bytes());
+        }
+        if url.contains(f) {
+            *url = url.replace(f, ph);
+        }
+        for (_, v) in headers.iter_mut() {
+            if v.contains(f) {
+                *v = v.replace(f, ph);
             }
         }
     }
-    head.body_len = body.len() as u64;
+}
+
+/// [`mask_echoes`] for a text (a failed fetch's message, which may name the URL sent).
+pub fn mask_text(set: &WithheldSet, text: &str) -> String {
+    let mut out = text.to_string();
+    for (f, ph) in forms_by_length(set) {
+        if out.contains(f) {
+            out = out.replace(f, ph);
+        }
+    }
+    out
 }
 
 /// `stsd secrets-bench` (scripts/bench): what substitution adds to one fetch, p50 and p99 in
@@ -350,17 +396,9 @@ pub fn bench(rounds: usize) -> (f64, f64) {
     for _ in 0..rounds.max(1) {
         let t0 = std::time::Instant::now();
         let a = apply(&set, "api.example.com", &url, &headers, &body);
-        let mut head = FetchHead {
-            status: 200,
-            status_text: "OK".into(),
-            url: url.clone(),
-            headers: Vec::new(),
-            body_len: 0,
-            truncated: false,
-            next_start_index: None,
-        };
+        let (mut head_url, mut head_headers) = (url.clone(), Vec::new());
         let mut resp = response.clone();
-        mask_response(&set, &mut head, &mut resp);
+        mask_echoes(&set, &mut head_url, &mut head_headers, &mut resp);
         us.push(t0.elapsed().as_secs_f64() * 1e6);
         let _ = std::hint::black_box((a, resp));
     }
@@ -487,25 +525,66 @@ mod tests {
     fn an_echoed_secret_is_masked_back_to_its_placeholder() {
         let s = set("sk-live-echoed", &["api.example.com"]);
         let ph = s.0[0].placeholder.clone();
-        let mut head = FetchHead {
-            status: 200,
-            status_text: "OK".into(),
-            url: "https://api.example.com/?k=sk-live-echoed".into(),
-            headers: vec![("x-echo".into(), "Bearer sk-live-echoed".into())],
-            body_len: 0,
-            truncated: false,
-            next_start_index: None,
-        };
+        let mut url = "https://api.example.com/?k=sk-live-echoed".to_string();
+        let mut headers = vec![("x-echo".to_string(), "Bearer sk-live-echoed".to_string())];
         let mut body = br#"{"auth":"Bearer sk-live-echoed","b64":"c2stbGl2ZS1lY2hvZWQ="}"#.to_vec();
-        mask_response(&s, &mut head, &mut body);
+        mask_echoes(&s, &mut url, &mut headers, &mut body);
         let text = String::from_utf8_lossy(&body);
         assert!(
             !text.contains("sk-live-echoed") && !text.contains("c2stbGl2ZS1lY2hvZWQ"),
             "{text}"
         );
         assert!(text.contains(&ph));
-        assert_eq!(head.headers[0].1, format!("Bearer {ph}"));
-        assert!(!head.url.contains("sk-live"));
-        assert_eq!(head.body_len, body.len() as u64);
+        assert_eq!(headers[0].1, format!("Bearer {ph}"));
+        assert!(!url.contains("sk-live"));
+        let e = mask_text(
+            &s,
+            "[fetch] io: https://api.example.com/?k=sk-live-echoed: refused",
+        );
+        assert!(!e.contains("sk-live") && e.contains(&ph), "{e}");
+    }
+
+    #[test]
+    fn a_request_that_carries_a_secret_asks_for_the_whole_body_as_is_and_never_to_everywhere() {
+        let s = set("sk-live-1234", &["api.example.com"]);
+        let ph = s.0[0].placeholder.clone();
+        let headers = vec![
+            ("Accept-Encoding".to_string(), "gzip".to_string()),
+            ("Range".to_string(), "bytes=0-3".to_string()),
+            ("X-Key".to_string(), ph.clone()),
+        ];
+        let a = apply(
+            &s,
+            "api.example.com",
+            "https://api.example.com/",
+            &headers,
+            b"",
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            a.headers,
+            [
+                ("X-Key".to_string(), "sk-live-1234".to_string()),
+                ("Accept-Encoding".to_string(), "identity".to_string())
+            ]
+        );
+        // A `*` in the allowlist is no host for a secret; a secret with none signs nothing.
+        let env = |_: &str| -> Option<String> { Some("sk-live-1234".into()) };
+        let conf = std::collections::BTreeMap::new();
+        let w = Withholding {
+            env: &env,
+            tool: "t",
+            tool_hosts: &["*".to_string()],
+            default_hosts: &["*".to_string(), "api.example.com".to_string()],
+            config: &conf,
+            found: Default::default(),
+        };
+        let _ = w.lookup("KEY");
+        let found = w.found.into_inner();
+        assert_eq!(found[0].hosts, ["api.example.com"]);
+        let nowhere = set("sk-live-1234", &[]);
+        let ph = nowhere.0[0].placeholder.clone();
+        assert!(hmac(&nowhere, "SHA-256", &ph, b"x").is_err());
+        assert!(hmac(&s, "SHA-256", &s.0[0].placeholder, b"x").is_ok());
     }
 }

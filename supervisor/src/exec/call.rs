@@ -239,14 +239,12 @@ impl FetchState {
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok((r, recs)) => {
                     *records = recs;
-                    // A server that echoes a secret it was sent: the code sees the placeholder.
-                    return Some(r.map(|mut resp| {
-                        crate::egress::secrets::mask_response(
-                            &job.withheld,
-                            &mut resp.head,
-                            &mut resp.body,
-                        );
-                        resp
+                    // A failure's text may carry the request's URL, secrets put back (the HTTP
+                    // client names it in its errors): the code sees placeholders there too.
+                    // (A response's echoes are masked by the broker, before it is sliced.)
+                    return Some(r.map_err(|mut f| {
+                        f.message = crate::egress::secrets::mask_text(&job.withheld, &f.message);
+                        f
                     }));
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {

@@ -4,8 +4,9 @@
 //! challenge pointing at that document, and accepts JWT access tokens (RFC 9068) whose
 //! signature verifies against the issuer's JWKS and whose issuer, audience, lifetime and
 //! scopes are right. The token's subject becomes the principal `oauth:<subject>` (an
-//! authorization server cannot name a principal of stsd's own tokens, which have no `:`), its
-//! group claim and scopes its groups.
+//! authorization server cannot name a principal of stsd's own tokens, which have no `:`); its
+//! group claim gives groups `oauth:<group>` (never one of the operator's by a coincidence of
+//! names), its scopes `scope:<scope>`.
 //!
 //! The JWKS is found from the issuer's metadata (RFC 8414, then OpenID Connect discovery),
 //! fetched when first needed, kept for an hour, and fetched again when a token names a key id
@@ -42,9 +43,9 @@ const ALGORITHMS: &[Algorithm] = &[
     Algorithm::ES384,
     Algorithm::EdDSA,
 ];
-/// Group names a token cannot claim: they are stsd's own (rights from the config, Unix
-/// groups, scopes).
-const RESERVED_GROUP_PREFIXES: &[&str] = &["stsd:", "unix:", "scope:"];
+/// Group names a token cannot claim (its groups become `oauth:<name>`, but a claimed
+/// `stsd:admins` is refused outright rather than kept under a confusing name).
+const RESERVED_GROUP_PREFIXES: &[&str] = &["stsd:", "unix:", "scope:", "oauth:"];
 
 /// Why a token was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,6 +175,11 @@ impl OAuth {
             }
         }
         let kid = header.kid.as_deref();
+        // Keys older than an hour are fetched again (at most every MIN_REFETCH); when the
+        // issuer cannot be reached, the keys held stay in force.
+        if self.stale() {
+            self.refresh(false).await;
+        }
         let key = match self.key_for(kid, header.alg) {
             Some(k) => k,
             None => {
@@ -237,6 +243,9 @@ impl OAuth {
                 && !RESERVED_GROUP_PREFIXES.iter().any(|p| g.starts_with(p))
         });
         groups.truncate(64);
+        // `oauth:<group>`: what the authorization server says is a group of its own, never
+        // one of the operator's ([policy.groups]) by a coincidence of names.
+        let mut groups: Vec<String> = groups.into_iter().map(|g| format!("oauth:{g}")).collect();
         groups.extend(scopes.iter().map(|s| format!("scope:{s}")));
         let mut p = Principal::new(format!("oauth:{subject}"), PrincipalKind::OAuth);
         p.groups = groups;
@@ -246,9 +255,6 @@ impl OAuth {
     /// The key that may verify a token with `kid` and `alg`, when held and fresh.
     fn key_for(&self, kid: Option<&str>, alg: Algorithm) -> Option<DecodingKey> {
         let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
-        if keys.fetched.is_none_or(|t| t.elapsed() > KEYS_MAX_AGE) {
-            return None;
-        }
         let usable = |jwk: &Jwk| {
             jwk.common
                 .public_key_use
@@ -272,16 +278,17 @@ impl OAuth {
         }
     }
 
-    /// Fetches the JWKS again: always when none is held or it is old, and when `unknown_kid`
-    /// at most every [`MIN_REFETCH`].
+    fn stale(&self) -> bool {
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        keys.fetched.is_none_or(|t| t.elapsed() > KEYS_MAX_AGE)
+    }
+
+    /// Fetches the JWKS again, at most every [`MIN_REFETCH`]: when none is held, when it is
+    /// old, and when a token names a key id not held (`unknown_kid`).
     async fn refresh(&self, unknown_kid: bool) {
         let mut last = self.fetching.lock().await;
-        let stale = {
-            let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
-            keys.fetched.is_none_or(|t| t.elapsed() > KEYS_MAX_AGE)
-        };
         let recent = last.is_some_and(|t| t.elapsed() < MIN_REFETCH);
-        if recent && (unknown_kid || !stale) {
+        if recent || (!unknown_kid && !self.stale()) {
             return;
         }
         *last = Some(Instant::now());
@@ -555,7 +562,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(p.name, "oauth:alice");
         assert_eq!(p.kind, PrincipalKind::OAuth);
-        assert_eq!(p.groups, ["ops", "scope:stsd:call", "scope:openid"]);
+        assert_eq!(p.groups, ["oauth:ops", "scope:stsd:call", "scope:openid"]);
     }
 
     #[test]
@@ -653,6 +660,22 @@ mod tests {
         let _ = run(oauth.authenticate(&sign(&der2, "k2", &claims())));
         assert_eq!(run(async { *oauth.fetching.lock().await }), first);
         assert!(run(oauth.authenticate(&sign(&der, "k1", &claims()))).is_ok());
+    }
+
+    #[test]
+    fn keys_an_hour_old_stay_in_force_when_the_issuer_cannot_be_reached() {
+        let (der, jwk) = key("k1");
+        let oauth = server(&[], &json!({"keys": [jwk]}));
+        let old = Instant::now().checked_sub(KEYS_MAX_AGE * 2);
+        oauth
+            .keys
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .fetched = old;
+        assert!(oauth.stale());
+        // The refresh is tried (and fails: nothing listens at the issuer); the token passes.
+        assert!(run(oauth.authenticate(&sign(&der, "k1", &claims()))).is_ok());
+        assert!(run(async { *oauth.fetching.lock().await }).is_some());
     }
 
     #[test]

@@ -54,8 +54,10 @@ impl Action {
 pub struct Who {
     /// The principal's id in policies: `Stsd::Principal::"<id>"`.
     pub id: String,
-    /// "uid", "token", "certificate" or "oauth".
+    /// "uid" or "http" (as policies written before `credential` existed read it).
     pub kind: &'static str,
+    /// How it proved who it is: "uid", "token", "certificate" or "oauth".
+    pub credential: &'static str,
     pub transport: &'static str,
     pub uid: Option<u32>,
     /// The groups the credential itself carries (an OAuth token's claims and scopes).
@@ -67,6 +69,7 @@ impl Who {
         Who {
             id: format!("uid:{uid}"),
             kind: "uid",
+            credential: "uid",
             transport,
             uid: Some(uid),
             credential_groups: Vec::new(),
@@ -81,7 +84,8 @@ impl Who {
     pub fn principal(p: &Principal, transport: &'static str) -> Who {
         Who {
             id: p.name.clone(),
-            kind: p.kind.as_str(),
+            kind: "http",
+            credential: p.kind.as_str(),
             transport,
             uid: None,
             credential_groups: p.groups.clone(),
@@ -234,6 +238,7 @@ pub fn build(
     }
     let attrs = HashMap::from([
         ("kind".to_string(), string(who.kind)),
+        ("credential".to_string(), string(who.credential)),
         ("name".to_string(), string(&who.id)),
         ("transport".to_string(), string(who.transport)),
     ]);

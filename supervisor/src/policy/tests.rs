@@ -183,13 +183,13 @@ fn an_oauth_principal_is_decided_by_its_claimed_groups_and_its_kind() {
         r#"@id("writes-need-ops-from-the-idp")
 forbid (principal, action == Stsd::Action::"call", resource)
 when { resource.fileWrite }
-unless { principal in Stsd::Group::"ops" && principal.kind == "oauth" };
+unless { principal in Stsd::Group::"oauth:ops" && principal.credential == "oauth" };
 "#,
         |_| {},
     );
     let p = Policy::from_config(&c).unwrap();
     let mut ops = Principal::new("oauth:alice", PrincipalKind::OAuth);
-    ops.groups = vec!["ops".into(), "scope:stsd:call".into()];
+    ops.groups = vec!["oauth:ops".into(), "scope:stsd:call".into()];
     let writer = tool("writer", true);
     assert!(
         p.decide(&Who::principal(&ops, "http"), Action::Call, Some(&writer))
@@ -197,12 +197,12 @@ unless { principal in Stsd::Group::"ops" && principal.kind == "oauth" };
     );
     assert_eq!(
         p.groups_of(&Who::principal(&ops, "http")),
-        ["ops", "scope:stsd:call"]
+        ["oauth:ops", "scope:stsd:call"]
     );
     // The same groups named by a token principal's config are not the IdP's claim: kind
     // decides; and without the claim, the forbid holds.
     let mut token = Principal::new("alice", PrincipalKind::Token);
-    token.groups = vec!["ops".into()];
+    token.groups = vec!["oauth:ops".into()];
     assert!(
         !p.decide(&Who::principal(&token, "http"), Action::Call, Some(&writer))
             .allowed
@@ -211,6 +211,7 @@ unless { principal in Stsd::Group::"ops" && principal.kind == "oauth" };
     let d = p.decide(&Who::principal(&bob, "http"), Action::Call, Some(&writer));
     assert!(!d.allowed);
     assert_eq!(d.policies, ["writes-need-ops-from-the-idp"]);
-    assert_eq!(Who::parse("oauth:bob").kind, "oauth");
-    assert_eq!(Who::parse("ci-bot").kind, "token");
+    assert_eq!(Who::parse("oauth:bob").credential, "oauth");
+    assert_eq!(Who::parse("ci-bot").credential, "token");
+    assert_eq!(Who::parse("ci-bot").kind, "http");
 }
