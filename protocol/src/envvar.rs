@@ -328,9 +328,21 @@ impl SecretSet {
     /// This set and `extra` (the placeholders the code holds in the secrets' place: masked
     /// as `***` too, so output reads as it always has).
     pub fn and(&self, extra: impl IntoIterator<Item = String>) -> SecretSet {
-        let mut all = self.values.clone();
-        all.extend(extra);
-        SecretSet::from_values(all.iter().map(String::as_str))
+        let extra: Vec<String> = extra.into_iter().collect();
+        let more = SecretSet::from_values(extra.iter().map(String::as_str));
+        if more.is_empty() {
+            return self.clone();
+        }
+        // Only the new values' forms are computed (this runs on every call).
+        let mut values = self.values.clone();
+        values.extend(more.values);
+        values.sort();
+        values.dedup();
+        let mut forms = self.forms.clone();
+        forms.extend(more.forms);
+        forms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        forms.dedup();
+        SecretSet { values, forms }
     }
 
     pub fn len(&self) -> usize {
@@ -586,8 +598,9 @@ pub struct Withheld {
     /// port (so the allowlist sees the real host), and stands for the whole URL.
     pub url: bool,
     pub hosts: Vec<String>,
-    /// Every form of the value a response may echo ([`encoded_forms`]), longest first.
-    pub forms: Vec<String>,
+    /// Every form of the value a response may echo, made when a response is first searched
+    /// (a call that fetches nothing never needs them).
+    forms: std::sync::OnceLock<Vec<String>>,
 }
 
 impl Withheld {
@@ -598,17 +611,19 @@ impl Withheld {
         url: bool,
         hosts: Vec<String>,
     ) -> Withheld {
-        let mut forms = encoded_forms(value);
-        forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
-        forms.dedup();
         Withheld {
             name: name.to_string(),
             value: value.to_string(),
             placeholder,
             url,
             hosts,
-            forms,
+            forms: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Every form of the value a response may echo ([`encoded_forms`]).
+    pub fn forms(&self) -> &[String] {
+        self.forms.get_or_init(|| encoded_forms(&self.value))
     }
 }
 

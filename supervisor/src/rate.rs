@@ -236,13 +236,7 @@ impl Quotas {
                 ),
                 ));
             }
-            if r.calls_per_second > 0 {
-                let rate = f64::from(r.calls_per_second);
-                let burst = if r.burst == 0 {
-                    rate.max(1.0)
-                } else {
-                    f64::from(r.burst)
-                };
+            if let Some((rate, burst)) = rate_and_burst(r) {
                 let b = s.bucket.get_or_insert(Bucket {
                     tokens: burst,
                     at: now,
@@ -262,13 +256,7 @@ impl Quotas {
             let r = &self.rules[k.0];
             if let Some(s) = slots.get_mut(k) {
                 s.running += 1;
-                if r.calls_per_second > 0 {
-                    let rate = f64::from(r.calls_per_second);
-                    let burst = if r.burst == 0 {
-                        rate.max(1.0)
-                    } else {
-                        f64::from(r.burst)
-                    };
+                if let Some((rate, burst)) = rate_and_burst(r) {
                     if let Some(b) = s.bucket.as_mut() {
                         b.tokens = refill(b, now, rate, burst) - 1.0;
                         b.at = now;
@@ -279,6 +267,19 @@ impl Quotas {
         drop(slots);
         Ok(Held { quotas: self, keys })
     }
+}
+
+/// A rule's calls a second and burst (default: one second's worth), when it limits the rate.
+fn rate_and_burst(r: &LimitRule) -> Option<(f64, f64)> {
+    (r.calls_per_second > 0).then(|| {
+        let rate = f64::from(r.calls_per_second);
+        let burst = if r.burst == 0 {
+            rate.max(1.0)
+        } else {
+            f64::from(r.burst)
+        };
+        (rate, burst)
+    })
 }
 
 fn refill(b: &Bucket, now: Instant, rate: f64, burst: f64) -> f64 {

@@ -554,21 +554,25 @@ impl Broker {
         // code sent; the request put together must still name the same host and port.
         let applied = super::secrets::apply(withheld, &target.host, url, headers, body)
             .map_err(|e| Failure::input("secret-not-placeable", e))?;
-        rec.secrets = applied.sent.clone();
-        rec.withheld = applied.withheld.clone();
-        let (headers, body) = (&applied.headers[..], &applied.body[..]);
-        let mut wire_url = match url::Url::parse(&applied.url) {
-            Ok(u)
-                if u.host_str() == target.url.host_str()
-                    && u.port_or_known_default() == target.url.port_or_known_default() =>
-            {
-                u
-            }
-            _ => {
-                return Err(Failure::input(
-                    "secret-not-placeable",
-                    "the request with its secrets put back names another host",
-                ))
+        let (mut wire_url, headers, body) = match &applied {
+            None => (target.url.clone(), headers, body),
+            Some(a) => {
+                rec.secrets = a.sent.clone();
+                rec.withheld = a.withheld.clone();
+                match url::Url::parse(&a.url) {
+                    Ok(u)
+                        if u.host_str() == target.url.host_str()
+                            && u.port_or_known_default() == target.url.port_or_known_default() =>
+                    {
+                        (u, &a.headers[..], &a.body[..])
+                    }
+                    _ => {
+                        return Err(Failure::input(
+                            "secret-not-placeable",
+                            "the request with its secrets put back names another host",
+                        ))
+                    }
+                }
             }
         };
         let https = target.url.scheme() == "https";

@@ -204,23 +204,31 @@ fn base64_encode(bytes: &[u8]) -> String {
 
 /// The request for one hop to `host`, each placeholder of a secret that host may receive
 /// replaced by the secret in the form its place needs. Err: why a secret cannot go where
-/// the code put it (the broker refuses the request, `secret-not-placeable`).
+/// the code put it (the broker refuses the request, `secret-not-placeable`). None: no
+/// placeholder in it, the request goes as it is (nothing copied).
 pub fn apply(
     set: &WithheldSet,
     host: &str,
     url: &str,
     headers: &[(String, String)],
     body: &[u8],
-) -> Result<Applied, String> {
+) -> Result<Option<Applied>, String> {
+    let carries = |ph: &str| {
+        url.contains(ph)
+            || headers
+                .iter()
+                .any(|(_, v)| v.contains(ph) || basic_with(v, ph).is_some())
+            || contains(body, ph.as_bytes())
+    };
+    if !set.0.iter().any(|s| carries(&s.placeholder)) {
+        return Ok(None);
+    }
     let mut out = Applied {
         url: url.to_string(),
         headers: headers.to_vec(),
         body: body.to_vec(),
         ..Applied::default()
     };
-    if set.is_empty() {
-        return Ok(out);
-    }
     let content_type = headers
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
@@ -228,13 +236,7 @@ pub fn apply(
         .unwrap_or_default();
     for s in &set.0 {
         let ph = s.placeholder.as_str();
-        let present = out.url.contains(ph)
-            || out
-                .headers
-                .iter()
-                .any(|(_, v)| v.contains(ph) || basic_with(v, ph).is_some())
-            || contains(&out.body, ph.as_bytes());
-        if !present {
+        if !carries(ph) {
             continue;
         }
         if !guard::host_allowed(host, &s.hosts) {
@@ -284,7 +286,7 @@ pub fn apply(
         out.headers
             .push(("Accept-Encoding".to_string(), "identity".to_string()));
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// `crypto.subtle.sign` with a key the code imported from a placeholder: the HMAC of `data`
@@ -323,7 +325,11 @@ fn forms_by_length(set: &WithheldSet) -> Vec<(&str, &str)> {
     let mut all: Vec<(&str, &str)> = set
         .0
         .iter()
-        .flat_map(|s| s.forms.iter().map(|f| (f.as_str(), s.placeholder.as_str())))
+        .flat_map(|s| {
+            s.forms()
+                .iter()
+                .map(|f| (f.as_str(), s.placeholder.as_str()))
+        })
         .collect();
     all.sort_by_key(|(f, _)| std::cmp::Reverse(f.len()));
     all
@@ -458,6 +464,8 @@ mod tests {
             &headers,
             body.as_bytes(),
         )
+        .ok()
+        .flatten()
         .unwrap_or_default();
         assert_eq!(a.url, "https://api.example.com/x?k=a%20b%26c%22d");
         assert_eq!(a.headers[0].1, "Bearer a b&c\"d");
@@ -471,6 +479,8 @@ mod tests {
             &headers,
             b"",
         )
+        .ok()
+        .flatten()
         .unwrap_or_default();
         assert!(b.url.contains(&ph) && b.headers[0].1.contains(&ph));
         assert_eq!(b.withheld, ["KEY"]);
@@ -496,6 +506,8 @@ mod tests {
             &headers,
             format!("k={ph}").as_bytes(),
         )
+        .ok()
+        .flatten()
         .unwrap_or_default();
         assert_eq!(
             a.headers[0].1,
@@ -507,7 +519,10 @@ mod tests {
             &["hooks.slack.com"],
         );
         let u = hook.0[0].placeholder.clone();
-        let a = apply(&hook, "hooks.slack.com", &u, &[], b"{}").unwrap_or_default();
+        let a = apply(&hook, "hooks.slack.com", &u, &[], b"{}")
+            .ok()
+            .flatten()
+            .unwrap_or_default();
         assert_eq!(a.url, "https://hooks.slack.com/services/T0/B0/xyz");
         let lf = set("a\r\nX-Evil: 1", &["api.example.com"]);
         let ph = lf.0[0].placeholder.clone();
@@ -560,6 +575,8 @@ mod tests {
             &headers,
             b"",
         )
+        .ok()
+        .flatten()
         .unwrap_or_default();
         assert_eq!(
             a.headers,
