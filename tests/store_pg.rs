@@ -900,3 +900,104 @@ fn the_conformance_suite_passes_on_postgresql() {
     let store = stsd::state::Store::of_config(&config).unwrap_or_else(|e| panic!("{e}"));
     stsd::state::suite::run(&store);
 }
+
+/// The hostile fixture server and the venv that runs it (`scripts/setup-test-deps`), copied
+/// where an upstream's own uid can read it; None (said) when the venv is missing.
+fn fixture_upstream(dir: &Path, id: &str) -> Option<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The venv's own python (a link to the base interpreter: resolving it would leave the
+    // venv and its packages behind), in the venv's real directory.
+    let venv = std::fs::canonicalize(root.join("target/upstream-venv")).ok();
+    let Some(python) = venv.map(|v| v.join("bin/python")) else {
+        eprintln!("skipped: target/upstream-venv is missing (scripts/setup-test-deps)");
+        return None;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let src = root.join("tests/upstreams/hostile_server.py");
+    let dst = dir.join("hostile_server.py");
+    std::fs::copy(&src, &dst).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o644))
+        .unwrap_or_else(|e| panic!("{e}"));
+    Some(format!(
+        "id = \"{id}\"\ncommand = \"{}\"\nargs = [\"{}\", \"plain\"]\n",
+        python.display(),
+        dst.display()
+    ))
+}
+
+/// The wrapped tools `d` serves, by name.
+fn served_tools(d: &Daemon) -> Vec<String> {
+    let out = d.cli(&["tools", "list", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["state"] == "ACTIVE")
+        .filter_map(|t| t["name"].as_str().map(String::from))
+        .collect()
+}
+
+fn until_served(d: &Daemon, name: &str, want: bool) {
+    let t0 = Instant::now();
+    while served_tools(d).iter().any(|n| n == name) != want {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{name} served: want {want}; log:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Issue 36 item 2 on replicas: an upstream added through A is run by B too (its own
+/// process, confined there), and removed through B it leaves A.
+#[test]
+fn an_upstream_added_on_one_replica_runs_on_every_replica() {
+    let Some(pg) = cluster() else {
+        return;
+    };
+    let fixtures = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let Some(entry) = fixture_upstream(fixtures.path(), "pgup") else {
+        return;
+    };
+    let config = pg
+        .store_toml()
+        .replacen("[gateway]\n", "[gateway]\ndrain_seconds = 1\n", 1);
+    let replica = || {
+        Daemon::start_in(
+            tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+            1,
+            &config,
+            CATALOG,
+        )
+    };
+    let (a, b) = (replica(), replica());
+    let mut sub = subscriber(&b);
+    std::thread::sleep(Duration::from_millis(100));
+    let file = a.dir().join("pgup.toml");
+    std::fs::write(&file, &entry).unwrap_or_else(|e| panic!("{e}"));
+    let out = a.cli(&["upstream", "add", &file.display().to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    until_served(&a, "pgup__echo", true);
+    until_served(&b, "pgup__echo", true);
+    assert!(saw_list_changed(&mut sub), "B's client was not told");
+    let mut c = b.connect();
+    c.call(1, "pgup__echo", json!({"text": "through B"}));
+    assert_eq!(text(&c.response()), "through B");
+
+    let out = b.cli(&["upstream", "remove", "pgup"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    until_served(&b, "pgup__echo", false);
+    until_served(&a, "pgup__echo", false);
+}

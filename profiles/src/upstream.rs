@@ -43,6 +43,10 @@ pub struct GatewayConfig {
     /// A stdio upstream's workspace is a tmpfs of this many bytes (the kernel refuses writes
     /// past it; its pages count against the upstream's memory). 0: a plain directory.
     pub workspace_max_bytes: u64,
+    /// An upstream removed or changed on a running daemon (`stsd upstream remove|update|
+    /// restart`, a SIGHUP): its calls in flight get this long to finish; what is still
+    /// running then ends UPSTREAM_LOST, and the server's processes are killed.
+    pub drain_seconds: u64,
 }
 
 impl Default for GatewayConfig {
@@ -59,6 +63,7 @@ impl Default for GatewayConfig {
             upstream_uid_first: 61184,
             upstream_uid_count: 4336,
             workspace_max_bytes: 512 << 20,
+            drain_seconds: 10,
         }
     }
 }

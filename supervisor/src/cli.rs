@@ -210,6 +210,53 @@ pub enum UpstreamCmd {
         #[command(flatten)]
         config: ConfigArg,
     },
+    /// Add an upstream to the running daemon: connected, confined and scored before its tools
+    /// are served, and kept in the state store (every replica on a shared one runs it). FILE
+    /// is one `[[upstream]]` entry, TOML or JSON, or with --from-registry an MCP registry
+    /// server.json. Prints the upstream as `upstream list` shows it.
+    Add {
+        file: PathBuf,
+        /// FILE is an MCP registry server.json (its secrets become ${secret:NAME}).
+        #[arg(long)]
+        from_registry: bool,
+        /// With --from-registry: the upstream's id (default: from the server's name).
+        #[arg(long)]
+        id: Option<String>,
+        /// With --from-registry: use the server's remote rather than its package.
+        #[arg(long)]
+        remote: bool,
+        /// Print the entry that would be added, as TOML, and add nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// Replace an upstream added at run time with a new entry (FILE as for add): drained,
+    /// stopped and set up again.
+    Update {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// Remove an upstream added at run time: its tools leave at once (clients are told), its
+    /// calls in flight get [gateway] drain_seconds, then its processes are killed.
+    Remove {
+        id: String,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// Restart any upstream: drained, its processes killed, connected again.
+    Restart {
+        id: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
     /// The running daemon's upstreams: connection state, scores, tools served and withheld.
     List {
         #[arg(long)]

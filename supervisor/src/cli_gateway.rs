@@ -243,3 +243,123 @@ pub fn ledger(socket: &Path, what: LedgerCmd) -> ExitCode {
         Err(e) => fail(e),
     }
 }
+
+/// Where `upstream add` reads its entry from.
+pub struct AddFrom {
+    /// The file is an MCP registry server.json.
+    pub registry: bool,
+    pub id: Option<String>,
+    /// From a registry entry: its remote rather than its package.
+    pub remote: bool,
+    /// Print the entry, add nothing.
+    pub dry_run: bool,
+}
+
+/// One `[[upstream]]` entry from `file`: JSON (an object), or TOML (the entry's keys, or an
+/// `[[upstream]]` array holding one).
+fn entry_file(file: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", file.display());
+    let v: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(&text).map_err(|e| at(&e))?
+    } else {
+        let t: toml::Table = toml::from_str(&text).map_err(|e| at(&e))?;
+        serde_json::to_value(t).map_err(|e| at(&e))?
+    };
+    match v.get("upstream") {
+        Some(Value::Array(a)) if a.len() == 1 => Ok(a[0].clone()),
+        Some(Value::Array(a)) => Err(at(&format!(
+            "{} [[upstream]] entries: give one per command",
+            a.len()
+        ))),
+        _ => Ok(v),
+    }
+}
+
+/// Prints a change's answer: the upstream as `upstream list` shows it.
+fn print_change(v: &Value, json_out: bool) {
+    if json_out {
+        println!("{v}");
+        return;
+    }
+    let u = &v["upstream"];
+    if u.is_null() {
+        println!("upstream {}", s(&v["id"]));
+        return;
+    }
+    print_upstream(u);
+    println!("  state {}  pid {}", s(&u["state"]), s(&u["pid"]));
+}
+
+pub fn add(socket: &Path, file: &Path, from: AddFrom, json_out: bool) -> ExitCode {
+    let entry = match from.registry {
+        true => std::fs::read(file)
+            .map_err(|e| format!("{}: {e}", file.display()))
+            .and_then(|b| {
+                serde_json::from_slice::<Value>(&b).map_err(|e| format!("{}: {e}", file.display()))
+            })
+            .and_then(|doc| {
+                let prefer = match from.remote {
+                    true => stsd::gateway::RegistryPrefer::Remote,
+                    false => stsd::gateway::RegistryPrefer::Package,
+                };
+                stsd::gateway::registry_entry(&doc, from.id.as_deref(), prefer)
+            })
+            .and_then(|u| serde_json::to_value(u).map_err(|e| e.to_string())),
+        false => entry_file(file),
+    };
+    let entry = match entry {
+        Ok(e) => e,
+        Err(e) => return fail(e),
+    };
+    if from.dry_run {
+        return match toml::to_string(&json!({"upstream": [entry]})) {
+            Ok(t) => {
+                print!("{t}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        };
+    }
+    match client::call(socket, "stsd/upstream/add", json!({"upstream": entry})) {
+        Ok(v) => {
+            print_change(&v, json_out);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+pub fn update(socket: &Path, file: &Path, json_out: bool) -> ExitCode {
+    let entry = match entry_file(file) {
+        Ok(e) => e,
+        Err(e) => return fail(e),
+    };
+    match client::call(socket, "stsd/upstream/update", json!({"upstream": entry})) {
+        Ok(v) => {
+            print_change(&v, json_out);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+pub fn remove(socket: &Path, id: &str) -> ExitCode {
+    match client::call(socket, "stsd/upstream/remove", json!({"id": id})) {
+        Ok(_) => {
+            println!("upstream {id} removed");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+pub fn restart(socket: &Path, id: &str, json_out: bool) -> ExitCode {
+    match client::call(socket, "stsd/upstream/restart", json!({"id": id})) {
+        Ok(v) => {
+            print_change(&v, json_out);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}

@@ -247,6 +247,8 @@ fn follow_replicas(
     }
     // Weak: the store's listener must not keep the service (which holds the store) alive.
     let (weak, changed) = (Arc::downgrade(service), changed.clone());
+    // The listener runs on the store's thread; an upstream change is applied on the runtime.
+    let rt = tokio::runtime::Handle::current();
     let follow = Arc::new(move |what: &[String]| {
         let Some(s) = weak.upgrade() else {
             return;
@@ -254,7 +256,15 @@ fn follow_replicas(
         if what.iter().any(|w| w == "decision") {
             s.gate.collect_decisions();
         }
-        if what.iter().all(|w| w == "decision") {
+        if what.iter().any(|w| w == "upstreams") {
+            let s = s.clone();
+            rt.spawn(async move {
+                if let Err(e) = s.apply_upstreams().await {
+                    tracing::warn!(error = %e, "a replica's upstream change was not applied");
+                }
+            });
+        }
+        if what.iter().all(|w| w == "decision" || w == "upstreams") {
             return;
         }
         s.refresh_ledger();
@@ -694,6 +704,14 @@ fn reload(o: &DaemonOptions, service: &Arc<Service>, changed: &broadcast::Sender
             if r.tools_changed {
                 let _ = changed.send(());
             }
+            // [[upstream]] changes: connected (or drained) in the background; the gateway
+            // tells clients when the served list changes.
+            let s = service.clone();
+            tokio::spawn(async move {
+                if let Err(e) = s.apply_upstreams().await {
+                    tracing::error!(error = %e, "SIGHUP: the upstreams were not changed");
+                }
+            });
             if !r.restart_needed.is_empty() {
                 tracing::warn!(
                     settings = %r.restart_needed.join(", "),

@@ -99,6 +99,48 @@ fn store_command(what: StoreCmd) -> ExitCode {
     }
 }
 
+/// `stsd upstream ...`: the preview (no daemon), and the running daemon's upstreams.
+fn upstream_command(what: UpstreamCmd) -> ExitCode {
+    match what {
+        UpstreamCmd::Check {
+            id,
+            json,
+            timeout_seconds,
+            catalog,
+            config,
+        } => with_config(config.config, |config| {
+            cli_gateway::check(config, id.as_deref(), json, timeout_seconds, catalog)
+        }),
+        UpstreamCmd::List { json, socket } => cli_gateway::list(&socket.path(), json),
+        UpstreamCmd::Add {
+            file,
+            from_registry,
+            id,
+            remote,
+            dry_run,
+            json,
+            socket,
+        } => cli_gateway::add(
+            &socket.path(),
+            &file,
+            cli_gateway::AddFrom {
+                registry: from_registry,
+                id,
+                remote,
+                dry_run,
+            },
+            json,
+        ),
+        UpstreamCmd::Update { file, json, socket } => {
+            cli_gateway::update(&socket.path(), &file, json)
+        }
+        UpstreamCmd::Remove { id, socket } => cli_gateway::remove(&socket.path(), &id),
+        UpstreamCmd::Restart { id, json, socket } => {
+            cli_gateway::restart(&socket.path(), &id, json)
+        }
+    }
+}
+
 fn with_config(
     arg: Option<PathBuf>,
     f: impl FnOnce(&stsd_profiles::Config) -> ExitCode,
@@ -637,18 +679,7 @@ fn main() -> ExitCode {
             all,
             config,
         } => export_command(paths, &format, all, config.config),
-        Command::Upstream { what } => match what {
-            UpstreamCmd::Check {
-                id,
-                json,
-                timeout_seconds,
-                catalog,
-                config,
-            } => with_config(config.config, |config| {
-                cli_gateway::check(config, id.as_deref(), json, timeout_seconds, catalog)
-            }),
-            UpstreamCmd::List { json, socket } => cli_gateway::list(&socket.path(), json),
-        },
+        Command::Upstream { what } => upstream_command(what),
         Command::Ledger { what, socket } => cli_gateway::ledger(&socket.path(), what),
         Command::Approvals { json, socket } => approvals_command(json, &socket.path()),
         Command::Approve { id, reason, socket } => decide(&socket.path(), id, true, &reason),

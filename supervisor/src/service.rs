@@ -75,7 +75,7 @@ fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
         h.approver_principals.clear();
         h
     };
-    let checks: [(&'static str, bool); 15] = [
+    let checks: [(&'static str, bool); 14] = [
         (
             "[http] (all but admin_principals, approver_principals)",
             listener(old) != listener(new),
@@ -104,9 +104,6 @@ fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
         ("[daemon] catalog_dir", o.catalog_dir != n.catalog_dir),
         ("[worker]", old.worker != new.worker),
         ("[metrics]", old.metrics != new.metrics),
-        // Upstreams are connected at start; [gateway] policy (exposure, blocking, known
-        // hosts) applies at once.
-        ("[[upstream]]", old.upstream != new.upstream),
         (
             "[approval] max_pending",
             old.approval.max_pending != new.approval.max_pending,
@@ -241,6 +238,9 @@ impl Service {
             &self.toolsets_for(&new),
         )?);
         let policy = Arc::new(crate::policy::Policy::from_config(&new)?);
+        // The upstreams the new config declares must load; they are applied after the swap
+        // (`apply_upstreams`: connecting takes time, and calls go on meanwhile).
+        self.upstreams_declared(&new)?;
         if let Some(log) = &self.audit {
             // The configured path (as at start): the same file after a logrotate rename, or
             // a new one when the config names another.
@@ -633,11 +633,10 @@ impl Service {
         changed: tokio::sync::broadcast::Sender<()>,
     ) -> Result<(), String> {
         let config = self.config();
-        let declared = crate::gateway::declared(&config, &self.toolsets_for(&config))
+        // Started even with no upstream: one may be added at run time.
+        let declared = self
+            .upstreams_declared(&config)
             .map_err(|e| format!("upstreams:\n  {}", e.join("\n  ")))?;
-        if declared.is_empty() {
-            return Ok(());
-        }
         let weak = Arc::downgrade(self);
         let sink: crate::gateway::EventSink = Arc::new(move |v: &Value| {
             if let Some(me) = weak.upgrade() {
@@ -658,6 +657,41 @@ impl Service {
         gw.set_own(self.own_names());
         *self.gateway.write().unwrap_or_else(|e| e.into_inner()) = Some(gw);
         Ok(())
+    }
+
+    /// The upstreams this daemon runs under `config`: its `[[upstream]]` entries, its
+    /// toolsets documents' `mcp` toolsets, and those added at run time (the state store).
+    pub fn upstreams_declared(
+        &self,
+        config: &Config,
+    ) -> Result<Vec<stsd_profiles::upstream::UpstreamConfig>, Vec<String>> {
+        let declared = crate::gateway::declared(config, &self.toolsets_for(config))?;
+        let rows = match self.store() {
+            Some(s) => s
+                .upstreams()
+                .map_err(|e| vec![format!("upstreams added at run time: {e}")])?,
+            None => Vec::new(),
+        };
+        Ok(crate::gateway::with_added(declared, rows))
+    }
+
+    /// Whether the config in force (its `[[upstream]]` entries, its toolsets documents)
+    /// declares upstream `id`.
+    pub fn declares_upstream(&self, id: &str) -> bool {
+        let config = self.config();
+        crate::gateway::declared(&config, &self.toolsets_for(&config))
+            .map(|d| d.iter().any(|u| u.id == id))
+            .unwrap_or_else(|_| config.upstream.iter().any(|u| u.id == id))
+    }
+
+    /// Brings the running upstreams in line with what is declared now: after a SIGHUP, an
+    /// admin's change, another replica's.
+    pub async fn apply_upstreams(&self) -> Result<crate::gateway::Changes, String> {
+        let gw = self.gateway().ok_or("the gateway is not running")?;
+        let declared = self
+            .upstreams_declared(&self.config())
+            .map_err(|e| e.join("; "))?;
+        Ok(gw.apply(declared).await)
     }
 
     /// The names of stsd's own tools as served (none when the exposure is upstream only).

@@ -2,8 +2,14 @@
 //! exposed and withheld tools) and the fingerprint ledger, `stsd/ledger/list`,
 //! `stsd/ledger/approve`, `stsd/ledger/revoke`. An approval or a revocation re-publishes at
 //! once (stsd's own tools and the upstreams' alike) and tells subscribed clients.
+//!
+//! Upstreams at run time ([`change`]): `stsd/upstream/add` and `stsd/upstream/update` take
+//! `{"upstream": <an [[upstream]] entry as JSON>}`, `stsd/upstream/remove` and
+//! `stsd/upstream/restart` take `{"id"}`. An added upstream is kept in the state store (every
+//! replica on a shared one runs it too) and can be updated and removed the same way; one the
+//! config declares is changed in the config (and a SIGHUP), only restarted here.
 
-use super::codes::NO_SUCH;
+use super::codes::{GATE_FAILED, NO_SUCH};
 use crate::service::Service;
 use serde_json::{json, Value};
 
@@ -57,6 +63,128 @@ pub(super) fn call(
         other => Err((-32601, format!("no admin method {other}"))),
     }
 }
+
+/// How long `add`, `update` and `restart` wait for the upstream's first tool list, so the
+/// answer shows its scores and what it serves (a server still connecting then is reported
+/// as such; it goes on connecting).
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// One of the methods that change the upstreams (admins only; the caller checked).
+pub(super) async fn change(
+    service: &std::sync::Arc<Service>,
+    method: &str,
+    params: &Value,
+) -> Result<Value, (i32, String)> {
+    use stsd_profiles::upstream::UpstreamConfig;
+    let store = service
+        .store()
+        .ok_or((-32601, "this daemon keeps no state store".to_string()))?;
+    let in_config = |id: &str| service.declares_upstream(id);
+    let stored = |id: &str| -> Result<bool, (i32, String)> {
+        Ok(store
+            .upstreams()
+            .map_err(|e| (GATE_FAILED, e))?
+            .iter()
+            .any(|(i, _)| i == id))
+    };
+    let id_param = || {
+        params
+            .get("id")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or((-32602, "params: {\"id\": <upstream>}".to_string()))
+    };
+    let id = match method {
+        "stsd/upstream/add" | "stsd/upstream/update" => {
+            let entry = params.get("upstream").cloned().ok_or((
+                -32602,
+                "params: {\"upstream\": <an [[upstream]] entry as JSON>}".to_string(),
+            ))?;
+            let u: UpstreamConfig = serde_json::from_value(entry)
+                .map_err(|e| (-32602, format!("the upstream entry: {e}")))?;
+            u.check().map_err(|e| (-32602, e))?;
+            let id = u.id.clone();
+            let known = service.gateway().and_then(|g| g.upstream(&id)).is_some();
+            if in_config(&id) {
+                return Err((
+                    GATE_FAILED,
+                    format!(
+                        "upstream {id} is declared in the config: change it there and send SIGHUP"
+                    ),
+                ));
+            }
+            if method == "stsd/upstream/add" && (known || stored(&id)?) {
+                return Err((
+                    GATE_FAILED,
+                    format!("an upstream {id} exists already (use update)"),
+                ));
+            }
+            if method == "stsd/upstream/update" && !stored(&id)? {
+                return Err((
+                    NO_SUCH,
+                    format!("no upstream {id} was added at run time (add it first)"),
+                ));
+            }
+            let text = serde_json::to_string(&u).map_err(|e| (GATE_FAILED, e.to_string()))?;
+            store
+                .upstream_put(&id, &text)
+                .map_err(|e| (GATE_FAILED, e))?;
+            crate::state::crash_point("upstream-committed");
+            service
+                .apply_upstreams()
+                .await
+                .map_err(|e| (GATE_FAILED, e))?;
+            id
+        }
+        "stsd/upstream/remove" => {
+            let id = id_param()?;
+            if in_config(&id) {
+                return Err((
+                    GATE_FAILED,
+                    format!(
+                        "upstream {id} is declared in the config: remove it there and send SIGHUP"
+                    ),
+                ));
+            }
+            if !store.upstream_del(&id).map_err(|e| (GATE_FAILED, e))? {
+                return Err((NO_SUCH, format!("no upstream {id} was added at run time")));
+            }
+            service
+                .apply_upstreams()
+                .await
+                .map_err(|e| (GATE_FAILED, e))?;
+            return Ok(json!({"id": id, "removed": true}));
+        }
+        "stsd/upstream/restart" => {
+            let id = id_param()?;
+            let gw = service
+                .gateway()
+                .ok_or((NO_SUCH, format!("no upstream {id}")))?;
+            gw.restart(&id).await.map_err(|e| (NO_SUCH, e))?;
+            id
+        }
+        other => return Err((-32601, format!("no admin method {other}"))),
+    };
+    let gw = service
+        .gateway()
+        .ok_or((GATE_FAILED, "the gateway is not running".to_string()))?;
+    gw.settle(&id, SETTLE).await;
+    let report = gw.report();
+    let entry = report["upstreams"]
+        .as_array()
+        .and_then(|l| l.iter().find(|u| u["id"] == id.as_str()))
+        .cloned()
+        .unwrap_or(Value::Null);
+    Ok(json!({"id": id, "upstream": entry}))
+}
+
+/// The methods [`change`] serves.
+pub(super) const CHANGES: &[&str] = &[
+    "stsd/upstream/add",
+    "stsd/upstream/update",
+    "stsd/upstream/remove",
+    "stsd/upstream/restart",
+];
 
 /// Every upstream: how it is connected, its server score, its tools served and withheld.
 fn upstreams(service: &Service) -> Value {

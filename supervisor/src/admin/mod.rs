@@ -16,6 +16,8 @@
 //! | `stsd/tools/show` | `{name}` | one tool: the list entry plus its spec and inputSchema |
 //! | `stsd/approvals/list` | none | `{"pending": [{id, tool, arguments, prompt, peerUid, ageMs}]}` |
 //! | `stsd/approvals/decide` | `{id, approve: bool, reason?}` | `{"id": id, "approved": bool}` |
+//! | `stsd/upstream/add`, `update` | `{upstream: <[[upstream]] entry>}` | `{id, upstream: <as listed>}` |
+//! | `stsd/upstream/remove`, `restart` | `{id}` | `{id, removed}` / `{id, upstream}` |
 
 pub mod client;
 
@@ -124,8 +126,8 @@ impl Admin {
             "gateway": self.service.gateway().map(|g| {
                 let e = g.exposed();
                 json!({
-                    "upstreams": g.upstreams.len(),
-                    "connected": g.upstreams.iter().filter(|u| u.conn.as_ref().is_some_and(|c|
+                    "upstreams": g.upstreams().len(),
+                    "connected": g.upstreams().iter().filter(|u| u.conn.as_ref().is_some_and(|c|
                         c.state() == crate::gateway::ConnState::Ready)).count(),
                     "toolsServed": e.tools.len(),
                     "toolsWithheld": e.withheld.len(),
@@ -259,6 +261,17 @@ impl AdminHandler for Admin {
         Box::pin(async move {
             let r = if WRITES.contains(&method.as_str()) {
                 self.write(&who, &method, &params).await
+            } else if gateway::CHANGES.contains(&method.as_str()) {
+                match self.is_admin(&who) {
+                    true => gateway::change(&self.service, &method, &params).await,
+                    false => Err((
+                        NOT_ALLOWED,
+                        format!(
+                            "{who} may not change upstreams (it is not in {})",
+                            admin_list(&who)
+                        ),
+                    )),
+                }
             } else {
                 self.call(&who, &method, &params)
             };

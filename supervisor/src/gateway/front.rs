@@ -9,7 +9,7 @@ use super::proxy::{EgressProxy, ProxyHop};
 use super::sources;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use stsd_profiles::upstream::UpstreamConfig;
@@ -41,18 +41,40 @@ pub struct Upstream {
     _proxy: Option<Arc<EgressProxy>>,
     /// A preview's temporary workspace, removed when the preview ends.
     _scratch: Option<tempfile::TempDir>,
+    /// Calls in flight through it: a removal waits for them (`change`).
+    pub(super) calls: AtomicUsize,
 }
 
 pub struct Gateway {
     config: RwLock<Arc<Config>>,
-    pub upstreams: Vec<Arc<Upstream>>,
+    /// The upstreams now: changed at run time by `change` (add, update, remove, restart).
+    pub(super) upstreams: RwLock<Vec<Arc<Upstream>>>,
+    /// Serialises changes to the set of upstreams (admin methods, SIGHUP, replicas).
+    pub(super) changing: tokio::sync::Mutex<()>,
+    pub(super) stsd_exe: PathBuf,
     pub ledger: Arc<Ledger>,
     exposed: RwLock<Arc<Exposed>>,
     own: RwLock<Vec<String>>,
     changed: broadcast::Sender<()>,
-    sink: EventSink,
+    pub(super) sink: EventSink,
     /// False for a preview (`stsd upstream check`): the ledger is read, never written.
-    observe: bool,
+    pub(super) observe: bool,
+}
+
+/// Counts a call through an upstream for as long as it lives.
+struct InCall<'a>(&'a AtomicUsize);
+
+impl<'a> InCall<'a> {
+    fn new(n: &'a AtomicUsize) -> InCall<'a> {
+        n.fetch_add(1, Ordering::SeqCst);
+        InCall(n)
+    }
+}
+
+impl Drop for InCall<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The state directory (see [`crate::state::dir`]).
@@ -86,7 +108,9 @@ impl Gateway {
         }
         let gw = Arc::new(Gateway {
             config: RwLock::new(config),
-            upstreams,
+            upstreams: RwLock::new(upstreams),
+            changing: tokio::sync::Mutex::new(()),
+            stsd_exe: stsd_exe.to_path_buf(),
             ledger,
             exposed: RwLock::new(Arc::new(Exposed::default())),
             own: RwLock::new(Vec::new()),
@@ -94,19 +118,40 @@ impl Gateway {
             sink,
             observe,
         });
-        for u in &gw.upstreams {
-            if let Some(conn) = &u.conn {
-                let (me, mut rx) = (Arc::downgrade(&gw), conn.tools());
-                tokio::spawn(async move {
-                    while rx.changed().await.is_ok() {
-                        let Some(gw) = me.upgrade() else { return };
-                        gw.recompute();
-                    }
-                });
-            }
+        for u in gw.upstreams() {
+            gw.follow(&u);
         }
         gw.recompute();
         Ok(gw)
+    }
+
+    /// Recomputes the exposure whenever `u` lists its tools anew.
+    pub(super) fn follow(self: &Arc<Self>, u: &Upstream) {
+        if let Some(conn) = &u.conn {
+            let (me, mut rx) = (Arc::downgrade(self), conn.tools());
+            tokio::spawn(async move {
+                while rx.changed().await.is_ok() {
+                    let Some(gw) = me.upgrade() else { return };
+                    gw.recompute();
+                }
+            });
+        }
+    }
+
+    /// The upstreams now.
+    pub fn upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.upstreams
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The config in force.
+    pub(super) fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The wrapped tools as served now.
@@ -141,13 +186,12 @@ impl Gateway {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let own = self.own.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let lists: Vec<Option<Vec<Value>>> = self
-            .upstreams
+        let upstreams = self.upstreams();
+        let lists: Vec<Option<Vec<Value>>> = upstreams
             .iter()
             .map(|u| u.conn.as_ref().and_then(|c| tools_json(c)))
             .collect();
-        let listed: Vec<Listed> = self
-            .upstreams
+        let listed: Vec<Listed> = upstreams
             .iter()
             .zip(&lists)
             .map(|(u, tools)| Listed {
@@ -186,8 +230,13 @@ impl Gateway {
         }
     }
 
-    pub fn upstream(&self, id: &str) -> Option<&Arc<Upstream>> {
-        self.upstreams.iter().find(|u| u.cfg.id == id)
+    pub fn upstream(&self, id: &str) -> Option<Arc<Upstream>> {
+        self.upstreams
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|u| u.cfg.id == id)
+            .cloned()
     }
 
     /// Calls the upstream tool behind `alias`. The reply's strings are masked by the caller
@@ -210,6 +259,7 @@ impl Gateway {
                 u.error.clone().unwrap_or_else(|| "not set up".into()),
             ));
         };
+        let _counted = InCall::new(&u.calls);
         if let Err(e) = self.ledger.touch_server(&u.cfg.id, crate::store::now_ms()) {
             tracing::warn!(upstream = %u.cfg.id, error = %e, "the ledger did not record the use");
         }
@@ -232,7 +282,7 @@ impl Gateway {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let list: Vec<Value> = self
-            .upstreams
+            .upstreams()
             .iter()
             .map(|u| {
                 let id = &u.cfg.id;
@@ -322,7 +372,7 @@ impl Gateway {
 
     /// Whether every upstream has listed its tools or given up (for the preview).
     pub fn settled(&self) -> bool {
-        self.upstreams.iter().all(|u| match &u.conn {
+        self.upstreams().iter().all(|u| match &u.conn {
             None => true,
             Some(c) => {
                 tools_json(c).is_some() || matches!(c.state(), client::ConnState::Restarting { .. })
@@ -331,7 +381,7 @@ impl Gateway {
     }
 
     pub fn stop(&self) {
-        for u in &self.upstreams {
+        for u in self.upstreams() {
             if let Some(c) = &u.conn {
                 c.stop();
             }
@@ -411,6 +461,39 @@ struct Prepared {
     options: client::Options,
 }
 
+/// Sets one upstream up on a running gateway: its own uid picked among those the others do
+/// not hold (see `identity`).
+pub(super) fn set_up_one(gw: &Gateway, u: UpstreamConfig) -> Upstream {
+    let config = gw.config();
+    let taken: Vec<u32> = gw
+        .upstreams()
+        .iter()
+        .filter_map(|x| x.ids.map(|i| i.0))
+        .collect();
+    let own_uid = own_uid(&config, &u, &taken);
+    set_up(&config, u, own_uid, &gw.stsd_exe, &gw.sink, gw.observe)
+}
+
+/// The uid a stdio upstream added at run time runs as (None: `[worker] uid`), avoiding
+/// `taken`.
+fn own_uid(config: &Config, u: &UpstreamConfig, taken: &[u32]) -> Option<u32> {
+    if !u.is_stdio() || !is_root() {
+        return None;
+    }
+    let gw = &config.gateway;
+    let mut avoid = vec![config.worker.uid, config.worker.gid];
+    avoid.extend_from_slice(taken);
+    super::identity::assign(
+        &[u.id.as_str()],
+        gw.upstream_uid_first,
+        gw.upstream_uid_count,
+        &avoid,
+        super::identity::held_by_system,
+    )
+    .get(&u.id)
+    .copied()
+}
+
 /// An upstream that could not be set up: logged, kept with its error, serving nothing.
 fn not_started(cfg: &Arc<UpstreamConfig>, error: String, secrets: SecretSet) -> Upstream {
     tracing::error!(upstream = %cfg.id, error = %error, "upstream not started");
@@ -426,6 +509,7 @@ fn not_started(cfg: &Arc<UpstreamConfig>, error: String, secrets: SecretSet) -> 
         budget: Err("not started".into()),
         _proxy: None,
         _scratch: None,
+        calls: AtomicUsize::new(0),
     }
 }
 
@@ -511,6 +595,7 @@ fn start_http(cfg: Arc<UpstreamConfig>, p: Prepared) -> Upstream {
         budget: Err("an HTTP upstream has no workspace".into()),
         _proxy: p.proxy,
         _scratch: None,
+        calls: AtomicUsize::new(0),
     }
 }
 
@@ -577,6 +662,7 @@ fn start_stdio(
         budget,
         _proxy: p.proxy,
         _scratch: scratch,
+        calls: AtomicUsize::new(0),
     }
 }
 

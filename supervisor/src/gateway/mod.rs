@@ -16,15 +16,18 @@
 //! - `expose`: what is served: the scores, the scan, the ledger and the rules applied.
 //! - `events`: the structured risk events (ServerRiskComputed, ...), logged and audited.
 //! - `call`: a wrapped tool's schema check, reply and `_meta`.
+//! - `change`: upstreams added, updated, removed and restarted on a running gateway.
 //! - `client`: one connection to one upstream (rmcp client), restarted with backoff.
 //! - `proxy`: the egress proxy a networked upstream reaches the world through.
 //! - `spawn`: how a stdio upstream is started, confined (`stsd upstream-exec`).
 //! - `identity`: the uid each stdio upstream runs as (one of its own, when root).
 //! - `budget`: the workspace's byte budget (a tmpfs of its own, when root).
+//! - `registry`: an MCP registry `server.json` made into an `[[upstream]]` entry.
 //! - `preview`: `stsd gateway preview`, the exposure a config would give, without serving.
 
 mod budget;
 mod call;
+mod change;
 mod client;
 mod events;
 mod expose;
@@ -33,6 +36,7 @@ mod identity;
 mod ledger;
 mod preview;
 mod proxy;
+mod registry;
 mod risk;
 mod scan;
 mod shadow;
@@ -41,14 +45,16 @@ mod spawn;
 
 pub use call::tool_meta;
 pub(crate) use call::{check_against_input_schema, reply_of};
+pub use change::Changes;
 pub use client::ConnState;
 pub use events::RiskEvent;
 pub use expose::WrappedTool;
 pub use front::{ledger_path, EventSink, Gateway};
 pub use ledger::{fingerprint, Ledger, State as LedgerState, Status as LedgerStatus};
 pub use preview::run as preview;
+pub use registry::{entry as registry_entry, Prefer as RegistryPrefer};
 pub use scan::scan_text;
-pub use sources::declared;
+pub use sources::{declared, with_added};
 // The confinement of a stdio upstream: `stsd upstream-exec` runs `exec_main`; the tests
 // probe the rest directly.
 pub use spawn::{command_as, exec_main, prepare_workspace, Ids, ProxyEnd};

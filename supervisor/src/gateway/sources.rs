@@ -55,6 +55,35 @@ pub fn declared(config: &Config, toolsets: &[PathBuf]) -> Result<Vec<UpstreamCon
     }
 }
 
+/// The declared upstreams and those added at run time (the state store's rows: id, entry as
+/// JSON). The config wins: a stored entry whose id it also declares is skipped, and one that
+/// no longer parses or checks is skipped; each with a warning, so a config edit or a newer
+/// stsd never stops a start.
+pub fn with_added(
+    mut declared: Vec<UpstreamConfig>,
+    rows: Vec<(String, String)>,
+) -> Vec<UpstreamConfig> {
+    for (id, text) in rows {
+        if declared.iter().any(|d| d.id == id) {
+            tracing::warn!(upstream = %id, "an upstream added at run time has the id of one the config declares: the config's is used");
+            continue;
+        }
+        match serde_json::from_str::<UpstreamConfig>(&text)
+            .map_err(|e| e.to_string())
+            .and_then(|u| u.check().map(|_| u))
+        {
+            Ok(u) if u.id == id => declared.push(u),
+            Ok(u) => {
+                tracing::warn!(upstream = %id, inner = %u.id, "a stored upstream's entry names another id: skipped")
+            }
+            Err(e) => {
+                tracing::warn!(upstream = %id, error = %e, "a stored upstream's entry is not valid: skipped")
+            }
+        }
+    }
+    declared
+}
+
 fn strings(v: Option<&Value>, at: &str) -> Result<Vec<String>, String> {
     match v {
         None | Some(Value::Null) => Ok(Vec::new()),

@@ -13,7 +13,8 @@ fn doc_of(bytes: &[u8], what: &str) -> Result<Value, String> {
 }
 
 /// Everything the store holds that outlives a call: the managed tools, their history, the
-/// switches, the ledger, the HTTP token digests (spent approval states expire within minutes and are left out).
+/// switches, the ledger, the HTTP token digests, the upstreams added at run
+/// time (spent approval states expire within minutes and are left out).
 pub fn export(store: &Store) -> Result<Value, String> {
     let tools: Vec<Value> = store
         .tools()?
@@ -47,6 +48,9 @@ pub fn export(store: &Store) -> Result<Value, String> {
         "tokens": store.tokens()?.into_iter()
             .map(|(name, digest)| json!({"name": name, "sha256": digest}))
             .collect::<Vec<_>>(),
+        "upstreams": store.upstreams()?.into_iter()
+            .map(|(id, config)| Ok(json!({"id": id, "config": doc_of(config.as_bytes(), &id)?})))
+            .collect::<Result<Vec<_>, String>>()?,
     }))
 }
 
@@ -102,6 +106,10 @@ pub fn import(store: &Store, doc: &Value) -> Result<String, String> {
         old.tokens
             .push((text(t, "name", "tokens")?, text(t, "sha256", "tokens")?));
     }
+    for u in items(doc, "upstreams") {
+        old.upstreams
+            .push((text(u, "id", "upstreams")?, u["config"].to_string()));
+    }
     if !store.import(&old)? {
         return Err(format!(
             "{} holds state already (a daemon has started on it, or it was imported into): \
@@ -110,10 +118,11 @@ pub fn import(store: &Store, doc: &Value) -> Result<String, String> {
         ));
     }
     Ok(format!(
-        "{} tools, {} earlier versions, {} switches, {} ledger entries",
+        "{} tools, {} earlier versions, {} switches, {} ledger entries, {} upstreams",
         old.tools.len(),
         old.history.len(),
         old.disabled.len(),
-        old.ledger.len()
+        old.ledger.len(),
+        old.upstreams.len()
     ))
 }

@@ -317,6 +317,21 @@ impl Store {
         each!(self, b => b.tokens_rm(name))
     }
 
+    /// Upstreams added at run time: (id, its `[[upstream]]` entry as JSON), by id.
+    pub fn upstreams(&self) -> Result<Vec<(String, String)>, String> {
+        each!(self, b => b.upstreams())
+    }
+
+    /// Adds or replaces the upstream `id` (its entry as JSON, references unresolved).
+    pub fn upstream_put(&self, id: &str, config: &str) -> Result<(), String> {
+        each!(self, b => b.upstream_put(id, config))
+    }
+
+    /// Removes the upstream `id`: whether it was there.
+    pub fn upstream_del(&self, id: &str) -> Result<bool, String> {
+        each!(self, b => b.upstream_del(id))
+    }
+
     pub fn meta(&self, key: &str) -> Result<Option<String>, String> {
         each!(self, b => b.meta(key))
     }

@@ -83,6 +83,12 @@ const MIGRATIONS: &[&str] = &[
         name TEXT NOT NULL,
         created_ms BIGINT NOT NULL
      );",
+    // 6: upstreams added at run time, each its `[[upstream]]` entry as JSON.
+    "CREATE TABLE upstreams (
+        id TEXT PRIMARY KEY,
+        config TEXT NOT NULL,
+        updated_ms BIGINT NOT NULL
+     );",
 ];
 
 type Job = Box<dyn FnOnce(Result<&mut Client, String>) + Send>;
@@ -282,6 +288,7 @@ fn listen(sh: Shared, first: (Client, i32), alive: std::sync::Weak<()>) {
                                 "catalog".into(),
                                 "ledger".into(),
                                 "tokens".into(),
+                                "upstreams".into(),
                                 "decision".into(),
                             ],
                         );
@@ -794,6 +801,41 @@ impl Postgres {
         })
     }
 
+    pub fn upstreams(&self) -> Result<Vec<(String, String)>, String> {
+        self.run(move |c| {
+            Ok(c.query("SELECT id, config FROM upstreams ORDER BY id", &[])
+                .map_err(pg)?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect())
+        })
+    }
+
+    pub fn upstream_put(&self, id: &str, config: &str) -> Result<(), String> {
+        let (id, config) = (id.to_string(), config.to_string());
+        let now = crate::store::now_ms();
+        self.write("upstreams", move |tx| {
+            tx.execute(
+                "INSERT INTO upstreams (id, config, updated_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT (id) DO UPDATE SET config = excluded.config,
+                                                updated_ms = excluded.updated_ms",
+                &[&id, &config, &now],
+            )
+            .map_err(pg)?;
+            crash_point("upstream-written");
+            Ok(())
+        })
+    }
+
+    pub fn upstream_del(&self, id: &str) -> Result<bool, String> {
+        let id = id.to_string();
+        self.write("upstreams", move |tx| {
+            tx.execute("DELETE FROM upstreams WHERE id = $1", &[&id])
+                .map(|n| n == 1)
+                .map_err(pg)
+        })
+    }
+
     pub fn waiting_put(&self, instance: &str, id: i64, view: &str) -> Result<i64, String> {
         let (instance, view) = (instance.to_string(), view.to_string());
         let now = crate::store::now_ms();
@@ -934,6 +976,14 @@ impl Postgres {
             }
             for (name, digest) in &old.tokens {
                 put_token(tx, name, digest, now)?;
+            }
+            for (id, config) in &old.upstreams {
+                tx.execute(
+                    "INSERT INTO upstreams (id, config, updated_ms) VALUES ($1, $2, $3)
+                     ON CONFLICT (id) DO UPDATE SET config = excluded.config",
+                    &[id, config, &now],
+                )
+                .map_err(pg)?;
             }
             for (name, doc) in &old.tools {
                 tx.execute(

@@ -72,6 +72,8 @@ pub(super) struct Old {
     pub servers: Vec<(String, i64)>,
     /// HTTP bearer tokens: (principal, SHA-256 digest in hex).
     pub tokens: Vec<(String, String)>,
+    /// Upstreams added at run time: (id, `[[upstream]]` entry as JSON).
+    pub upstreams: Vec<(String, String)>,
 }
 
 /// The key a store records its import under (in `meta`).

@@ -65,6 +65,13 @@ const MIGRATIONS: &[&str] = &[
         name TEXT NOT NULL,
         created_ms INTEGER NOT NULL
      );",
+    // 6: upstreams added at run time (`stsd upstream add`), each its `[[upstream]]` entry as
+    // JSON (references unresolved: a secret is never stored, only its name).
+    "CREATE TABLE upstreams (
+        id TEXT PRIMARY KEY,
+        config TEXT NOT NULL,
+        updated_ms INTEGER NOT NULL
+     );",
 ];
 
 /// The embedded store. One connection behind a lock: the daemon's writes are rare (an
@@ -432,6 +439,45 @@ impl Sqlite {
         })
     }
 
+    // Upstreams added at run time.
+
+    pub fn upstreams(&self) -> Result<Vec<(String, String)>, String> {
+        let at = sql(&self.path);
+        let c = self.lock();
+        let mut st = c
+            .prepare("SELECT id, config FROM upstreams ORDER BY id")
+            .map_err(&at)?;
+        let it = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(&at)?;
+        it.collect::<Result<_, _>>().map_err(&at)
+    }
+
+    pub fn upstream_put(&self, id: &str, config: &str) -> Result<(), String> {
+        let at = sql(&self.path);
+        let now = crate::store::now_ms();
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO upstreams (id, config, updated_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET config = excluded.config,
+                                                updated_ms = excluded.updated_ms",
+                params![id, config, now],
+            )
+            .map_err(&at)?;
+            crash_point("upstream-written");
+            Ok(())
+        })
+    }
+
+    pub fn upstream_del(&self, id: &str) -> Result<bool, String> {
+        let at = sql(&self.path);
+        self.write(|tx| {
+            tx.execute("DELETE FROM upstreams WHERE id = ?1", [id])
+                .map(|n| n == 1)
+                .map_err(&at)
+        })
+    }
+
     // Bookkeeping.
 
     pub fn meta(&self, key: &str) -> Result<Option<String>, String> {
@@ -603,6 +649,13 @@ impl Sqlite {
             }
             for (name, digest) in &old.tokens {
                 put_token(tx, name, digest, now).map_err(&at)?;
+            }
+            for (id, config) in &old.upstreams {
+                tx.execute(
+                    "INSERT OR REPLACE INTO upstreams (id, config, updated_ms) VALUES (?1, ?2, ?3)",
+                    params![id, config, now],
+                )
+                .map_err(&at)?;
             }
             for (name, doc) in &old.tools {
                 tx.execute(

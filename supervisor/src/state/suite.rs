@@ -13,7 +13,30 @@ pub fn run(s: &Store) {
     switches(s);
     waiting_calls(s);
     tokens(s);
+    upstreams(s);
     spent_once(s);
+}
+
+fn upstreams(s: &Store) {
+    assert!(s.upstreams().unwrap().is_empty());
+    s.upstream_put("b", "{\"id\":\"b\"}").unwrap();
+    s.upstream_put("a", "{\"id\":\"a\"}").unwrap();
+    s.upstream_put("b", "{\"id\":\"b\",\"args\":[\"2\"]}")
+        .unwrap();
+    assert_eq!(
+        s.upstreams().unwrap(),
+        vec![
+            ("a".to_string(), "{\"id\":\"a\"}".to_string()),
+            (
+                "b".to_string(),
+                "{\"id\":\"b\",\"args\":[\"2\"]}".to_string()
+            ),
+        ]
+    );
+    assert!(s.upstream_del("a").unwrap());
+    assert!(!s.upstream_del("a").unwrap());
+    assert_eq!(s.upstreams().unwrap().len(), 1);
+    assert!(s.upstream_del("b").unwrap());
 }
 
 fn history_and_rollback(s: &Store) {
