@@ -27,6 +27,116 @@ struct Cluster {
     _dir: tempfile::TempDir,
 }
 
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("openssl: {e}"));
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `ca.crt` (the test's CA) and the server's pair for 127.0.0.1 in `dir`; the cluster at
+/// `data` serves TLS with them and refuses TCP connections without it.
+fn serve_tls_only(dir: &Path, data: &Path) {
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-subj",
+            "/CN=stsd test CA",
+            "-days",
+            "2",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ],
+    );
+    for f in ["server.crt", "server.key", "ca.crt"] {
+        let out = Command::new("chown")
+            .arg("nobody")
+            .arg(dir.join(f))
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.status.success());
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        dir.join("server.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(dir.join("ca.crt"), std::fs::Permissions::from_mode(0o644))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let conf = data.join("postgresql.conf");
+    let mut text = std::fs::read_to_string(&conf).unwrap_or_else(|e| panic!("{e}"));
+    text.push_str(&format!(
+        "ssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+        dir.join("server.crt").display(),
+        dir.join("server.key").display()
+    ));
+    std::fs::write(&conf, text).unwrap_or_else(|e| panic!("{e}"));
+    let hba = data.join("pg_hba.conf");
+    let text = std::fs::read_to_string(&hba).unwrap_or_else(|e| panic!("{e}"));
+    let text: String = text
+        .lines()
+        .map(|l| match l.strip_prefix("host ") {
+            Some(rest) => format!("hostssl {rest}\n"),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&hba, text).unwrap_or_else(|e| panic!("{e}"));
+}
+
 fn pg_bin() -> Option<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .ok()?
@@ -49,6 +159,12 @@ fn as_nobody(bin: &Path, tool: &str, args: &[&str]) -> Output {
 
 impl Cluster {
     fn start() -> Cluster {
+        Cluster::start_with(false)
+    }
+
+    /// With `tls`: a CA and a server certificate for 127.0.0.1 made by the openssl CLI, the
+    /// server's `ssl = on`, and TCP connections accepted only over TLS (`hostssl`).
+    fn start_with(tls: bool) -> Cluster {
         let bin = pg_bin().unwrap_or_else(|| {
             panic!(
                 "no PostgreSQL server binaries under /usr/lib/postgresql (.ci/run installs them)"
@@ -86,6 +202,9 @@ impl Cluster {
             "initdb: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        if tls {
+            serve_tls_only(dir.path(), &data);
+        }
         let port = free_port();
         let opts = format!(
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
@@ -1000,4 +1119,84 @@ fn an_upstream_added_on_one_replica_runs_on_every_replica() {
     );
     until_served(&b, "pgup__echo", false);
     until_served(&a, "pgup__echo", false);
+}
+
+/// `stsd store export` with `config`: it opens the store (connects, migrates) and reads it.
+fn export_with(dir: &Path, config: &str) -> Output {
+    let cfg = dir.join("export.toml");
+    std::fs::write(&cfg, config).unwrap_or_else(|e| panic!("{e}"));
+    Command::new(stsd_bin())
+        .args(["store", "export", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A managed PostgreSQL asks for TLS: stsd reaches the store over TLS with the server's
+/// certificate verified against `[store] ca_file`; the Mozilla roots do not verify the
+/// test's CA (refused), and a plain connection is refused by the server.
+#[test]
+fn the_store_is_reached_over_verified_tls() {
+    if !is_root() {
+        eprintln!("skipped: needs root (runuser) to start PostgreSQL as nobody");
+        return;
+    }
+    let pg = Cluster::start_with(true);
+    let dir = pg.data.parent().unwrap_or_else(|| panic!("no parent"));
+    let ca = dir.join("ca.crt");
+    let with = |mode: &str, ca_line: &str| {
+        pg.store_toml()
+            .replace(&pg.url(), &format!("{}?sslmode={mode}", pg.url()))
+            + ca_line
+    };
+    let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let ca_line = format!("ca_file = \"{}\"\n", ca.display());
+    for mode in ["require", "verify-full", "prefer"] {
+        let out = export_with(scratch.path(), &with(mode, &ca_line));
+        assert!(
+            out.status.success(),
+            "sslmode={mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = export_with(scratch.path(), &with("require", ""));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("certificate"),
+        "{err}"
+    );
+    let out = export_with(scratch.path(), &with("disable", ""));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no encryption"),
+        "{err}"
+    );
+
+    // A daemon on it: a tool added is served, and the server says its sessions are TLS.
+    let d = Daemon::start_in(
+        tempfile::tempdir().unwrap_or_else(|e| panic!("{e}")),
+        1,
+        &with("require", &ca_line),
+        CATALOG,
+    );
+    assert!(tools_cli(&d, &["add"], Some(&spec("tls"))).status.success());
+    assert_eq!(answer(&d), "tls");
+    let out = Command::new("runuser")
+        .args(["-u", "nobody", "--", "env", "PGPASSWORD=s3cret-of-the-test"])
+        .arg(pg.bin.join("psql"))
+        .args(["-h", &dir.display().to_string(), "-p", &pg.port.to_string()])
+        .args(["-U", "stsd", "-d", "postgres", "-Atc"])
+        .arg(
+            "SELECT bool_and(s.ssl) || ' ' || count(*) FROM pg_stat_ssl s \
+              JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'stsd'",
+        )
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let said = String::from_utf8_lossy(&out.stdout);
+    let (all_tls, n) = said.trim().split_once(' ').unwrap_or(("", "0"));
+    assert!(
+        all_tls == "true" && n.parse::<u32>().unwrap_or(0) >= 2,
+        "pg_stat_ssl: {said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -120,6 +120,12 @@ pub struct StoreConfig {
     /// PostgreSQL connections for the daemon's work (one more listens for the others'
     /// changes).
     pub pool_size: usize,
+    /// PEM CA certificates that verify the PostgreSQL server's certificate (a managed
+    /// PostgreSQL's bundle, a CloudNativePG cluster's CA); default: the Mozilla roots. TLS
+    /// is asked for by the URL's `sslmode` (`require`, `verify-ca` and `verify-full` all
+    /// verify the certificate and the host name; `prefer`, the default, uses TLS when the
+    /// server offers it, verified the same way; `disable` never).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for StoreConfig {
@@ -130,6 +136,7 @@ impl Default for StoreConfig {
             password: None,
             replica_timeout_seconds: 30,
             pool_size: 4,
+            ca_file: None,
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod rows;
 mod sqlite;
 #[cfg(any(test, feature = "attack"))]
 pub mod suite;
+mod tls;
 
 pub use rows::{crash_point, LedgerRow, LedgerRows, OnChange, ToolRows, Waiting};
 
@@ -146,7 +147,12 @@ impl Store {
         match &config.store.url {
             Some(url) => {
                 let password = password(config)?;
-                let pg = postgres::Postgres::open(url, password, config.store.pool_size)?;
+                let pg = postgres::Postgres::open(
+                    url,
+                    password,
+                    config.store.pool_size,
+                    config.store.ca_file.as_deref(),
+                )?;
                 Ok(Store {
                     label: PathBuf::from(pg.label()),
                     backend: Backend::Postgres(pg),

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// The channel every change is announced on.
 const CHANNEL: &str = "stsd_state";
@@ -108,7 +109,18 @@ pub struct Postgres {
 const PING_EVERY: Duration = Duration::from_secs(2);
 
 fn pg(e: postgres::Error) -> String {
-    format!("PostgreSQL: {e}")
+    // The causes too: a TLS failure's reason (an unknown issuer, a name mismatch) is one.
+    let mut text = format!("PostgreSQL: {e}");
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// `url` with any password in it left out, for messages.
@@ -125,14 +137,23 @@ fn label_of(url: &str) -> String {
 
 /// One connection, and its own backend pid (its notifications are not another replica's
 /// change). The listener's also brings the schema up to date and LISTENs.
-fn connect(url: &str, password: Option<&str>, listen: bool) -> Result<(Client, i32), String> {
+fn connect(
+    url: &str,
+    password: Option<&str>,
+    tls: Option<&MakeRustlsConnect>,
+    listen: bool,
+) -> Result<(Client, i32), String> {
     let mut cfg: postgres::Config = url.parse().map_err(pg)?;
     if let Some(p) = password {
         cfg.password(p);
     }
     cfg.connect_timeout(Duration::from_secs(5));
     cfg.application_name("stsd");
-    let mut client = cfg.connect(NoTls).map_err(pg)?;
+    let mut client = match tls {
+        Some(t) => cfg.connect(t.clone()),
+        None => cfg.connect(NoTls),
+    }
+    .map_err(pg)?;
     if listen {
         migrate(&mut client)?;
         client
@@ -181,6 +202,8 @@ fn migrate(client: &mut Client) -> Result<(), String> {
 struct Shared {
     url: String,
     password: Option<String>,
+    /// None: `sslmode=disable`.
+    tls: Option<MakeRustlsConnect>,
     listeners: Listeners,
     up: Arc<AtomicBool>,
     /// The backend pids of this daemon's own connections: their notifications are its own.
@@ -193,7 +216,12 @@ struct Shared {
 
 impl Shared {
     fn connect(&self, listen: bool, was: Option<i32>) -> Result<(Client, i32), String> {
-        let (c, me) = connect(&self.url, self.password.as_deref(), listen)?;
+        let (c, me) = connect(
+            &self.url,
+            self.password.as_deref(),
+            self.tls.as_ref(),
+            listen,
+        )?;
         let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(old) = was {
             own.remove(&old);
@@ -432,11 +460,18 @@ fn put_ledger(tx: &mut Transaction<'_>, id: &str, entry: &str) -> Result<(), Str
 impl Postgres {
     /// Connects (failing at once when PostgreSQL cannot be reached or migrated), then hands
     /// the connection to its thread.
-    pub fn open(url: &str, password: Option<String>, pool: usize) -> Result<Postgres, String> {
+    pub fn open(
+        url: &str,
+        password: Option<String>,
+        pool: usize,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Postgres, String> {
         let label = label_of(url);
+        let (url, tls) = super::tls::of(url, ca_file)?;
         let sh = Shared {
-            url: url.to_string(),
+            url,
             password,
+            tls,
             listeners: Arc::default(),
             up: Arc::new(AtomicBool::new(true)),
             own: Arc::default(),
