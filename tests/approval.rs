@@ -541,6 +541,23 @@ fn a_call_left_waiting_by_a_killed_daemon_is_recorded_expired_at_the_next_start(
     );
     assert_eq!(r["approval"]["decision"], "expired", "{r}");
     assert!(r["workerPid"].is_null(), "it never ran: {r}");
+    // And `stsd approvals` shows it, as expired, beside the (no) waiting calls.
+    let out = d.cli(&["approvals", "--json"]);
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let expired = listed["expired"].as_array().cloned().unwrap_or_default();
+    assert!(
+        expired.iter().any(|e| e["callId"] == id
+            && e["tool"] == "opTool"
+            && e["reason"]
+                .as_str()
+                .is_some_and(|w| w.contains("the daemon stopped"))),
+        "{listed}"
+    );
+    let text = String::from_utf8_lossy(&d.cli(&["approvals"]).stdout).to_string();
+    assert!(
+        text.contains(&format!("EXPIRED call {id}  opTool")),
+        "{text}"
+    );
     // Once: a second start finds nothing left.
     let dir = d.kill9();
     let d = Daemon::start_in(dir, 1, "", stsd_tests::harness::CATALOG);

@@ -371,7 +371,18 @@ fn approvals_command(json: bool, socket: &std::path::Path) -> ExitCode {
             let pending = v["pending"].as_array().cloned().unwrap_or_default();
             if json {
                 println!("{v}");
-            } else if pending.is_empty() {
+                return ExitCode::SUCCESS;
+            }
+            // What expired while no daemon held it (a restart, a replica gone): said first.
+            for e in v["expired"].as_array().into_iter().flatten() {
+                println!(
+                    "EXPIRED call {}  {}: {}",
+                    e["callId"],
+                    e["tool"].as_str().unwrap_or_default(),
+                    e["reason"].as_str().unwrap_or_default()
+                );
+            }
+            if pending.is_empty() {
                 println!("no call is waiting for approval");
             } else {
                 for p in pending {

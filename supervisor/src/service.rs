@@ -426,6 +426,12 @@ impl Service {
                 overrode_required: false,
             });
             tracing::warn!(id, tool = %tool, cause, "a call waited for an operator when its daemon stopped: recorded as expired");
+            self.gate.note_expired(serde_json::json!({
+                "callId": id, "tool": tool, "arguments": v["arguments"],
+                "peerUid": v["peerUid"], "principal": v["principal"],
+                "sinceMs": since, "expiredMs": crate::store::now_ms(),
+                "reason": format!("{cause} while the call waited; it never ran"),
+            }));
             if let Some(log) = &self.audit {
                 if let Err(e) = log.append(&r) {
                     log.lost(&e);

@@ -14,7 +14,7 @@
 //! | `stsd/metrics` | none | calls by tool and outcome, pool, in flight, waiting, approvals |
 //! | `stsd/tools/list` | none | `{"tools": [{name, state, riskLevel, approval, ...}]}`, withheld ones too |
 //! | `stsd/tools/show` | `{name}` | one tool: the list entry plus its spec and inputSchema |
-//! | `stsd/approvals/list` | none | `{"pending": [{id, tool, arguments, prompt, peerUid, ageMs}]}` |
+//! | `stsd/approvals/list` | none | `{"pending": [{id, tool, arguments, prompt, peerUid, ageMs}], "expired": [{callId, tool, reason, ...}]}` |
 //! | `stsd/approvals/decide` | `{id, approve: bool, reason?}` | `{"id": id, "approved": bool}` |
 //! | `stsd/upstream/add`, `update` | `{upstream: <[[upstream]] entry>}` | `{id, upstream: <as listed>}` |
 //! | `stsd/upstream/remove`, `restart` | `{id}` | `{id, removed}` / `{id, upstream}` |
@@ -209,7 +209,10 @@ impl Admin {
                 if !self.may_read(who) {
                     return Err((NOT_ALLOWED, format!("{who} may not list approvals")));
                 }
-                Ok(json!({"pending": self.service.gate.pending()}))
+                Ok(json!({
+                    "pending": self.service.gate.pending(),
+                    "expired": self.service.gate.expired(),
+                }))
             }
             "stsd/approvals/decide" => {
                 let id = params.get("id").and_then(Value::as_u64).ok_or((

@@ -80,13 +80,21 @@ pub struct Gate {
     /// started with.
     cfg: std::sync::RwLock<std::sync::Arc<ApprovalConfig>>,
     queue: operator::Queue,
+    /// The latest calls that expired because their daemon stopped while they waited (found
+    /// at the next start, or by a replica), newest last: `stsd approvals` shows them beside
+    /// the waiting ones, so an operator who comes back sees what was lost, not an empty list.
+    expired: std::sync::Mutex<std::collections::VecDeque<serde_json::Value>>,
 }
+
+/// How many expired calls `stsd approvals` keeps showing (the audit log keeps them all).
+const EXPIRED_SHOWN: usize = 100;
 
 impl Gate {
     pub fn new(cfg: ApprovalConfig) -> Gate {
         Gate {
             queue: operator::Queue::new(cfg.max_pending),
             cfg: std::sync::RwLock::new(std::sync::Arc::new(cfg)),
+            expired: Default::default(),
         }
     }
 
@@ -111,6 +119,22 @@ impl Gate {
     /// Calls waiting for an operator (on a shared store, every replica's).
     pub fn pending(&self) -> Vec<operator::PendingView> {
         self.queue.list()
+    }
+
+    /// A call that expired because its daemon stopped while it waited (its view as
+    /// `stsd approvals` showed it, with why and when).
+    pub fn note_expired(&self, view: serde_json::Value) {
+        let mut q = self.expired.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() >= EXPIRED_SHOWN {
+            q.pop_front();
+        }
+        q.push_back(view);
+    }
+
+    /// The calls noted by [`Gate::note_expired`], oldest first.
+    pub fn expired(&self) -> Vec<serde_json::Value> {
+        let q = self.expired.lock().unwrap_or_else(|e| e.into_inner());
+        q.iter().cloned().collect()
     }
 
     /// Another replica changed the store: decisions it made for calls waiting here are
