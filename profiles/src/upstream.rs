@@ -134,6 +134,11 @@ pub struct UpstreamConfig {
     pub network: Vec<String>,
     /// Which upstream tools to expose (by their upstream names); absent: all of them.
     pub tools: Option<Vec<String>>,
+    /// Which of the upstream's prompts to serve (by their upstream names); absent: all.
+    pub prompts: Option<Vec<String>>,
+    /// Which of its resources and resource templates to serve: URI prefixes (`file:///docs/`);
+    /// absent: all; empty: none.
+    pub resources: Option<Vec<String>>,
     /// Upstream tool name -> the name stsd serves it under.
     pub aliases: BTreeMap<String, String>,
     /// Upstream tool name -> the description stsd serves instead of the upstream's.

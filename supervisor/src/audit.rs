@@ -61,6 +61,9 @@ pub struct AuditRecord {
     /// or none when nothing permitted it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<Vec<String>>,
+    /// For a resource read, a prompt or a completion: the reply's size in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
 }
 
 impl AuditRecord {
@@ -97,6 +100,7 @@ impl AuditRecord {
             metrics: None,
             upstream: None,
             policy: None,
+            bytes: None,
         }
     }
 }
@@ -662,6 +666,7 @@ pub fn outside_record(
         metrics: None,
         upstream: None,
         policy: None,
+        bytes: None,
     }
 }
 
@@ -817,6 +822,7 @@ mod tests {
             metrics: None,
             upstream: None,
             policy: None,
+            bytes: None,
         }
     }
 

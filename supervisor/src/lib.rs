@@ -23,6 +23,7 @@ pub mod local_pass;
 pub mod logs;
 pub mod managed;
 pub mod mcp;
+pub mod mcp_items;
 pub mod metrics;
 pub mod paths;
 pub mod policy;

@@ -39,6 +39,8 @@ struct Conn {
     /// HTTP: the principal a legacy session belongs to (its first authenticated request);
     /// another principal presenting the session id is refused.
     session_principal: std::sync::OnceLock<String>,
+    /// Resources this session subscribed to (upstreams' resources).
+    subscriptions: Arc<crate::mcp_items::Subscriptions>,
 }
 
 #[derive(Clone)]
@@ -200,6 +202,7 @@ impl Handler {
                 closed,
                 log_level: Mutex::new(LoggingLevel::Info),
                 session_principal: std::sync::OnceLock::new(),
+                subscriptions: Arc::default(),
             }),
         }
     }
@@ -426,6 +429,12 @@ impl ServerHandler for Handler {
                 .enable_logging()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_resources()
+                .enable_resources_list_changed()
+                .enable_resources_subscribe()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_completions()
                 .build(),
         )
         .with_server_info(Implementation::new("stsd", env!("CARGO_PKG_VERSION")))
@@ -579,8 +588,96 @@ impl ServerHandler for Handler {
         Ok(())
     }
 
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        self.caller(&ctx)?;
+        Ok(crate::mcp_items::resources(&self.service))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
+        self.caller(&ctx)?;
+        Ok(crate::mcp_items::templates(&self.service))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        let caller = self.caller(&ctx)?;
+        crate::mcp_items::read(&self.service, &caller, request)
+            .await
+            .map(Into::into)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, ErrorData> {
+        self.caller(&ctx)?;
+        Ok(crate::mcp_items::prompts(&self.service))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        let caller = self.caller(&ctx)?;
+        crate::mcp_items::prompt(&self.service, &caller, request)
+            .await
+            .map(Into::into)
+    }
+
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, ErrorData> {
+        let caller = self.caller(&ctx)?;
+        crate::mcp_items::complete(&self.service, &caller, request).await
+    }
+
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.caller(&ctx)?;
+        self.conn
+            .subscriptions
+            .subscribe(&self.service, request.uri, true)
+            .await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.caller(&ctx)?;
+        self.conn
+            .subscriptions
+            .subscribe(&self.service, request.uri, false)
+            .await
+    }
+
     /// Legacy sessions: list changes go straight to this peer.
     async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        crate::mcp_items::forward(
+            self.service.clone(),
+            ctx.peer.clone(),
+            self.conn.subscriptions.clone(),
+            self.conn.closed.clone(),
+        );
         let mut rx = self.changed.subscribe();
         let (peer, closed) = (ctx.peer.clone(), self.conn.closed.clone());
         tokio::spawn(async move {

@@ -440,6 +440,15 @@ impl Service {
         }
     }
 
+    /// Writes the record of a resource read, a prompt or a completion (`call::item`).
+    pub(crate) fn audit_item(&self, record: &crate::audit::AuditRecord) {
+        if let Some(log) = &self.audit {
+            if let Err(e) = log.append(record) {
+                log.lost(&e);
+            }
+        }
+    }
+
     /// The state store, when the daemon has one (its managed catalog's).
     pub fn store(&self) -> Option<Arc<crate::state::Store>> {
         crate::catalog::managed(&self.sources).map(|m| m.store())

@@ -11,6 +11,7 @@
 //! tool and a wrapped upstream tool; `door` what differs between entry points.
 
 pub mod door;
+pub mod item;
 pub mod target;
 pub mod vocab;
 

@@ -7,6 +7,7 @@ use super::ledger::{self, Ledger};
 use super::risk::{self, Composed, ServerRisk, ToolRisk};
 use super::scan::{self, Hit};
 use super::shadow;
+pub use super::vocab::{default_alias, look_up, Withheld};
 use crate::approval::{requirement, Requirement, ToolFacts};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -40,26 +41,14 @@ pub struct WrappedTool {
     pub max_output_bytes: u64,
 }
 
-/// A tool that is not served, and why (a code first: AWAITING_REREVIEW, REVOKED, POISONING,
-/// MAX_RISK, R1_ALIAS_COLLISION, ...).
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Withheld {
-    pub upstream: String,
-    pub tool: String,
-    pub alias: String,
-    pub why: String,
-    /// Poisoning-scan hits, when the tool got as far as the scan.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub poisoning: Vec<Hit>,
-}
-
 /// What one upstream contributes right now.
 pub struct Listed<'a> {
     pub cfg: &'a UpstreamConfig,
     /// The upstream's tools as listed (MCP `Tool` objects as JSON); None while it is not
     /// connected.
     pub tools: Option<&'a [Value]>,
+    /// Its resources, templates and prompts (listed with the tools).
+    pub items: Option<&'a super::client::items::Items>,
     pub last_used_ms: Option<i64>,
 }
 
@@ -69,18 +58,14 @@ pub struct Exposed {
     pub withheld: Vec<Withheld>,
     /// Per upstream: its server score (None while it has not listed tools yet).
     pub servers: Vec<(String, Option<ServerRisk>)>,
+    /// Resources, templates and prompts (see `items`).
+    pub items: super::items::ExposedItems,
 }
 
 impl Exposed {
     pub fn get(&self, alias: &str) -> Option<&WrappedTool> {
         self.tools.iter().find(|t| t.alias == alias)
     }
-}
-
-/// The default exposed name of an upstream tool: `<upstream-id>__<tool>` (names stay within
-/// `[A-Za-z0-9_-]`, which every MCP client accepts).
-pub fn default_alias(upstream: &str, tool: &str) -> String {
-    format!("{upstream}__{tool}")
 }
 
 /// Computes the exposure. `own` are stsd's own served tool names (R1 covers them too).
@@ -125,6 +110,14 @@ pub fn compute(
     }
     apply_shadowing(candidates, own, &mut out, &mut events);
     out.tools.sort_by(|a, b| a.alias.cmp(&b.alias));
+    let items: Vec<super::items::ListedItems> = listed
+        .iter()
+        .filter_map(|l| {
+            l.items
+                .map(|items| super::items::ListedItems { cfg: l.cfg, items })
+        })
+        .collect();
+    out.items = super::items::compute(&items, gw, ledger, observe, &mut events);
     (out, events)
 }
 
@@ -538,43 +531,4 @@ fn compile(schema: Option<&Value>) -> Result<Arc<jsonschema::Validator>, String>
     jsonschema::validator_for(schema.unwrap_or(&empty))
         .map(Arc::new)
         .map_err(|e| format!("the upstream's input schema does not compile: {e}"))
-}
-
-/// The ledger's verdict on `fp`: recorded (the daemon), or only looked up (a preview, which
-/// must leave the ledger as it is). A ledger that cannot be written withholds the tool.
-fn look_up(ledger: &Ledger, id: &str, fp: &str, observe: bool) -> ledger::Observation {
-    use ledger::{Observation, State, Status};
-    if observe {
-        return ledger.observe(id, fp).unwrap_or_else(|e| {
-            tracing::error!(id, error = %e, "the fingerprint ledger cannot be written");
-            Observation {
-                status: Status::Mismatch,
-                state: State::AwaitingRereview,
-                approved: String::new(),
-                observed: fp.to_string(),
-            }
-        });
-    }
-    match ledger.get(id) {
-        None => Observation {
-            status: Status::New,
-            state: State::Active,
-            approved: fp.to_string(),
-            observed: fp.to_string(),
-        },
-        Some(e) => Observation {
-            status: if e.approved == fp {
-                Status::Unchanged
-            } else {
-                Status::Mismatch
-            },
-            state: if e.state == State::Active && e.approved != fp {
-                State::AwaitingRereview
-            } else {
-                e.state
-            },
-            approved: e.approved,
-            observed: fp.to_string(),
-        },
-    }
 }

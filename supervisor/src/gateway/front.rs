@@ -56,6 +56,10 @@ pub struct Gateway {
     exposed: RwLock<Arc<Exposed>>,
     own: RwLock<Vec<String>>,
     changed: broadcast::Sender<()>,
+    /// Resource and prompt list changes, resource updates (see [`ItemEvent`]).
+    pub(super) item_events: broadcast::Sender<ItemEvent>,
+    /// Resource subscriptions across every session: URI -> how many.
+    pub(super) subscribed: std::sync::Mutex<std::collections::BTreeMap<String, usize>>,
     pub(super) sink: EventSink,
     /// False for a preview (`stsd upstream check`): the ledger is read, never written.
     pub(super) observe: bool,
@@ -115,6 +119,8 @@ impl Gateway {
             exposed: RwLock::new(Arc::new(Exposed::default())),
             own: RwLock::new(Vec::new()),
             changed,
+            item_events: broadcast::channel(256).0,
+            subscribed: Default::default(),
             sink,
             observe,
         });
@@ -125,7 +131,8 @@ impl Gateway {
         Ok(gw)
     }
 
-    /// Recomputes the exposure whenever `u` lists its tools anew.
+    /// Recomputes the exposure whenever `u` lists its tools anew, and passes its resource
+    /// updates on (a URI served from it only).
     pub(super) fn follow(self: &Arc<Self>, u: &Upstream) {
         if let Some(conn) = &u.conn {
             let (me, mut rx) = (Arc::downgrade(self), conn.tools());
@@ -133,6 +140,20 @@ impl Gateway {
                 while rx.changed().await.is_ok() {
                     let Some(gw) = me.upgrade() else { return };
                     gw.recompute();
+                }
+            });
+            let (me, mut rx, id) = (Arc::downgrade(self), conn.updates(), u.cfg.id.clone());
+            tokio::spawn(async move {
+                loop {
+                    let uri = match rx.recv().await {
+                        Ok(uri) => uri,
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    };
+                    let Some(gw) = me.upgrade() else { return };
+                    if gw.exposed().items.route(&uri).is_ok_and(|by| by == id) {
+                        let _ = gw.item_events.send(ItemEvent::Updated(uri));
+                    }
                 }
             });
         }
@@ -191,12 +212,18 @@ impl Gateway {
             .iter()
             .map(|u| u.conn.as_ref().and_then(|c| tools_json(c)))
             .collect();
+        let items: Vec<Option<Arc<super::client::items::Items>>> = upstreams
+            .iter()
+            .map(|u| u.conn.as_ref().and_then(items_of))
+            .collect();
         let listed: Vec<Listed> = upstreams
             .iter()
             .zip(&lists)
-            .map(|(u, tools)| Listed {
+            .zip(&items)
+            .map(|((u, tools), items)| Listed {
                 cfg: &u.cfg,
                 tools: tools.as_deref(),
+                items: items.as_deref(),
                 last_used_ms: self.ledger.last_used(&u.cfg.id),
             })
             .collect();
@@ -223,11 +250,25 @@ impl Gateway {
                 .collect::<Vec<_>>()
         };
         let changed = names(&slot) != names(&fresh);
+        let (was_res, was_prompts) = slot.items.summary();
+        let (res, prompts) = fresh.items.summary();
+        let (res_changed, prompts_changed) = (was_res != res, was_prompts != prompts);
         *slot = Arc::new(fresh);
         drop(slot);
         if changed {
             let _ = self.changed.send(());
         }
+        if res_changed {
+            let _ = self.item_events.send(ItemEvent::Resources);
+        }
+        if prompts_changed {
+            let _ = self.item_events.send(ItemEvent::Prompts);
+        }
+    }
+
+    /// Resource and prompt list changes and resource updates, for the MCP sessions.
+    pub fn item_events(&self) -> broadcast::Receiver<ItemEvent> {
+        self.item_events.subscribe()
     }
 
     pub fn upstream(&self, id: &str) -> Option<Arc<Upstream>> {
@@ -309,8 +350,19 @@ impl Gateway {
                 let withheld: Vec<&super::expose::Withheld> = exposed
                     .withheld
                     .iter()
+                    .chain(&exposed.items.withheld)
                     .filter(|w| &w.upstream == id)
                     .collect();
+                let items = &exposed.items;
+                let prompts: Vec<&str> = items
+                    .prompts
+                    .iter()
+                    .filter(|p| &p.upstream == id)
+                    .map(|p| p.name.as_str())
+                    .collect();
+                let count = |l: &[super::items::ServedResource]| {
+                    l.iter().filter(|r| &r.upstream == id).count()
+                };
                 let read_paths = u.cfg.command.as_deref().map(|c| {
                     match stsd_profiles::os::process::resolve_program(
                         c,
@@ -363,6 +415,9 @@ impl Gateway {
                     }),
                     "serverRisk": server,
                     "tools": tools,
+                    "prompts": prompts,
+                    "resources": count(&items.resources),
+                    "resourceTemplates": count(&items.templates),
                     "withheld": withheld,
                 })
             })
@@ -387,6 +442,23 @@ impl Gateway {
             }
         }
     }
+}
+
+/// An upstream's resources, templates and prompts, None until it has listed once.
+fn items_of(c: &Arc<Connection>) -> Option<Arc<super::client::items::Items>> {
+    let list = c.tools().borrow().clone();
+    (list.generation > 0).then_some(list.items)
+}
+
+/// What MCP sessions are told besides tool list changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemEvent {
+    /// The served resources or resource templates changed.
+    Resources,
+    /// The served prompts changed.
+    Prompts,
+    /// A subscribed resource changed (its URI).
+    Updated(String),
 }
 
 /// An upstream's tools as listed (JSON), None until it has listed them once.

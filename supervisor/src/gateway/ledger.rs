@@ -28,6 +28,12 @@ pub fn fingerprint(
     }))
 }
 
+/// The fingerprint of a resource, resource template or prompt: its listing as the upstream
+/// gives it (every field a client or model sees).
+pub fn fingerprint_item(listing: &Value) -> String {
+    digest(&serde_json::json!({"item": listing}))
+}
+
 /// Hex SHA-256 of `doc`'s canonical JSON.
 fn digest(doc: &Value) -> String {
     let mut text = String::new();

@@ -9,10 +9,13 @@
 //! - `front`: [`Gateway`], the running gateway: its upstreams, its exposure, its calls.
 //! - `sources`: which upstreams a config and its toolsets documents declare.
 //! - `risk`: server and tool scores, floors, composition, HITL mitigation.
+//! - `vocab`: a leaf: served names, what is withheld, the ledger's verdict.
 //! - `scan`: the description-poisoning scan.
 //! - `ledger`: the fingerprint ledger (NEW / UNCHANGED / MISMATCH), persisted (stsd's own
 //!   tools are fingerprinted in it too).
 //! - `shadow`: the composition shadowing rules R1-R3.
+//! - `reads`: resources/read, prompts/get, completion/complete and subscriptions, routed.
+//! - `items`: upstreams' resources, resource templates and prompts, governed as tools are.
 //! - `expose`: what is served: the scores, the scan, the ledger and the rules applied.
 //! - `events`: the structured risk events (ServerRiskComputed, ...), logged and audited.
 //! - `call`: a wrapped tool's schema check, reply and `_meta`.
@@ -33,15 +36,18 @@ mod events;
 mod expose;
 mod front;
 mod identity;
+mod items;
 mod ledger;
 mod preview;
 mod proxy;
+mod reads;
 mod registry;
 mod risk;
 mod scan;
 mod shadow;
 mod sources;
 mod spawn;
+mod vocab;
 
 pub use call::tool_meta;
 pub(crate) use call::{check_against_input_schema, reply_of};
@@ -49,9 +55,11 @@ pub use change::Changes;
 pub use client::ConnState;
 pub use events::RiskEvent;
 pub use expose::WrappedTool;
-pub use front::{ledger_path, EventSink, Gateway};
+pub use front::{ledger_path, EventSink, Gateway, ItemEvent};
+pub use items::{ExposedItems, ServedPrompt, ServedResource};
 pub use ledger::{fingerprint, Ledger, State as LedgerState, Status as LedgerStatus};
 pub use preview::run as preview;
+pub use reads::Read;
 pub use registry::{entry as registry_entry, Prefer as RegistryPrefer};
 pub use scan::scan_text;
 pub use sources::{declared, with_added};

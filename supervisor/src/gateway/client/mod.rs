@@ -13,6 +13,7 @@
 //! CANCELLED.
 
 mod http;
+pub mod items;
 mod pipes;
 mod session;
 #[cfg(test)]
@@ -114,6 +115,8 @@ pub struct ToolList {
     /// 0 before the first list; +1 on every change.
     pub generation: u64,
     pub tools: Arc<Vec<Tool>>,
+    /// Its resources, templates and prompts (listed with the tools).
+    pub items: Arc<items::Items>,
 }
 
 /// One live session (one child process or one HTTP session).
@@ -153,6 +156,8 @@ struct Shared {
     session: Mutex<Option<Arc<Session>>>,
     state: watch::Sender<ConnState>,
     tools: watch::Sender<ToolList>,
+    /// `notifications/resources/updated` from the upstream: the URI.
+    updates: tokio::sync::broadcast::Sender<String>,
     /// Bytes read from the children's stdout, all sessions (the flood test reads it).
     stdout_bytes: Arc<AtomicU64>,
 }
@@ -188,6 +193,7 @@ impl Connection {
             session: Mutex::new(None),
             state: watch::Sender::new(ConnState::Starting),
             tools: watch::Sender::new(ToolList::default()),
+            updates: tokio::sync::broadcast::channel(64).0,
             stdout_bytes: Arc::default(),
         });
         let stop = CancellationToken::new();
@@ -355,6 +361,130 @@ impl Connection {
             ));
         }
         Ok(result)
+    }
+
+    /// The upstream's `notifications/resources/updated` (URIs), from now on.
+    pub fn updates(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.shared.updates.subscribe()
+    }
+
+    /// `resources/read` of `uri`: the result as JSON, bounded by `max_output_bytes`.
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        timeout: Duration,
+    ) -> Result<Value, (Code, String)> {
+        let params = rmcp::model::ReadResourceRequestParams::new(uri);
+        self.request("resources/read", timeout, move |peer| async move {
+            Ok(serde_json::to_value(peer.read_resource(params).await?))
+        })
+        .await
+    }
+
+    /// `prompts/get` of the upstream's prompt `name`: the result as JSON, bounded.
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Option<serde_json::Map<String, Value>>,
+        timeout: Duration,
+    ) -> Result<Value, (Code, String)> {
+        let mut params = rmcp::model::GetPromptRequestParams::new(name);
+        params.arguments = arguments;
+        self.request("prompts/get", timeout, move |peer| async move {
+            Ok(serde_json::to_value(peer.get_prompt(params).await?))
+        })
+        .await
+    }
+
+    /// `completion/complete` with `params` (its reference already the upstream's own).
+    pub async fn complete(
+        &self,
+        params: rmcp::model::CompleteRequestParams,
+        timeout: Duration,
+    ) -> Result<Value, (Code, String)> {
+        self.request("completion/complete", timeout, move |peer| async move {
+            Ok(serde_json::to_value(peer.complete(params).await?))
+        })
+        .await
+    }
+
+    /// `resources/subscribe` (true) or `resources/unsubscribe` of `uri`.
+    #[allow(deprecated)] // legacy-era upstream sessions subscribe this way
+    pub async fn subscribe(
+        &self,
+        uri: &str,
+        on: bool,
+        timeout: Duration,
+    ) -> Result<(), (Code, String)> {
+        let uri = uri.to_string();
+        self.request("resources/subscribe", timeout, move |peer| async move {
+            if on {
+                peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri))
+                    .await?;
+            } else {
+                peer.unsubscribe(rmcp::model::UnsubscribeRequestParams::new(uri))
+                    .await?;
+            }
+            Ok(serde_json::to_value(()))
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// One request other than a tool call on the live session: its failures classified as
+    /// a call's are, its answer (JSON) bounded by `max_output_bytes`.
+    async fn request<F, Fut>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        send: F,
+    ) -> Result<Value, (Code, String)>
+    where
+        F: FnOnce(Peer<RoleClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<serde_json::Result<Value>, ServiceError>>,
+    {
+        let id = self.id();
+        let Some(session) = self.shared.current() else {
+            return Err((
+                Code::UpstreamUnavailable,
+                format!("upstream {id} is not connected"),
+            ));
+        };
+        let reply = send(session.peer.clone());
+        let reply = tokio::select! {
+            r = reply => r,
+            _ = session.lost.cancelled() => return Err(session.lost_error(id)),
+            _ = tokio::time::sleep(timeout) => {
+                return Err((
+                    Code::Timeout,
+                    format!("upstream {id}: {what} did not answer within {} ms", timeout.as_millis()),
+                ))
+            }
+        };
+        let value = match reply {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err((Code::UpstreamError, format!("upstream {id}: {e}"))),
+            Err(ServiceError::McpError(e)) => {
+                return Err((Code::UpstreamError, format!("upstream {id}: {}", e.message)))
+            }
+            Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
+                let err = session.lost_error(id);
+                session.lost.cancel();
+                return Err(err);
+            }
+            Err(e) => return Err((Code::UpstreamError, format!("upstream {id}: {e}"))),
+        };
+        let limit = self.shared.cfg.max_output_bytes();
+        let size = serde_json::to_vec(&value).map(|v| v.len()).unwrap_or(0) as u64;
+        if size > limit {
+            return Err((
+                Code::OutputLimit,
+                format!(
+                    "upstream {id}: the {what} reply is {size} bytes, over the limit of {limit}"
+                ),
+            ));
+        }
+        Ok(value)
     }
 
     #[cfg(test)]

@@ -26,16 +26,36 @@ const LINE_SLACK: u64 = 64 * 1024;
 const MAX_PAGES: usize = 64;
 const MAX_TOOLS: usize = 10_000;
 
-/// The rmcp client handler: wakes the supervisor on tools/list_changed.
+/// The rmcp client handler: wakes the supervisor on a list change (tools, resources,
+/// prompts), and passes a subscribed resource's update on.
 struct Handler {
     changed: Arc<Notify>,
     id: Arc<str>,
+    updates: tokio::sync::broadcast::Sender<String>,
 }
 
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
         tracing::debug!(upstream = &*self.id, "upstream tools/list_changed");
         self.changed.notify_one();
+    }
+
+    async fn on_resource_list_changed(&self, _: NotificationContext<RoleClient>) {
+        tracing::debug!(upstream = &*self.id, "upstream resources/list_changed");
+        self.changed.notify_one();
+    }
+
+    async fn on_prompt_list_changed(&self, _: NotificationContext<RoleClient>) {
+        tracing::debug!(upstream = &*self.id, "upstream prompts/list_changed");
+        self.changed.notify_one();
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.updates.send(params.uri);
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -194,6 +214,7 @@ async fn stdio_session(
     let handler = Handler {
         changed: changed.clone(),
         id: id.clone(),
+        updates: shared.updates.clone(),
     };
     let ct = CancellationToken::new();
     let _cancel = ct.clone().drop_guard();
@@ -387,6 +408,7 @@ async fn http_session(
     let handler = Handler {
         changed: changed.clone(),
         id: id.clone(),
+        updates: shared.updates.clone(),
     };
     let ct = CancellationToken::new();
     let _cancel = ct.clone().drop_guard();
@@ -456,8 +478,25 @@ where
     }
 }
 
+/// The tools, then what else the upstream offers (a failure there is logged and it is
+/// served without them).
+async fn list_tools(peer: &Peer<RoleClient>, opts: &Options) -> Result<Listing, String> {
+    let tools = list_tool_pages(peer, opts).await?;
+    let items = super::items::list(peer, opts).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "upstream resources and prompts not listed");
+        Default::default()
+    });
+    Ok(Listing { tools, items })
+}
+
+/// A tool list and the items beside it.
+struct Listing {
+    tools: Vec<Tool>,
+    items: super::items::Items,
+}
+
 /// All pages of tools/list, bounded in pages, tools and time.
-async fn list_tools(peer: &Peer<RoleClient>, opts: &Options) -> Result<Vec<Tool>, String> {
+async fn list_tool_pages(peer: &Peer<RoleClient>, opts: &Options) -> Result<Vec<Tool>, String> {
     let all = async {
         let mut tools = Vec::new();
         let mut cursor = None;
@@ -491,11 +530,11 @@ async fn list_tools(peer: &Peer<RoleClient>, opts: &Options) -> Result<Vec<Tool>
 fn ready(
     shared: &Shared,
     session: &Arc<Session>,
-    tools: Vec<Tool>,
+    tools: Listing,
     opts: &Options,
     id: &str,
 ) -> Instant {
-    let count = tools.len();
+    let count = tools.tools.len();
     publish(shared, tools, opts, id);
     shared.set_session(Some(session.clone()));
     shared.state.send_replace(ConnState::Ready);
@@ -523,14 +562,16 @@ async fn refresh(shared: &Shared, peer: &Peer<RoleClient>, opts: &Options, id: &
 }
 
 /// A new generation when the list differs from the last one (or is the first).
-fn publish(shared: &Shared, tools: Vec<Tool>, opts: &Options, id: &str) {
+fn publish(shared: &Shared, listing: Listing, opts: &Options, id: &str) {
+    let Listing { tools, items } = listing;
     let mut generation = None;
     shared.tools.send_if_modified(|last: &mut ToolList| {
-        if last.generation > 0 && *last.tools == tools {
+        if last.generation > 0 && *last.tools == tools && *last.items == items {
             return false;
         }
         last.generation += 1;
         last.tools = Arc::new(tools);
+        last.items = Arc::new(items);
         generation = Some(last.generation);
         true
     });
