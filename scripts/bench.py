@@ -319,6 +319,7 @@ def main():
             print(f"{'  (the zygote itself)':<32} {'':>12} {'':>9} {'':>7} {'':>13} {zygote[1]/1024:13.2f} {zygote[0]/1024:8.1f}")
     run_policy_cost()
     run_secrets_cost()
+    run_trace_cost()
     if os.environ.get("ONLY") != "stsd":
         run_breakdown()
         run_machine_costs()
@@ -346,6 +347,14 @@ def run_secrets_cost():
     run_internal_bench(["secrets-bench"],
                        "secrets at egress per fetch (2 secrets, 1 KiB request and response)",
                        "under 20 us")
+
+
+def run_trace_cost():
+    """Issue 36: what a call's trace spans cost, traces off and on (exported over OTLP/HTTP
+    to a port nobody listens on: the batch processor drops them; the spans cost the same)."""
+    run_internal_bench(["trace-bench"], "trace spans per call, traces off", "under 1 us")
+    run_internal_bench(["trace-bench", "--on", "http://127.0.0.1:9/v1/traces"],
+                       "trace spans per call, traces on (OTLP/HTTP)", "measured")
 
 
 def run_machine_costs():

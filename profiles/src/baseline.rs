@@ -17,6 +17,7 @@ pub struct Config {
     pub egress: EgressConfig,
     pub approval: crate::approval::ApprovalConfig,
     pub metrics: MetricsConfig,
+    pub telemetry: TelemetryConfig,
     pub http: HttpConfig,
     pub gateway: crate::upstream::GatewayConfig,
     /// `[[upstream]]`: external MCP servers re-exposed through the gateway.
@@ -301,6 +302,26 @@ pub struct MetricsConfig {
     /// `host:port` for `GET /metrics` (e.g. "127.0.0.1:9464"). Unset: no HTTP endpoint; the
     /// admin channel's `stsd/metrics` answers either way.
     pub listen: Option<String>,
+}
+
+/// `[telemetry]`: OpenTelemetry traces, off unless an OTLP endpoint is given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// An OTLP/HTTP traces endpoint, `http://collector:4318/v1/traces` (a URL without a
+    /// path gets `/v1/traces`). Unset: no traces, and the spans cost a flag check.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` resource attribute.
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_endpoint: None,
+            service_name: "stsd".into(),
+        }
+    }
 }
 
 /// The supervisor's fetch broker (network egress). Host overrides, extra CAs and trusted

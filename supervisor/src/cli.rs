@@ -495,6 +495,15 @@ pub enum Command {
         #[arg(long, default_value_t = 20000)]
         rounds: usize,
     },
+    /// Internal (scripts/bench): what a call's trace spans cost, off and (--on URL) on.
+    #[command(hide = true)]
+    TraceBench {
+        #[arg(long, default_value_t = 20000)]
+        rounds: usize,
+        /// Export to this OTLP endpoint while measuring.
+        #[arg(long)]
+        on: Option<String>,
+    },
     /// Internal: the sandboxed worker process (started by exec, never by hand).
     #[command(hide = true)]
     Worker,

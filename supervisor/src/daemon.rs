@@ -214,6 +214,8 @@ pub fn run(mut o: DaemonOptions) -> Result<(), String> {
     // The pool's and the upstreams' groups go with their owners (main then removes this
     // daemon's own cgroup directory).
     drop(rt);
+    // What traces are buffered go out before the process ends.
+    crate::telemetry::shutdown();
     if let Err(e) = &result {
         tracing::error!(error = %e, "start failed");
         let ev = crate::audit::DaemonEvent {
@@ -306,6 +308,7 @@ async fn serve(
     // A configured approval-state key that cannot be used stops the start, not the first
     // call that needs approval.
     crate::approval::mcp::configured_key(&o.config.approval)?;
+    crate::telemetry::start(&o.config.telemetry)?;
     // Before the socket exists: a SIGHUP (a reload right after the start) that arrived
     // before the handlers would end the daemon (the default action) once the socket
     // answers. Handled from the first moment a client can reach it, it waits its turn.
@@ -911,6 +914,7 @@ pub fn run_stdio(o: DaemonOptions, bridge_first: bool, keepalive: Duration) -> R
             // A blocking stdin read would stall runtime shutdown; the session is over.
             std::process::exit(0);
         }
+        crate::telemetry::start(&o.config.telemetry)?;
         // What the daemon would serve from the same config: the managed catalog, the
         // toolsets, the gateway's upstreams.
         let managed = managed_catalog(&o)?;

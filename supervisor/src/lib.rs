@@ -34,5 +34,6 @@ pub mod service;
 pub mod state;
 pub mod store;
 pub mod systemd;
+pub mod telemetry;
 pub mod transport;
 pub mod workspace;

@@ -40,19 +40,30 @@ pub fn init(default: &str) {
         std::env::var_os("NO_COLOR").as_deref(),
     );
     let json = std::env::var("STSD_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    // The trace spans are never log lines.
+    if let Ok(d) = format!("{}=off", crate::telemetry::TARGET).parse() {
+        filter = filter.add_directive(d);
+    }
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(colour);
-    if json {
-        builder
-            .json()
+    let fmt = if json {
+        fmt.json()
             .with_current_span(false)
             .with_span_list(false)
-            .init();
+            .with_filter(filter)
+            .boxed()
     } else {
-        builder.init();
-    }
+        fmt.with_filter(filter).boxed()
+    };
+    // The trace layer first, on the registry itself (it is empty until `telemetry::start`).
+    let _ = tracing_subscriber::registry()
+        .with(crate::telemetry::layer())
+        .with(fmt)
+        .try_init();
 }
 
 /// Logs a banner, one event per line (a multi-line message would break one-line readers).

@@ -595,6 +595,20 @@ fn secrets_bench(rounds: usize) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `stsd trace-bench` (hidden; scripts/bench).
+fn trace_bench(rounds: usize, on: Option<&str>) -> ExitCode {
+    match stsd::telemetry::bench::run(rounds, on) {
+        Ok((p50, p99)) => {
+            println!("{}", serde_json::json!({"p50Us": p50, "p99Us": p99}));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("stsd: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // The worker must not start a logging subscriber or touch anything before its sandbox:
     // dispatch it first.
@@ -621,6 +635,7 @@ fn main() -> ExitCode {
         } => mcp_command(config, socket.path(), serve, keepalive_ms, systemd),
         Command::GenerateAssets { dir } => generate_assets_command(&dir),
         Command::SecretsBench { rounds } => secrets_bench(rounds),
+        Command::TraceBench { rounds, on } => trace_bench(rounds, on.as_deref()),
         Command::Check {
             paths,
             json,

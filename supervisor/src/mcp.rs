@@ -28,6 +28,16 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+/// A call's trace span (none when traces are off); the request's `_meta.traceparent` is its
+/// parent.
+fn trace_span(name: &str, caller: &Caller, ctx: &RequestContext<RoleServer>) -> tracing::Span {
+    if !crate::telemetry::enabled() {
+        return tracing::Span::none();
+    }
+    let meta = serde_json::to_value(&ctx.meta).unwrap_or(Value::Null);
+    crate::telemetry::call_span(name, &caller.principal_key(), caller.transport, Some(&meta))
+}
+
 /// Per-connection facts.
 struct Conn {
     caller: Caller,
@@ -505,17 +515,20 @@ impl ServerHandler for Handler {
             }
         };
         let flag = cancel.clone();
-        let call = crate::service::raise_on(
-            gone,
-            &flag,
-            self.service.call(
-                &name,
-                args,
-                &caller,
-                elicitor.as_ref().map(|e| e as &dyn Elicitor),
-                cancel,
-                sink,
+        let call = tracing::Instrument::instrument(
+            crate::service::raise_on(
+                gone,
+                &flag,
+                self.service.call(
+                    &name,
+                    args,
+                    &caller,
+                    elicitor.as_ref().map(|e| e as &dyn Elicitor),
+                    cancel,
+                    sink,
+                ),
             ),
+            trace_span(&name, &caller, &ctx),
         );
         // The sink is gone with the call, so the forwarder ends once the lines that raced the
         // result are out: they precede it, in order.

@@ -75,7 +75,7 @@ fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
         h.approver_principals.clear();
         h
     };
-    let checks: [(&'static str, bool); 14] = [
+    let checks: [(&'static str, bool); 15] = [
         (
             "[http] (all but admin_principals, approver_principals)",
             listener(old) != listener(new),
@@ -104,6 +104,7 @@ fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
         ("[daemon] catalog_dir", o.catalog_dir != n.catalog_dir),
         ("[worker]", old.worker != new.worker),
         ("[metrics]", old.metrics != new.metrics),
+        ("[telemetry]", old.telemetry != new.telemetry),
         (
             "[approval] max_pending",
             old.approval.max_pending != new.approval.max_pending,

@@ -21,6 +21,7 @@ Every mode serves `echo` (returns its `text` argument). The modes add:
            children; answers how many forks succeeded), `fill` (writes `mb` MiB into its
            workspace; answers the bytes written and the error), `escapee` (a double-forked,
            setsid child that sleeps; answers its pid).
+  trace    `traceparent`: answers the W3C traceparent its request's _meta carried ("none").
   prompts  three prompts: `greet` (clean), `sneaky` (its description hides an instruction),
            `shifty` (its description changes after a call to `flip`; the server then sends
            notifications/prompts/list_changed); and `flip`.
@@ -146,6 +147,8 @@ def base_tools():
     }
     if MODE == "prompts":
         return [ECHO, tool("flip", "Changes nothing visible.")]
+    if MODE == "trace":
+        return [ECHO, tool("traceparent", "Answers the trace context of the request.")]
     if MODE == "hog":
         num = {"type": "object", "properties": {"n": {"type": "integer"}, "mb": {"type": "integer"}}}
         return [ECHO] + [tool(n, f"Resource test: {n}.", num)
@@ -167,6 +170,14 @@ async def call_tool(ctx, params):
         raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
     if name == "echo":
         return text(str(args.get("text", "")))
+    if name == "traceparent":
+        meta = getattr(params, "meta", None)
+        tp = None
+        if meta is not None:
+            tp = getattr(meta, "traceparent", None) or (getattr(meta, "model_extra", None) or {}).get("traceparent")
+            if tp is None and isinstance(meta, dict):
+                tp = meta.get("traceparent")
+        return text(str(tp or "none"))
     if name == "env":
         return text(os.environ.get(str(args.get("name")), ""))
     if name == "fetch":

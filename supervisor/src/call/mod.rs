@@ -42,6 +42,7 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
     // Arrive: the record opens, its params masked with the secrets known so far.
     let (mut record, mut secrets) = target.arrive(door.call_id, &door.caller, &args, env);
     record.ts = started;
+    trace_risk(&record);
     // Authorise: a call the policy forbids goes no further, before approval is ever asked.
     if let Some(reply) = authorise(door, &target, &mut record) {
         return finish(door, record, &secrets, t0, reply);
@@ -75,7 +76,11 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
         record.params = mask_value(&record.params, &secrets);
     }
     // Approve: before any worker is taken or any slot is held.
-    if let Some(reply) = approve(door, &target, &mut record).await {
+    let approved = tracing::Instrument::instrument(
+        approve(door, &target, &mut record),
+        crate::telemetry::child("approval.wait"),
+    );
+    if let Some(reply) = approved.await {
         return finish(door, record, &secrets, t0, reply);
     }
     // Place: where an own tool's files are.
@@ -86,7 +91,12 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
     // and per session; slots go round-robin across sessions. Own tools only (a wrapped
     // call holds no worker).
     let _permit = match door.admission.filter(|_| target.is_own()) {
-        Some(a) => match a.acquire(door.caller.session).await {
+        Some(a) => match tracing::Instrument::instrument(
+            a.acquire(door.caller.session),
+            crate::telemetry::child("admission"),
+        )
+        .await
+        {
             Ok(p) => Some(p),
             Err(refused) => {
                 let reply = ToolReply::error(Code::Overloaded, &refused.message());
@@ -107,12 +117,39 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
         return finish(door, record, &secrets, t0, reply);
     }
     // Execute.
-    let reply = target.execute(checked, door, &mut record, &secrets).await;
+    let run = crate::telemetry::child(if target.is_own() {
+        "worker.run"
+    } else {
+        "upstream.call"
+    });
+    let reply =
+        tracing::Instrument::instrument(target.execute(checked, door, &mut record, &secrets), run)
+            .await;
     // The CPU the call cost counts against its quotas.
     if let (Some(h), Some(m)) = (&held, &record.metrics) {
         h.charge(m.cpu_us);
     }
     finish(door, record, &secrets, t0, reply)
+}
+
+/// The call's risk on its trace span (seed 001's `mcp.risk.*`, `mcp.upstream.*`,
+/// `mcp.composition.*`): levels and names only, never an argument.
+fn trace_risk(record: &AuditRecord) {
+    use crate::telemetry::attribute;
+    if !crate::telemetry::enabled() {
+        return;
+    }
+    attribute("mcp.risk.level", record.risk_level.clone());
+    if let Some(u) = &record.upstream {
+        attribute("mcp.upstream.id", u.id.clone());
+        attribute("mcp.upstream.tool", u.tool.clone());
+        attribute("mcp.risk.server_level", u.server_risk.clone());
+        attribute("mcp.risk.tool_level", u.tool_risk.clone());
+        attribute("mcp.composition.level", record.risk_level.clone());
+        if let Some(f) = &u.floor_trigger {
+            attribute("mcp.risk.floor_trigger", f.clone());
+        }
+    }
 }
 
 /// The policy's answer for this call; None to go on. The caller learns only that it is not
@@ -256,6 +293,13 @@ fn finish(
             "cut off: the daemon stopped and the call outlived the shutdown grace period",
         );
     }
+    crate::telemetry::attribute(
+        "mcp.outcome",
+        match reply.code {
+            None => "OK".to_string(),
+            Some(c) => c.to_string(),
+        },
+    );
     reply.text = secrets.mask(&reply.text);
     reply.structured = reply.structured.map(|v| mask_value(&v, secrets));
     reply.content = reply

@@ -467,8 +467,26 @@ impl Broker {
             ..HopRecord::default()
         };
         let t_hop = Instant::now();
+        let span = crate::telemetry::child("egress.hop");
+        let _in = span.enter();
+        crate::telemetry::attribute("http.request.method", out.method.clone());
         let outcome = self.hop(policy, &out.hop(), deadline, abort, &mut rec);
         rec.elapsed_ms = t_hop.elapsed().as_millis() as u64;
+        if crate::telemetry::enabled() {
+            // The host only: a URL's path and query may carry what the tool sent.
+            if let Some(h) = url::Url::parse(&out.url)
+                .ok()
+                .and_then(|u| u.host_str().map(String::from))
+            {
+                crate::telemetry::attribute("server.address", h);
+            }
+            if let Some(s) = rec.status {
+                crate::telemetry::attribute("http.response.status_code", i64::from(s));
+            }
+            if let Some(r) = rec.refused {
+                crate::telemetry::attribute("stsd.egress.refused", r);
+            }
+        }
         if let Err(f) = &outcome {
             if f.code == Code::Security {
                 rec.refused = Some(f.rule);
@@ -625,6 +643,12 @@ impl Broker {
         }
         for (k, v) in headers {
             r = r.set(k, v);
+        }
+        // The call's trace context, to a server that reads it (W3C Trace Context).
+        for (k, v) in crate::telemetry::propagation() {
+            if !headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(&k)) {
+                r = r.set(&k, &v);
+            }
         }
         let sent = if body.is_empty() || matches!(method, "GET" | "HEAD") {
             r.call()

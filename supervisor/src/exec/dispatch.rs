@@ -109,7 +109,11 @@ impl Dispatch {
         given: Option<ReadyWorker>,
         retried: bool,
     ) -> Result<CallOutcome, CallError> {
+        // The call's trace span follows it onto the blocking thread (its fetch hops are
+        // children of it).
+        let span = tracing::Span::current();
         let ran = tokio::task::spawn_blocking(move || {
+            let _span = span.enter();
             let worker = match (given, self.take) {
                 (Some(w), _) => w,
                 (None, Take::Parked) => self.pool.take_for(&self.key)?,

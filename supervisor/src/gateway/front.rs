@@ -201,6 +201,9 @@ impl Gateway {
     /// Re-scores every upstream's current list, applies the ledger and the rules, swaps the
     /// exposure in, and tells clients when the served list changed.
     pub fn recompute(&self) {
+        // Seed 001's risk events are span events of this span in a trace.
+        let span = crate::telemetry::child("gateway.recompute");
+        let _in = span.enter();
         let config = self
             .config
             .read()

@@ -296,7 +296,18 @@ impl Connection {
                 format!("upstream {id} is not connected: it is restarting"),
             ));
         }
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+        // The call's trace goes on to the upstream (SEP-414: `_meta.traceparent`).
+        let carry = crate::telemetry::propagation();
+        if !carry.is_empty() {
+            let meta: serde_json::Map<String, Value> = carry
+                .into_iter()
+                .map(|(k, v)| (k, Value::String(v)))
+                .collect();
+            params.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(
+                meta,
+            )));
+        }
         // Dropping this future before the reply sends notifications/cancelled (rmcp).
         let reply = session.peer.call_tool_once(params);
         tokio::pin!(reply);
