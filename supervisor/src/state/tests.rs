@@ -111,6 +111,9 @@ fn the_older_layout_is_imported_once_verified_and_kept() {
     assert!(d.path().join("ledger.json.imported").is_file());
     assert!(!cat.join("specs").exists());
     assert_eq!(import::once(&s, &cat, &ledger).unwrap(), None);
+    // The imported history works: a rollback puts the newest earlier version back.
+    assert_eq!(s.rollback("t", |_| None).unwrap(), b"{\"v\": 2}".to_vec());
+    assert_eq!(s.history("t").unwrap().len(), 1);
     // And the ledger reads back through the ledger's own type.
     let l = crate::gateway::Ledger::in_store(std::sync::Arc::new(s)).unwrap();
     assert_eq!(l.get("stsd/t").map(|e| e.approved), Some("ab".to_string()));
