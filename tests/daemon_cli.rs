@@ -467,3 +467,72 @@ fn a_tool_the_operator_disabled_says_so() {
         String::from_utf8_lossy(&call.stderr)
     );
 }
+
+/// Issue 38 item 7: `stsd new` writes a spec that checks, passes its Local Pass with
+/// `stsd test --write`, publishes with `stsd tools add` and answers a call, as the next
+/// steps it prints say; it never replaces a file.
+#[test]
+fn stsd_new_writes_a_spec_that_goes_from_test_to_tools_add() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("greeter.json");
+    let f = file.display().to_string();
+    let run = |args: &[&str]| {
+        Command::new(stsd_bin())
+            .args(args)
+            .current_dir(dir.path())
+            // `stsd test --write` records its ledger in the test's state dir.
+            .env("STSD_STATE_DIR", dir.path().join("state"))
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let out = run(&["new", "greeter", "--out", &f]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("stsd test --write") && said.contains("stsd tools add"),
+        "{said}"
+    );
+    let out = run(&["new", "greeter", "--out", &f]);
+    assert!(!out.status.success(), "an existing file was replaced");
+    let out = run(&["check", &f]);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("DRAFT"));
+    let out = run(&["test", "--write", &f]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let d = Daemon::start(1, "");
+    let out = cli(&d, &["tools", "add", &f]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut c = d.connect();
+    c.call(1, "greeter", json!({"text": "world"}));
+    assert_eq!(stsd_tests::harness::text(&c.response()), "hello world");
+    // With --network the spec asks for exactly that host.
+    let net = dir.path().join("net.json");
+    assert!(run(&[
+        "new",
+        "net",
+        "--network",
+        "api.example.com",
+        "--out",
+        &net.display().to_string()
+    ])
+    .status
+    .success());
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(&net).unwrap_or_default()).unwrap_or(Value::Null);
+    assert_eq!(
+        doc["sandboxOverrides"]["hostsAllow"],
+        json!(["api.example.com"])
+    );
+    assert_eq!(doc["sandboxOverrides"]["networkMode"], "allowlist");
+}

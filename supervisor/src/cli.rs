@@ -495,6 +495,20 @@ pub enum Command {
         #[arg(long, default_value_t = 20000)]
         rounds: usize,
     },
+    /// Write a starting spec NAME.json: valid, its code commented, with a parameter and a test
+    /// case; then `stsd check`, `stsd test --write` and `stsd tools add` it.
+    New {
+        name: String,
+        /// A host the tool may fetch from (repeatable); its code starts with a fetch.
+        #[arg(long, value_name = "HOST")]
+        network: Vec<String>,
+        /// The workspace: read, or write (and read).
+        #[arg(long, value_name = "read|write")]
+        fs: Option<String>,
+        /// Where to write it (default NAME.json here; an existing file is never replaced).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Internal (scripts/bench): what a call's trace spans cost, off and (--on URL) on.
     #[command(hide = true)]
     TraceBench {

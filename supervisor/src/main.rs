@@ -9,6 +9,7 @@ use stsd::{check, store};
 mod cli;
 mod cli_daemon;
 mod cli_gateway;
+mod cli_new;
 mod cli_run;
 mod cli_store;
 
@@ -595,6 +596,21 @@ fn secrets_bench(rounds: usize) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `stsd new NAME`.
+fn new_command(name: &str, reach: cli_new::Reach, out: Option<PathBuf>) -> ExitCode {
+    let network = !reach.network.is_empty();
+    match cli_new::run(name, &reach, out) {
+        Ok(path) => {
+            print!("{}", cli_new::next_steps(&path, network));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("stsd: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
 /// `stsd trace-bench` (hidden; scripts/bench).
 fn trace_bench(rounds: usize, on: Option<&str>) -> ExitCode {
     match stsd::telemetry::bench::run(rounds, on) {
@@ -636,6 +652,12 @@ fn main() -> ExitCode {
         Command::GenerateAssets { dir } => generate_assets_command(&dir),
         Command::SecretsBench { rounds } => secrets_bench(rounds),
         Command::TraceBench { rounds, on } => trace_bench(rounds, on.as_deref()),
+        Command::New {
+            name,
+            network,
+            fs,
+            out,
+        } => new_command(&name, cli_new::Reach { network, fs }, out),
         Command::Check {
             paths,
             json,

@@ -166,9 +166,25 @@ impl Gateway {
         if !first_or_last {
             return Ok(());
         }
-        let (u, conn) = self.live(&id)?;
-        conn.subscribe(uri, on, Duration::from_millis(u.cfg.timeout_ms()))
-            .await
+        let asked = match self.live(&id) {
+            Ok((u, conn)) => {
+                conn.subscribe(uri, on, Duration::from_millis(u.cfg.timeout_ms()))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        if asked.is_err() && on {
+            // The upstream did not take it: this session is not counted (a later one asks
+            // again).
+            let mut subs = self.subscribed.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = subs.get_mut(uri) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    subs.remove(uri);
+                }
+            }
+        }
+        asked
     }
 }
 
