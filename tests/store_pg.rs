@@ -1151,7 +1151,12 @@ fn the_store_is_reached_over_verified_tls() {
     };
     let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let ca_line = format!("ca_file = \"{}\"\n", ca.display());
-    for mode in ["require", "verify-full", "prefer"] {
+    // With a CA to verify against, TLS is required: `prefer` (which falls back to plain
+    // text when a man in the middle says the server has none) is refused.
+    let out = export_with(scratch.path(), &with("prefer", &ca_line));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("falls back"), "{err}");
+    for mode in ["require", "verify-full"] {
         let out = export_with(scratch.path(), &with(mode, &ca_line));
         assert!(
             out.status.success(),

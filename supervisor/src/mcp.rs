@@ -659,15 +659,23 @@ impl ServerHandler for Handler {
         crate::mcp_items::complete(&self.service, &caller, request).await
     }
 
+    /// Legacy sessions only: a subscription lives as long as its session, and 2026-07-28
+    /// requests have none (they listen with `subscriptions/listen`).
     async fn subscribe(
         &self,
         request: rmcp::model::SubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.caller(&ctx)?;
+        let caller = self.caller(&ctx)?;
+        if ctx.peer.peer_info().is_none() {
+            return Err(ErrorData::invalid_request(
+                "resources/subscribe needs a session (initialize, MCP 2025-11-25)",
+                None,
+            ));
+        }
         self.conn
             .subscriptions
-            .subscribe(&self.service, request.uri, true)
+            .subscribe(&self.service, &caller, request.uri, true)
             .await
     }
 
@@ -676,10 +684,10 @@ impl ServerHandler for Handler {
         request: rmcp::model::UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.caller(&ctx)?;
+        let caller = self.caller(&ctx)?;
         self.conn
             .subscriptions
-            .subscribe(&self.service, request.uri, false)
+            .subscribe(&self.service, &caller, request.uri, false)
             .await
     }
 

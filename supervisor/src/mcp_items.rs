@@ -130,9 +130,13 @@ impl Subscriptions {
     pub async fn subscribe(
         &self,
         service: &Service,
+        caller: &Caller,
         uri: String,
         on: bool,
     ) -> Result<(), ErrorData> {
+        if on {
+            item::may_subscribe(service, caller, &uri).map_err(error)?;
+        }
         let gw = service
             .gateway()
             .ok_or_else(|| ErrorData::invalid_params(format!("no upstream serves {uri}"), None))?;

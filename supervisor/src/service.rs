@@ -704,10 +704,11 @@ impl Service {
     /// admin's change, another replica's.
     pub async fn apply_upstreams(&self) -> Result<crate::gateway::Changes, String> {
         let gw = self.gateway().ok_or("the gateway is not running")?;
-        let declared = self
-            .upstreams_declared(&self.config())
-            .map_err(|e| e.join("; "))?;
-        Ok(gw.apply(declared).await)
+        gw.apply_from(|| {
+            self.upstreams_declared(&self.config())
+                .map_err(|e| e.join("; "))
+        })
+        .await
     }
 
     /// The names of stsd's own tools as served (none when the exposure is upstream only).

@@ -3,8 +3,8 @@ HTTP server decoding the protobuf with the `opentelemetry-proto` package) gets t
 of a wrapped-tool call: `tools/call` with the resolved risk (seed 001's `mcp.risk.*`,
 `mcp.upstream.*`, `mcp.composition.*`) and the principal, its child `upstream.call`, the
 caller's W3C traceparent as parent, and the trace carried on to the upstream; an own tool's
-fetch is an `egress.hop` child of its `worker.run`; no argument or secret in any attribute.
-Off (no endpoint), nothing is sent."""
+call is a `worker.run` child; no argument or secret in any span. (An `egress.hop` span per
+fetch is not asserted here: the test catalog has no fetching tool.)"""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_a_wrapped_tool_call_is_traced_with_its_risk_and_the_callers_parent(tmp_
         d.stop()
 
 
-def test_an_own_tools_fetch_is_a_hop_of_its_worker_run_and_no_secret_is_an_attribute(tmp_path):
+def test_an_own_tool_runs_in_a_worker_run_span_and_no_secret_reaches_a_span(tmp_path):
     from test_gateway import _readable_copy  # noqa: F401
     rx = Receiver()
     d = Daemon(tmp_path, extra_config=f'[telemetry]\notlp_endpoint = "http://127.0.0.1:{rx.port}/v1/traces"\n'
@@ -130,6 +130,7 @@ def test_an_own_tools_fetch_is_a_hop_of_its_worker_run_and_no_secret_is_an_attri
         async def body():
             async with Client(stdio_client(params_of(d))) as c:
                 r = await c.call_tool("with-secret", {})
+                assert not r.is_error, text_of(r)
                 return text_of(r)
 
         anyio.run(body)
@@ -140,21 +141,5 @@ def test_an_own_tools_fetch_is_a_hop_of_its_worker_run_and_no_secret_is_an_attri
         assert "worker.run" in kids, (kids, spans)
         everything = json.dumps(spans)
         assert SECRET not in everything, "a secret reached a span"
-    finally:
-        d.stop()
-
-
-def test_without_an_endpoint_nothing_is_sent(tmp_path):
-    rx = Receiver()
-    d = Daemon(tmp_path).start()
-    try:
-        async def body():
-            async with Client(stdio_client(params_of(d))) as c:
-                await c.call_tool("echo-console", {"text": "quiet"},
-                                  meta={"traceparent": TRACEPARENT})
-
-        anyio.run(body)
-        time.sleep(1)
-        assert rx.requests == 0
     finally:
         d.stop()

@@ -63,6 +63,11 @@ def test_upstreams_change_on_a_running_daemon_under_load(tmp_path):
                 assert time.time() < deadline, what
                 await anyio.sleep(0.05)
 
+        async def in_flight(uid: str) -> None:
+            """Until the upstream counts a call in flight (the call reached it)."""
+            await until(lambda: upstream_list(d).get(uid, {}).get("callsInFlight", 0) > 0,
+                        f"a call in flight through {uid}")
+
         async def run(*args: str) -> subprocess.CompletedProcess:
             return await anyio.to_thread.run_sync(lambda: cli(d, *args))
 
@@ -96,7 +101,7 @@ def test_upstreams_change_on_a_running_daemon_under_load(tmp_path):
 
                     async with anyio.create_task_group() as inner:
                         inner.start_soon(slow_call, watcher, 1.0)
-                        await anyio.sleep(0.3)
+                        await in_flight("extra")
                         seen = announced[0]
                         entry.write_text(hostile("extra", "flood"))
                         await run("upstream", "update", str(entry), "--json")
@@ -149,7 +154,10 @@ def test_a_drained_call_past_the_grace_period_ends_upstream_lost(tmp_path):
         async def body():
             async with Client(stdio_client(params(d))) as c:
                 async def removal():
-                    await anyio.sleep(0.5)
+                    deadline = time.time() + 60
+                    while upstream_list(d)["sl"].get("callsInFlight", 0) == 0:
+                        assert time.time() < deadline, "the slow call never reached the upstream"
+                        await anyio.sleep(0.05)
                     await anyio.to_thread.run_sync(lambda: cli(d, "upstream", "remove", "sl"))
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(removal)

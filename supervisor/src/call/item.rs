@@ -71,7 +71,7 @@ pub async fn serve(
     let upstream = match &req {
         ItemRequest::Read { uri } => exposed.items.route(uri).ok().map(str::to_string),
         ItemRequest::Prompt { name, .. } => exposed.items.prompt(name).map(|p| p.upstream.clone()),
-        ItemRequest::Complete(_) => None,
+        ItemRequest::Complete(p) => gw.completion_upstream(&p.r#ref),
     };
     let server_risk = upstream
         .as_ref()
@@ -79,6 +79,11 @@ pub async fn serve(
         .and_then(|(_, r)| r.as_ref())
         .map(|r| r.level.to_string())
         .unwrap_or_default();
+    // Arguments are recorded with the upstream's secrets masked, as a tool call's are.
+    let params = match upstream.as_ref().and_then(|u| gw.upstream(u)) {
+        Some(u) => crate::call::vocab::mask_value(&params, &u.secrets),
+        None => params,
+    };
     let mut record = AuditRecord::arrived(
         service.next_call_id(),
         caller,
@@ -134,6 +139,28 @@ pub async fn serve(
     }
     service.audit_item(&record);
     result
+}
+
+/// Whether `caller` may subscribe to `uri`: the policy's `call` on it, as for a read (the
+/// upstream that serves it named). Err: the refusal.
+pub fn may_subscribe(service: &Service, caller: &Caller, uri: &str) -> Result<(), (Code, String)> {
+    let gw = service
+        .gateway()
+        .ok_or_else(|| (Code::InvalidInput, format!("no upstream serves {uri}")))?;
+    let exposed = gw.exposed();
+    let upstream = exposed.items.route(uri).ok().map(str::to_string);
+    let server_risk = upstream
+        .as_ref()
+        .and_then(|u| exposed.servers.iter().find(|(s, _)| s == u))
+        .and_then(|(_, r)| r.as_ref())
+        .map(|r| r.level.to_string())
+        .unwrap_or_default();
+    authorise(service, caller, uri, upstream.as_deref(), &server_risk).map_err(|_| {
+        (
+            Code::Forbidden,
+            format!("{} may not read {uri}", who(caller)),
+        )
+    })
 }
 
 fn who(caller: &Caller) -> String {

@@ -472,6 +472,13 @@ impl Broker {
         crate::telemetry::attribute("http.request.method", out.method.clone());
         let outcome = self.hop(policy, &out.hop(), deadline, abort, &mut rec);
         rec.elapsed_ms = t_hop.elapsed().as_millis() as u64;
+        if let Err(f) = &outcome {
+            if f.code == Code::Security {
+                rec.refused = Some(f.rule);
+            } else {
+                rec.error = Some(f.rule.to_string());
+            }
+        }
         if crate::telemetry::enabled() {
             // The host only: a URL's path and query may carry what the tool sent.
             if let Some(h) = url::Url::parse(&out.url)
@@ -485,13 +492,6 @@ impl Broker {
             }
             if let Some(r) = rec.refused {
                 crate::telemetry::attribute("stsd.egress.refused", r);
-            }
-        }
-        if let Err(f) = &outcome {
-            if f.code == Code::Security {
-                rec.refused = Some(f.rule);
-            } else {
-                rec.error = Some(f.rule.to_string());
             }
         }
         records.push(rec);

@@ -30,8 +30,10 @@ impl Changes {
 }
 
 /// How long a retired upstream's last reference may take to go (a call ending
-/// UPSTREAM_LOST after the stop) before its successor is set up regardless.
-const RELEASE_WAIT: Duration = Duration::from_secs(5);
+/// UPSTREAM_LOST after the stop, which is at once) before its successor is set up
+/// regardless, with a warning: the successor's workspace mount and control group have the
+/// same names, and the old instance's release would then take them.
+const RELEASE_WAIT: Duration = Duration::from_secs(30);
 
 impl Gateway {
     /// Makes the running upstreams those of `declared`: the ones no longer declared leave,
@@ -39,6 +41,21 @@ impl Gateway {
     /// entry did not change are not touched (their sessions and calls go on).
     pub async fn apply(self: &Arc<Self>, declared: Vec<UpstreamConfig>) -> Changes {
         let _one = self.changing.lock().await;
+        self.apply_locked(declared).await
+    }
+
+    /// [`Gateway::apply`] with what `declared` reads once the change is this one's turn: a
+    /// change queued behind another reads the state after it, never an older one.
+    pub async fn apply_from(
+        self: &Arc<Self>,
+        declared: impl FnOnce() -> Result<Vec<UpstreamConfig>, String>,
+    ) -> Result<Changes, String> {
+        let _one = self.changing.lock().await;
+        let declared = declared()?;
+        Ok(self.apply_locked(declared).await)
+    }
+
+    async fn apply_locked(self: &Arc<Self>, declared: Vec<UpstreamConfig>) -> Changes {
         let now = self.upstreams();
         let mut changes = Changes::default();
         for u in &now {
@@ -92,6 +109,7 @@ impl Gateway {
     pub async fn settle(&self, id: &str, within: Duration) {
         let t0 = Instant::now();
         while t0.elapsed() < within {
+            // Not held across the sleep: a retirement waits for every reference to go.
             let Some(u) = self.upstream(id) else { return };
             let done = match &u.conn {
                 None => true,
@@ -104,6 +122,7 @@ impl Gateway {
                         )
                 }
             };
+            drop(u);
             if done {
                 // The exposure follows the list on a task of its own: once more, now.
                 self.recompute();
@@ -156,6 +175,10 @@ impl Gateway {
             let t0 = Instant::now();
             while Arc::strong_count(&u) > 1 && t0.elapsed() < RELEASE_WAIT {
                 tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if Arc::strong_count(&u) > 1 {
+                tracing::warn!(upstream = %u.cfg.id, "a retired upstream is still referenced: \
+                    its workspace and control group are released when the last reference goes");
             }
             // The last reference: its control group is emptied and removed, its workspace
             // unmounted (both may wait on the kernel), off the async threads.

@@ -39,6 +39,9 @@ pub struct WrappedTool {
     pub approval: Requirement,
     pub timeout_ms: u64,
     pub max_output_bytes: u64,
+    /// Which set-up of its upstream listed it (see `Upstream::instance`): a call held while
+    /// the upstream was replaced is not sent to the successor, which has not been scored.
+    pub instance: u64,
 }
 
 /// What one upstream contributes right now.
@@ -50,6 +53,8 @@ pub struct Listed<'a> {
     /// Its resources, templates and prompts (listed with the tools).
     pub items: Option<&'a super::client::items::Items>,
     pub last_used_ms: Option<i64>,
+    /// The set-up of the upstream that listed them.
+    pub instance: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -95,6 +100,7 @@ pub fn compute(
         out.servers.push((u.id.clone(), Some(server.clone())));
         let wrapping = Wrapping {
             u,
+            instance: l.instance,
             server: &server,
             others: &others,
             gw,
@@ -227,6 +233,7 @@ fn names_of(l: &Listed) -> Vec<String> {
 /// its tools must not reach for, and the settings and ledger that judge them.
 struct Wrapping<'a> {
     u: &'a UpstreamConfig,
+    instance: u64,
     server: &'a ServerRisk,
     others: &'a [&'a str],
     gw: &'a GatewayConfig,
@@ -323,6 +330,7 @@ impl Wrapping<'_> {
             approval,
             timeout_ms: u.timeout_ms(),
             max_output_bytes: u.max_output_bytes(),
+            instance: self.instance,
         })
     }
 

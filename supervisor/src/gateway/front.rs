@@ -43,6 +43,14 @@ pub struct Upstream {
     _scratch: Option<tempfile::TempDir>,
     /// Calls in flight through it: a removal waits for them (`change`).
     pub(super) calls: AtomicUsize,
+    /// This set-up, unique in the process: a successor with the same id has another.
+    pub instance: u64,
+}
+
+/// The next `Upstream::instance`.
+fn next_instance() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 pub struct Gateway {
@@ -58,6 +66,8 @@ pub struct Gateway {
     changed: broadcast::Sender<()>,
     /// Resource and prompt list changes, resource updates (see [`ItemEvent`]).
     pub(super) item_events: broadcast::Sender<ItemEvent>,
+    /// One recompute at a time: two that overlapped could swap in the older snapshot last.
+    recomputing: std::sync::Mutex<()>,
     /// Resource subscriptions across every session: URI -> how many.
     pub(super) subscribed: std::sync::Mutex<std::collections::BTreeMap<String, usize>>,
     pub(super) sink: EventSink,
@@ -66,10 +76,10 @@ pub struct Gateway {
 }
 
 /// Counts a call through an upstream for as long as it lives.
-struct InCall<'a>(&'a AtomicUsize);
+pub(super) struct InCall<'a>(&'a AtomicUsize);
 
 impl<'a> InCall<'a> {
-    fn new(n: &'a AtomicUsize) -> InCall<'a> {
+    pub(super) fn new(n: &'a AtomicUsize) -> InCall<'a> {
         n.fetch_add(1, Ordering::SeqCst);
         InCall(n)
     }
@@ -120,6 +130,7 @@ impl Gateway {
             own: RwLock::new(Vec::new()),
             changed,
             item_events: broadcast::channel(256).0,
+            recomputing: std::sync::Mutex::new(()),
             subscribed: Default::default(),
             sink,
             observe,
@@ -204,6 +215,7 @@ impl Gateway {
         // Seed 001's risk events are span events of this span in a trace.
         let span = crate::telemetry::child("gateway.recompute");
         let _in = span.enter();
+        let _one = self.recomputing.lock().unwrap_or_else(|e| e.into_inner());
         let config = self
             .config
             .read()
@@ -228,6 +240,7 @@ impl Gateway {
                 tools: tools.as_deref(),
                 items: items.as_deref(),
                 last_used_ms: self.ledger.last_used(&u.cfg.id),
+                instance: u.instance,
             })
             .collect();
         let (fresh, events) = expose::compute(
@@ -297,6 +310,16 @@ impl Gateway {
                 format!("no upstream {}", tool.upstream),
             ));
         };
+        if u.instance != tool.instance {
+            return Err((
+                Code::UpstreamUnavailable,
+                format!(
+                    "upstream {} was replaced while the call waited: {} is served again once \
+                     the new set-up has listed and scored it",
+                    tool.upstream, tool.alias
+                ),
+            ));
+        }
         let Some(conn) = &u.conn else {
             return Err((
                 Code::UpstreamUnavailable,
@@ -402,6 +425,7 @@ impl Gateway {
                     "url": u.cfg.url,
                     "state": state,
                     "pid": u.conn.as_ref().and_then(|c| c.pid()),
+                    "callsInFlight": u.calls.load(Ordering::SeqCst),
                     "error": error,
                     "configRisk": config_risk,
                     "workspace": u.workspace,
@@ -585,6 +609,7 @@ fn not_started(cfg: &Arc<UpstreamConfig>, error: String, secrets: SecretSet) -> 
         _proxy: None,
         _scratch: None,
         calls: AtomicUsize::new(0),
+        instance: next_instance(),
     }
 }
 
@@ -671,6 +696,7 @@ fn start_http(cfg: Arc<UpstreamConfig>, p: Prepared) -> Upstream {
         _proxy: p.proxy,
         _scratch: None,
         calls: AtomicUsize::new(0),
+        instance: next_instance(),
     }
 }
 
@@ -738,6 +764,7 @@ fn start_stdio(
         _proxy: p.proxy,
         _scratch: scratch,
         calls: AtomicUsize::new(0),
+        instance: next_instance(),
     }
 }
 

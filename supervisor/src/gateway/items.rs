@@ -42,6 +42,17 @@ pub struct ServedResource {
     /// The listing as served (its name prefixed).
     pub listing: Value,
     pub hits: Vec<Hit>,
+    /// The upstream's `resources` prefixes (None: all): a URI read through a template must
+    /// fit them too, not only the template itself.
+    pub prefixes: Option<Vec<String>>,
+}
+
+impl ServedResource {
+    fn allows(&self, uri: &str) -> bool {
+        self.prefixes
+            .as_ref()
+            .is_none_or(|ps| ps.iter().any(|p| uri.starts_with(p.as_str())))
+    }
 }
 
 /// What the upstreams offer besides tools, as served.
@@ -64,6 +75,11 @@ impl ExposedItems {
     /// The upstream a URI is read from: the one that lists it, else the only one whose
     /// template matches it. Err: why none.
     pub fn route(&self, uri: &str) -> Result<&str, String> {
+        if has_dot_segment(uri) {
+            return Err(format!(
+                "{uri} has a `..` segment: it is read from no upstream"
+            ));
+        }
         if let Some(r) = self.resources.iter().find(|r| r.uri == uri) {
             return Ok(&r.upstream);
         }
@@ -77,7 +93,7 @@ impl ExposedItems {
         let mut by: Vec<&str> = self
             .templates
             .iter()
-            .filter(|t| template_matches(&t.uri, uri))
+            .filter(|t| t.allows(uri) && template_matches(&t.uri, uri))
             .map(|t| t.upstream.as_str())
             .collect();
         by.dedup();
@@ -104,34 +120,75 @@ impl ExposedItems {
     }
 }
 
-/// Whether `uri` is one of the URIs RFC 6570 `template` expands to (each `{...}` expression
-/// matches any run of characters, literals match themselves, in order).
+/// The longest URI and template matched (longer ones match nothing).
+const MAX_URI: usize = 8 * 1024;
+const MAX_TEMPLATE: usize = 1024;
+
+/// Whether `uri` is one of the URIs RFC 6570 `template` expands to: each `{...}` expression
+/// matches one character or more, literals match themselves, in order. Wildcard matching
+/// (an expression is `?*`) with one backtrack point, so O(|uri| x |template|) at worst, on
+/// bounded lengths: a hostile URI or template cannot make it exponential.
 pub fn template_matches(template: &str, uri: &str) -> bool {
-    let mut parts: Vec<Option<&str>> = Vec::new();
+    #[derive(Clone, Copy, PartialEq)]
+    enum Tok {
+        Char(char),
+        One,
+        Star,
+    }
+    if uri.len() > MAX_URI || template.len() > MAX_TEMPLATE {
+        return false;
+    }
+    let mut toks = Vec::new();
     let mut rest = template;
     while let Some(open) = rest.find('{') {
-        if open > 0 {
-            parts.push(Some(&rest[..open]));
-        }
+        toks.extend(rest[..open].chars().map(Tok::Char));
         let Some(close) = rest[open..].find('}') else {
             return false;
         };
-        parts.push(None);
+        toks.push(Tok::One);
+        toks.push(Tok::Star);
         rest = &rest[open + close + 1..];
     }
-    if !rest.is_empty() {
-        parts.push(Some(rest));
-    }
-    fn go(parts: &[Option<&str>], s: &str) -> bool {
-        match parts.split_first() {
-            None => s.is_empty(),
-            Some((Some(lit), more)) => s.strip_prefix(lit).is_some_and(|r| go(more, r)),
-            Some((None, more)) => (1..=s.len())
-                .filter(|i| s.is_char_boundary(*i))
-                .any(|i| go(more, &s[i..])),
+    toks.extend(rest.chars().map(Tok::Char));
+    let s: Vec<char> = uri.chars().collect();
+    let (mut p, mut i) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while i < s.len() {
+        match toks.get(p) {
+            Some(Tok::Char(c)) if *c == s[i] => {
+                p += 1;
+                i += 1;
+            }
+            Some(Tok::One) => {
+                p += 1;
+                i += 1;
+            }
+            Some(Tok::Star) => {
+                star = Some((p, i));
+                p += 1;
+            }
+            _ => match star {
+                Some((sp, si)) => {
+                    p = sp + 1;
+                    i = si + 1;
+                    star = Some((sp, si + 1));
+                }
+                None => return false,
+            },
         }
     }
-    go(&parts, uri)
+    while toks.get(p) == Some(&Tok::Star) {
+        p += 1;
+    }
+    p == toks.len()
+}
+
+/// A URI with a `..` path segment is read from nowhere: a prefix or a template must not be
+/// escaped by one.
+pub fn has_dot_segment(uri: &str) -> bool {
+    let path = uri.split(['?', '#']).next().unwrap_or(uri);
+    path.split('/')
+        .any(|seg| seg == ".." || seg.eq_ignore_ascii_case("%2e%2e"))
 }
 
 /// One upstream's items and where they came from.
@@ -200,6 +257,32 @@ pub fn compute(
             why: format!(
                 "URI_COLLISION: {} is listed by upstreams {}",
                 r.uri,
+                by.join(", ")
+            ),
+            poisoning: Vec::new(),
+        });
+        false
+    });
+    // One served name, two prompts (`a` with `b__c`, `a__b` with `c`): neither is served.
+    let mut names = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for p in &out.prompts {
+        names
+            .entry(p.name.clone())
+            .or_default()
+            .push(p.upstream.clone());
+    }
+    out.prompts.retain(|p| {
+        let by = &names[&p.name];
+        if by.len() < 2 {
+            return true;
+        }
+        out.withheld.push(Withheld {
+            upstream: p.upstream.clone(),
+            tool: format!("prompt:{}", p.prompt),
+            alias: p.name.clone(),
+            why: format!(
+                "NAME_COLLISION: {} is the served name of prompts of upstreams {}",
+                p.name,
                 by.join(", ")
             ),
             poisoning: Vec::new(),
@@ -280,6 +363,7 @@ impl Govern<'_> {
             uri: uri.to_string(),
             listing,
             hits,
+            prefixes: self.u.resources.clone(),
         })
     }
 
@@ -349,7 +433,7 @@ impl Govern<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::template_matches;
+    use super::{template_matches, MAX_URI};
 
     #[test]
     fn a_template_matches_the_uris_it_expands_to_and_no_other() {
@@ -365,5 +449,21 @@ mod tests {
         ));
         assert!(template_matches("{a}://{b}", "x://y"));
         assert!(!template_matches("broken{", "broken"));
+    }
+
+    #[test]
+    fn a_hostile_template_or_uri_costs_no_more_than_their_lengths() {
+        let t = "{a}{b}{c}{d}{e}{f}{g}{h}x";
+        let uri = "y".repeat(8000);
+        let t0 = std::time::Instant::now();
+        assert!(!template_matches(t, &uri));
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert!(!template_matches("{a}", &"z".repeat(MAX_URI + 1)));
+        assert!(super::has_dot_segment("file:///docs/../etc/passwd"));
+        assert!(!super::has_dot_segment("file:///docs/a..b"));
     }
 }

@@ -44,9 +44,11 @@ impl Gateway {
             .map(str::to_string)
             .map_err(|e| (Code::InvalidInput, e))?;
         let (u, conn) = self.live(&id)?;
+        let _counted = super::front::InCall::new(&u.calls);
         let value = conn
             .read_resource(uri, Duration::from_millis(u.cfg.timeout_ms()))
-            .await?;
+            .await
+            .map_err(|e| unmasked(&u, e))?;
         Ok(masked(&u, value))
     }
 
@@ -62,13 +64,15 @@ impl Gateway {
             .prompt(name)
             .ok_or_else(|| (Code::InvalidInput, format!("no prompt {name} is served")))?;
         let (u, conn) = self.live(&p.upstream)?;
+        let _counted = super::front::InCall::new(&u.calls);
         let value = conn
             .get_prompt(
                 &p.prompt,
                 arguments,
                 Duration::from_millis(u.cfg.timeout_ms()),
             )
-            .await?;
+            .await
+            .map_err(|e| unmasked(&u, e))?;
         let mut read = masked(&u, value);
         let hits = super::scan::scan_served(name, &read.value, &[]);
         if !hits.is_empty() {
@@ -85,6 +89,21 @@ impl Gateway {
             read.value["_meta"] = serde_json::json!({"stsd/poisoning": hits});
         }
         Ok(read)
+    }
+
+    /// The upstream a completion's reference goes to (for the policy before it is sent).
+    pub fn completion_upstream(&self, r: &Reference) -> Option<String> {
+        let exposed = self.exposed();
+        match r {
+            Reference::Prompt(p) => exposed.items.prompt(&p.name).map(|p| p.upstream.clone()),
+            Reference::Resource(t) => exposed
+                .items
+                .templates
+                .iter()
+                .find(|x| x.uri == t.uri)
+                .map(|x| x.upstream.clone()),
+            _ => None,
+        }
     }
 
     /// `completion/complete`: a served prompt's reference is renamed to the upstream's own;
@@ -124,15 +143,45 @@ impl Gateway {
             });
         }
         let (u, conn) = self.live(&id)?;
+        let _counted = super::front::InCall::new(&u.calls);
         let value = conn
             .complete(params, Duration::from_millis(u.cfg.timeout_ms()))
-            .await?;
+            .await
+            .map_err(|e| unmasked(&u, e))?;
         Ok(masked(&u, value))
     }
 
     /// A session subscribes to (or leaves) `uri`: the upstream serving it is asked on the
     /// first subscription and told on the last one's end.
     pub async fn subscribe(&self, uri: &str, on: bool) -> Result<(), Failed> {
+        // Leaving is counted first, whatever now serves the URI: a count must never outlive
+        // the sessions it counts.
+        if !on {
+            let last = {
+                let mut subs = self.subscribed.lock().unwrap_or_else(|e| e.into_inner());
+                match subs.get_mut(uri) {
+                    Some(n) if *n > 1 => {
+                        *n -= 1;
+                        false
+                    }
+                    Some(_) => {
+                        subs.remove(uri);
+                        true
+                    }
+                    None => false,
+                }
+            };
+            let serving = self.exposed().items.route(uri).map(str::to_string);
+            return match (last, serving) {
+                (true, Ok(id)) if self.exposed().items.subscribe.contains(&id) => {
+                    let (u, conn) = self.live(&id)?;
+                    conn.subscribe(uri, false, Duration::from_millis(u.cfg.timeout_ms()))
+                        .await
+                        .map_err(|e| unmasked(&u, e))
+                }
+                _ => Ok(()),
+            };
+        }
         let id = {
             let exposed = self.exposed();
             let id = exposed
@@ -148,32 +197,23 @@ impl Gateway {
             }
             id
         };
-        let first_or_last = {
+        let first = {
             let mut subs = self.subscribed.lock().unwrap_or_else(|e| e.into_inner());
             let n = subs.entry(uri.to_string()).or_insert(0);
-            if on {
-                *n += 1;
-                *n == 1
-            } else {
-                *n = n.saturating_sub(1);
-                let last = *n == 0;
-                if last {
-                    subs.remove(uri);
-                }
-                last
-            }
+            *n += 1;
+            *n == 1
         };
-        if !first_or_last {
+        if !first {
             return Ok(());
         }
         let asked = match self.live(&id) {
-            Ok((u, conn)) => {
-                conn.subscribe(uri, on, Duration::from_millis(u.cfg.timeout_ms()))
-                    .await
-            }
+            Ok((u, conn)) => conn
+                .subscribe(uri, true, Duration::from_millis(u.cfg.timeout_ms()))
+                .await
+                .map_err(|e| unmasked(&u, e)),
             Err(e) => Err(e),
         };
-        if asked.is_err() && on {
+        if asked.is_err() {
             // The upstream did not take it: this session is not counted (a later one asks
             // again).
             let mut subs = self.subscribed.lock().unwrap_or_else(|e| e.into_inner());
@@ -186,6 +226,12 @@ impl Gateway {
         }
         asked
     }
+}
+
+/// A failure's message with the upstream's secrets masked (an upstream's error text may
+/// echo what it was configured with).
+fn unmasked(u: &Upstream, (code, message): Failed) -> Failed {
+    (code, u.secrets.mask(&message))
 }
 
 /// The reply with the upstream's secrets masked in every string, and its size.

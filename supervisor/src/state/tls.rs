@@ -1,5 +1,7 @@
 //! TLS to PostgreSQL: rustls (ring), with the server's certificate and host name always
-//! verified, against `[store] ca_file` or the Mozilla roots. libpq's `sslmode=require` does
+//! verified, against `[store] ca_file` or the Mozilla roots. With `ca_file` TLS is required
+//! (no `sslmode`: `require`; `prefer`, which falls back to plain text, refused); without it
+//! the URL's `sslmode` decides, `prefer` being the client's default. libpq's `sslmode=require` does
 //! not verify; stsd never connects to a state store it has not verified, so `require`,
 //! `verify-ca` and `verify-full` all mean verified TLS here.
 
@@ -19,7 +21,22 @@ pub(super) fn of(
     let url = url
         .replace("sslmode=verify-full", "sslmode=require")
         .replace("sslmode=verify-ca", "sslmode=require");
+    // libpq's default, `prefer`, falls back to plain text when the server (or a man in the
+    // middle) says it has no TLS: with a CA to verify against, TLS is required.
+    let url = if ca_file.is_some() && !url.contains("sslmode=") {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}sslmode=require")
+    } else {
+        url
+    };
     let cfg: postgres::Config = url.parse().map_err(|e| format!("[store] url: {e}"))?;
+    if cfg.get_ssl_mode() == postgres::config::SslMode::Prefer && ca_file.is_some() {
+        return Err(
+            "[store] ca_file is set and the url says sslmode=prefer, which falls back \
+                    to plain text: use sslmode=require (or verify-full)"
+                .into(),
+        );
+    }
     if cfg.get_ssl_mode() == postgres::config::SslMode::Disable {
         if ca_file.is_some() {
             return Err("[store] ca_file is set but the url says sslmode=disable".into());

@@ -205,7 +205,10 @@ pub fn start(config: &TelemetryConfig) -> Result<(), String> {
     }
     let _ = PROVIDER.set(provider);
     ON.store(true, Ordering::Relaxed);
-    tracing::info!(endpoint = %url, "traces: OTLP/HTTP");
+    let mut shown = url::Url::parse(&url).map_err(|e| e.to_string())?;
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    tracing::info!(endpoint = %shown, "traces: OTLP/HTTP");
     Ok(())
 }
 
