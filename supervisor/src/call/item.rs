@@ -73,12 +73,7 @@ pub async fn serve(
         ItemRequest::Prompt { name, .. } => exposed.items.prompt(name).map(|p| p.upstream.clone()),
         ItemRequest::Complete(p) => gw.completion_upstream(&p.r#ref),
     };
-    let server_risk = upstream
-        .as_ref()
-        .and_then(|u| exposed.servers.iter().find(|(s, _)| s == u))
-        .and_then(|(_, r)| r.as_ref())
-        .map(|r| r.level.to_string())
-        .unwrap_or_default();
+    let server_risk = server_level(&exposed, upstream.as_deref());
     // Arguments are recorded with the upstream's secrets masked, as a tool call's are.
     let params = match upstream.as_ref().and_then(|u| gw.upstream(u)) {
         Some(u) => crate::call::vocab::mask_value(&params, &u.secrets),
@@ -149,18 +144,22 @@ pub fn may_subscribe(service: &Service, caller: &Caller, uri: &str) -> Result<()
         .ok_or_else(|| (Code::InvalidInput, format!("no upstream serves {uri}")))?;
     let exposed = gw.exposed();
     let upstream = exposed.items.route(uri).ok().map(str::to_string);
-    let server_risk = upstream
-        .as_ref()
-        .and_then(|u| exposed.servers.iter().find(|(s, _)| s == u))
-        .and_then(|(_, r)| r.as_ref())
-        .map(|r| r.level.to_string())
-        .unwrap_or_default();
+    let server_risk = server_level(&exposed, upstream.as_deref());
     authorise(service, caller, uri, upstream.as_deref(), &server_risk).map_err(|_| {
         (
             Code::Forbidden,
             format!("{} may not read {uri}", who(caller)),
         )
     })
+}
+
+/// The server risk level of `upstream` in the exposure ("" when it has none yet).
+fn server_level(exposed: &crate::gateway::Exposed, upstream: Option<&str>) -> String {
+    upstream
+        .and_then(|u| exposed.servers.iter().find(|(s, _)| s == u))
+        .and_then(|(_, r)| r.as_ref())
+        .map(|r| r.level.to_string())
+        .unwrap_or_default()
 }
 
 fn who(caller: &Caller) -> String {

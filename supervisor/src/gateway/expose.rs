@@ -416,21 +416,13 @@ impl Wrapping<'_> {
 
     /// Why the ledger or the poisoning scan withholds the tool, if either does.
     fn refusal(&self, seen: &ledger::Observation, ledger_id: &str, hits: &[Hit]) -> Option<String> {
-        if seen.state != ledger::State::Active {
-            return Some(format!(
-                "{}: the tool changed since it was approved (or was revoked): \
-                 stsd ledger approve {ledger_id}",
-                seen.state.as_str(),
-            ));
-        }
-        if self.gw.block_on_poisoning && !hits.is_empty() {
-            let names: Vec<&str> = hits.iter().map(|h| h.pattern.as_str()).collect();
-            return Some(format!(
-                "POISONING: {} ([gateway] block_on_poisoning)",
-                names.join(", ")
-            ));
-        }
-        None
+        super::vocab::refusal(
+            seen,
+            ledger_id,
+            "the tool",
+            hits,
+            self.gw.block_on_poisoning,
+        )
     }
 
     /// Whether a call of the tool needs approval: the approval policy over its facts (its

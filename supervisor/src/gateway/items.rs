@@ -404,20 +404,7 @@ impl Govern<'_> {
                 state: seen.state,
             });
         }
-        if seen.state != ledger::State::Active {
-            return Some(format!(
-                "{}: it changed since it was approved (or was revoked): stsd ledger approve {id}",
-                seen.state.as_str()
-            ));
-        }
-        if self.gw.block_on_poisoning && !hits.is_empty() {
-            let names: Vec<&str> = hits.iter().map(|h| h.pattern.as_str()).collect();
-            return Some(format!(
-                "POISONING: {} ([gateway] block_on_poisoning)",
-                names.join(", ")
-            ));
-        }
-        None
+        super::vocab::refusal(&seen, &id, "it", hits, self.gw.block_on_poisoning)
     }
 
     fn withheld(&self, label: &str, served: &str, why: String, poisoning: Vec<Hit>) -> Withheld {

@@ -54,7 +54,7 @@ pub(crate) use call::{check_against_input_schema, reply_of};
 pub use change::Changes;
 pub use client::ConnState;
 pub use events::RiskEvent;
-pub use expose::WrappedTool;
+pub use expose::{Exposed, WrappedTool};
 pub use front::{ledger_path, EventSink, Gateway, ItemEvent};
 pub use items::{ExposedItems, ServedPrompt, ServedResource};
 pub use ledger::{fingerprint, Ledger, State as LedgerState, Status as LedgerStatus};

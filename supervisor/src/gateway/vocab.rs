@@ -63,3 +63,28 @@ pub fn look_up(ledger: &Ledger, id: &str, fp: &str, observe: bool) -> ledger::Ob
         },
     }
 }
+
+/// Why the ledger or the poisoning scan withholds a served thing (`what`: "the tool", "it"),
+/// if either does: a fingerprint not approved, or a scan hit under `block_on_poisoning`.
+pub fn refusal(
+    seen: &ledger::Observation,
+    id: &str,
+    what: &str,
+    hits: &[Hit],
+    block_on_poisoning: bool,
+) -> Option<String> {
+    if seen.state != ledger::State::Active {
+        return Some(format!(
+            "{}: {what} changed since it was approved (or was revoked): stsd ledger approve {id}",
+            seen.state.as_str(),
+        ));
+    }
+    if block_on_poisoning && !hits.is_empty() {
+        let names: Vec<&str> = hits.iter().map(|h| h.pattern.as_str()).collect();
+        return Some(format!(
+            "POISONING: {} ([gateway] block_on_poisoning)",
+            names.join(", ")
+        ));
+    }
+    None
+}

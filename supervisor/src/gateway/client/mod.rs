@@ -348,20 +348,7 @@ impl Connection {
                     format!("upstream {id} answered with a task or an input request, which the gateway does not support"),
                 ))
             }
-            Err(ServiceError::McpError(e)) => {
-                return Err((
-                    Code::UpstreamError,
-                    format!("upstream {id}: {}", e.message),
-                ))
-            }
-            Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
-                // The connection is broken: end the session so the supervisor reconnects
-                // (an HTTP session has no child whose exit would tell it).
-                let err = session.lost_error(id);
-                session.lost.cancel();
-                return Err(err);
-            }
-            Err(e) => return Err((Code::UpstreamError, format!("upstream {id}: {e}"))),
+            Err(e) => return Err(failed(e, session, id)),
         };
         let limit = self.shared.cfg.max_output_bytes();
         let size = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0) as u64;
@@ -475,15 +462,7 @@ impl Connection {
         let value = match reply {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => return Err((Code::UpstreamError, format!("upstream {id}: {e}"))),
-            Err(ServiceError::McpError(e)) => {
-                return Err((Code::UpstreamError, format!("upstream {id}: {}", e.message)))
-            }
-            Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
-                let err = session.lost_error(id);
-                session.lost.cancel();
-                return Err(err);
-            }
-            Err(e) => return Err((Code::UpstreamError, format!("upstream {id}: {e}"))),
+            Err(e) => return Err(failed(e, &session, id)),
         };
         let limit = self.shared.cfg.max_output_bytes();
         let size = serde_json::to_vec(&value).map(|v| v.len()).unwrap_or(0) as u64;
@@ -501,6 +480,21 @@ impl Connection {
     #[cfg(test)]
     fn stdout_bytes(&self) -> u64 {
         self.shared.stdout_bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// A request's failure, classified: an MCP error reply is UPSTREAM_ERROR; a broken
+/// connection ends the session (so the supervisor reconnects: an HTTP session has no child
+/// whose exit would tell it) and is UPSTREAM_LOST (or OUTPUT_LIMIT after a flood).
+fn failed(e: ServiceError, session: &Session, id: &str) -> (Code, String) {
+    match e {
+        ServiceError::McpError(e) => (Code::UpstreamError, format!("upstream {id}: {}", e.message)),
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+            let err = session.lost_error(id);
+            session.lost.cancel();
+            err
+        }
+        e => (Code::UpstreamError, format!("upstream {id}: {e}")),
     }
 }
 
