@@ -536,3 +536,96 @@ fn stsd_new_writes_a_spec_that_goes_from_test_to_tools_add() {
     );
     assert_eq!(doc["sandboxOverrides"]["networkMode"], "allowlist");
 }
+
+/// Issue 38 item 10: `stsd client setup CLIENT` writes each client's own config file (its own
+/// place and key) with `stsd mcp` on the daemon's socket, keeping what the file held;
+/// `--print` writes nothing; a file that is not JSON is left as it is.
+#[test]
+fn client_setup_points_each_client_at_stsd_mcp_and_keeps_the_file() {
+    let home = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let run = |args: &[&str]| {
+        Command::new(stsd_bin())
+            .args(args)
+            .env("HOME", home.path())
+            .current_dir(home.path())
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let cases = [
+        (
+            "claude-desktop",
+            ".config/Claude/claude_desktop_config.json",
+            "mcpServers",
+        ),
+        ("claude-code", ".mcp.json", "mcpServers"),
+        ("cursor", ".cursor/mcp.json", "mcpServers"),
+        ("vscode", ".vscode/mcp.json", "servers"),
+        (
+            "windsurf",
+            ".codeium/windsurf/mcp_config.json",
+            "mcpServers",
+        ),
+    ];
+    for (client, file, key) in cases {
+        let path = home.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap_or(home.path())).unwrap_or_default();
+        let had = json!({"keep": 1, key: {"other": {"command": "other-server"}}});
+        std::fs::write(&path, had.to_string()).unwrap_or_default();
+        let out = run(&[
+            "client",
+            "setup",
+            client,
+            "--print",
+            "--socket",
+            "/tmp/s.sock",
+        ]);
+        assert!(
+            out.status.success(),
+            "{client}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap_or_default(),
+            had.to_string(),
+            "{client}: --print wrote"
+        );
+        for _ in 0..2 {
+            let out = run(&["client", "setup", client, "--socket", "/tmp/s.sock"]);
+            assert!(
+                out.status.success(),
+                "{client}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap_or_default())
+            .unwrap_or(Value::Null);
+        assert_eq!(v["keep"], 1, "{client}: {v}");
+        assert_eq!(v[key]["other"]["command"], "other-server", "{client}: {v}");
+        let me = &v[key]["stsd"];
+        assert_eq!(
+            me["args"],
+            json!(["mcp", "--socket", "/tmp/s.sock"]),
+            "{client}: {v}"
+        );
+        let cmd = me["command"].as_str().unwrap_or_default();
+        assert!(
+            cmd.ends_with("/stsd") && std::path::Path::new(cmd).is_file(),
+            "{cmd}"
+        );
+    }
+    // A file that does not parse is refused and left as it was.
+    let broken = home.path().join("broken.json");
+    std::fs::write(&broken, "{ // a comment\n}").unwrap_or_default();
+    let out = run(&[
+        "client",
+        "setup",
+        "cursor",
+        "--file",
+        &broken.display().to_string(),
+    ]);
+    assert!(!out.status.success());
+    assert_eq!(
+        std::fs::read_to_string(&broken).unwrap_or_default(),
+        "{ // a comment\n}"
+    );
+}

@@ -267,6 +267,27 @@ pub enum UpstreamCmd {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum ClientCmd {
+    /// Write CLIENT's MCP config so that it starts `stsd mcp` (bridged to this daemon's
+    /// socket), keeping everything the file holds. CLIENT: claude-desktop, claude-code,
+    /// cursor, vscode, windsurf.
+    Setup {
+        client: String,
+        /// Print the file it would write, and write nothing.
+        #[arg(long)]
+        print: bool,
+        /// The client's config file (default: where that client keeps it).
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// The server's name in the client.
+        #[arg(long, default_value = "stsd")]
+        name: String,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum StoreCmd {
     /// Write the state store (managed tools, their history, the switches, the ledger) as one
     /// JSON document: a backup, or a move between backends (SQLite, PostgreSQL).
@@ -474,6 +495,9 @@ pub enum Command {
         #[arg(long, default_value_t = stsd::daemon::BRIDGE_KEEPALIVE.as_millis() as u64, hide = true)]
         keepalive_ms: u64,
     },
+    /// MCP clients: point one at this daemon.
+    #[command(subcommand)]
+    Client(ClientCmd),
     /// Bearer tokens for MCP over HTTP.
     #[command(subcommand)]
     Token(TokenCmd),

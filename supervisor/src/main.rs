@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use stsd::{check, store};
 
 mod cli;
+mod cli_client;
 mod cli_daemon;
 mod cli_gateway;
 mod cli_new;
@@ -596,6 +597,27 @@ fn secrets_bench(rounds: usize) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `stsd client setup CLIENT`.
+fn client_command(what: cli::ClientCmd) -> ExitCode {
+    let cli::ClientCmd::Setup {
+        client,
+        print,
+        file,
+        name,
+        socket,
+    } = what;
+    match cli_client::setup(&client, file, &name, &socket.path(), print) {
+        Ok(said) => {
+            print!("{said}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("stsd: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
 /// `stsd new NAME`.
 fn new_command(name: &str, reach: cli_new::Reach, out: Option<PathBuf>) -> ExitCode {
     let network = !reach.network.is_empty();
@@ -733,6 +755,7 @@ fn main() -> ExitCode {
         Command::Approve { id, reason, socket } => decide(&socket.path(), id, true, &reason),
         Command::Deny { id, reason, socket } => decide(&socket.path(), id, false, &reason),
         Command::Token(what) => token_command(what),
+        Command::Client(what) => client_command(what),
         Command::Policy(what) => policy_command(what),
         Command::Store(what) => store_command(what),
         Command::Worker | Command::Zygote | Command::UpstreamExec { .. } => {
