@@ -308,8 +308,13 @@ pub fn print_text(report: &Report, show_warnings: bool, out: &mut dyn Write) -> 
     writeln!(out)?;
     writeln!(
         out,
-        "{} specs in {} files: {} valid, {} invalid, {} unreadable files, {} warnings",
-        sum.specs, sum.files, sum.valid, sum.invalid, sum.unreadable_files, sum.warnings
+        "{} in {}: {} valid, {} invalid, {}, {}",
+        crate::plural::n(sum.specs, "spec"),
+        crate::plural::n(sum.files, "file"),
+        sum.valid,
+        sum.invalid,
+        crate::plural::n(sum.unreadable_files, "unreadable file"),
+        crate::plural::n(sum.warnings, "warning")
     )?;
     let states: Vec<String> = State::ALL
         .iter()

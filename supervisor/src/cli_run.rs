@@ -547,8 +547,8 @@ fn print_summary(tally: &Tally, problems: usize, json_out: bool) {
         );
     } else {
         println!(
-            "\n{} specs passed, {} failed",
-            tally.passed.len(),
+            "\n{} passed, {} failed",
+            stsd::plural::n(tally.passed.len(), "spec"),
             tally.failed_specs
         );
     }
@@ -560,8 +560,9 @@ fn write_passes(cat: &mut Catalog, passed: &[usize], json_out: bool) -> Result<(
         Ok(files) => {
             if !json_out {
                 println!(
-                    "wrote draft:false for {} specs in {files} files",
-                    passed.len()
+                    "wrote draft:false for {} in {}",
+                    stsd::plural::n(passed.len(), "spec"),
+                    stsd::plural::n(files, "file")
                 );
             }
             Ok(())

@@ -131,8 +131,8 @@ fn build_service_with(
 fn banner(service: &Service, what: &str) -> String {
     let p = service.published();
     let mut s = format!(
-        "{what}\npool: {} workers ({}), queue limit {}; audit log: {}\nserving {} tools: {}\n",
-        service.pool.target(),
+        "{what}\npool: {} ({}), queue limit {}; audit log: {}\nserving {}: {}\n",
+        crate::plural::n(service.pool.target(), "worker"),
         if service.reuse() > 1 {
             format!("each serves up to {} calls of one tool", service.reuse())
         } else {
@@ -143,7 +143,7 @@ fn banner(service: &Service, what: &str) -> String {
             .audit_path()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "-".into()),
-        p.tools.len(),
+        crate::plural::n(p.tools.len(), "tool"),
         p.names().join(", ")
     );
     let gated: Vec<String> = p
@@ -360,8 +360,8 @@ async fn serve(
     let mut sessions = tokio::task::JoinSet::new();
     // Started: from here on nothing is a failed start.
     systemd.notify(&format!(
-        "READY=1\nSTATUS=serving {} tools\nMAINPID={}",
-        service.published().tools.len(),
+        "READY=1\nSTATUS=serving {}\nMAINPID={}",
+        crate::plural::n(service.published().tools.len(), "tool"),
         std::process::id()
     ));
     if let Some(every) = systemd.watchdog {
@@ -592,8 +592,8 @@ impl Running<'_> {
             )
         });
         systemd.notify(&format!(
-            "READY=1\nSTATUS=serving {} tools",
-            self.service.published().tools.len()
+            "READY=1\nSTATUS=serving {}",
+            crate::plural::n(self.service.published().tools.len(), "tool")
         ));
         reloaded
     }

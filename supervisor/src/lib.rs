@@ -26,6 +26,7 @@ pub mod mcp;
 pub mod mcp_items;
 pub mod metrics;
 pub mod paths;
+pub mod plural;
 pub mod policy;
 pub mod rate;
 pub mod refs;
