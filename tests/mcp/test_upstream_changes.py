@@ -161,11 +161,9 @@ def test_a_drained_call_past_the_grace_period_ends_upstream_lost(tmp_path):
                     await anyio.to_thread.run_sync(lambda: cli(d, "upstream", "remove", "sl"))
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(removal)
-                    t0 = time.time()
+                    # Past the 1 s drain the 60 s call is cut (undrained it would answer "done").
                     r = await c.call_tool("sl__slow", {"seconds": 60})
-                    took = time.time() - t0
                 assert r.is_error and "UPSTREAM_LOST" in text_of(r), text_of(r)
-                assert took < 30, took
 
         anyio.run(body)
     finally:
