@@ -118,8 +118,13 @@ pub struct UpstreamConfig {
     /// The auth axis; when absent it is read off the headers (Authorization: Bearer ->
     /// bearer, an api-key-like header -> api-key, none -> none).
     pub auth: Option<AuthKind>,
-    /// OAuth scopes granted to the connection (the privileged-scope floor reads them).
+    /// OAuth scopes granted to the connection (the privileged-scope floor reads them); an
+    /// OAuth upstream (`url`, `auth = "oauth"`, no Authorization header) asks for them at
+    /// `stsd upstream login`.
     pub oauth_scopes: Vec<String>,
+    /// An OAuth upstream's client id registered with its authorization server out of band
+    /// (a public client); absent: stsd registers itself (dynamic client registration).
+    pub oauth_client_id: Option<String>,
     /// Catalog trust: "vendor-official", "community", "none" (a catalog entry without
     /// curation); absent: a server the operator typed in.
     pub trust: Option<Trust>,

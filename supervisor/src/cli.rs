@@ -257,6 +257,22 @@ pub enum UpstreamCmd {
         #[command(flatten)]
         socket: SocketArg,
     },
+    /// Sign in to an OAuth upstream (one with a url, auth = "oauth" and no Authorization
+    /// header): prints an address to open in a browser and waits for the browser to come
+    /// back to a loopback port; the daemon then keeps (mode 0600, in its state directory) and
+    /// refreshes the tokens, and connects the upstream.
+    Login {
+        id: String,
+        /// The loopback port the browser comes back to (0: any free one). Over SSH, pick one
+        /// and forward it to the browser's machine.
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// How long to wait for the browser.
+        #[arg(long, default_value_t = 600)]
+        timeout_seconds: u64,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
     /// The running daemon's upstreams: connection state, scores, tools served and withheld.
     List {
         #[arg(long)]

@@ -10,6 +10,7 @@ mod cli;
 mod cli_client;
 mod cli_daemon;
 mod cli_gateway;
+mod cli_login;
 mod cli_new;
 mod cli_run;
 mod cli_store;
@@ -140,6 +141,17 @@ fn upstream_command(what: UpstreamCmd) -> ExitCode {
         UpstreamCmd::Restart { id, json, socket } => {
             cli_gateway::restart(&socket.path(), &id, json)
         }
+        UpstreamCmd::Login {
+            id,
+            port,
+            timeout_seconds,
+            socket,
+        } => cli_login::login(
+            &socket.path(),
+            &id,
+            port,
+            std::time::Duration::from_secs(timeout_seconds),
+        ),
     }
 }
 

@@ -8,6 +8,11 @@
 //! `stsd/upstream/restart` take `{"id"}`. An added upstream is kept in the state store (every
 //! replica on a shared one runs it too) and can be updated and removed the same way; one the
 //! config declares is changed in the config (and a SIGHUP), only restarted here.
+//!
+//! An OAuth upstream's login: `stsd/upstream/login` takes `{"id", "redirect_uri"}` (a
+//! loopback address the caller listens on) and answers the `authorization_url` to open;
+//! `stsd/upstream/login_finish` takes `{"id", "callback_url"}` (where the browser came back
+//! to), exchanges the code and connects the upstream again.
 
 use super::codes::{GATE_FAILED, NO_SUCH};
 use crate::service::Service;
@@ -155,6 +160,31 @@ pub(super) async fn change(
                 .map_err(|e| (GATE_FAILED, e))?;
             return Ok(json!({"id": id, "removed": true}));
         }
+        "stsd/upstream/login" => {
+            let (id, redirect_uri) = (id_param()?, text_param(params, "redirect_uri")?);
+            let gw = service
+                .gateway()
+                .ok_or((NO_SUCH, format!("no upstream {id}")))?;
+            let url = gw
+                .login_begin(&id, &redirect_uri)
+                .await
+                .map_err(|e| (GATE_FAILED, e))?;
+            return Ok(json!({"id": id, "authorization_url": url}));
+        }
+        "stsd/upstream/login_finish" => {
+            let (id, callback) = (id_param()?, text_param(params, "callback_url")?);
+            let gw = service
+                .gateway()
+                .ok_or((NO_SUCH, format!("no upstream {id}")))?;
+            let scopes = gw
+                .login_finish(&id, &callback)
+                .await
+                .map_err(|e| (GATE_FAILED, e))?;
+            gw.settle(&id, SETTLE).await;
+            let mut answer = report_of(&gw, &id);
+            answer["scopes"] = json!(scopes);
+            return Ok(answer);
+        }
         "stsd/upstream/restart" => {
             let id = id_param()?;
             let gw = service
@@ -169,13 +199,26 @@ pub(super) async fn change(
         .gateway()
         .ok_or((GATE_FAILED, "the gateway is not running".to_string()))?;
     gw.settle(&id, SETTLE).await;
+    Ok(report_of(&gw, &id))
+}
+
+/// `{"id", "upstream"}`: upstream `id` as `stsd/upstream/list` shows it.
+fn report_of(gw: &crate::gateway::Gateway, id: &str) -> Value {
     let report = gw.report();
     let entry = report["upstreams"]
         .as_array()
-        .and_then(|l| l.iter().find(|u| u["id"] == id.as_str()))
+        .and_then(|l| l.iter().find(|u| u["id"] == id))
         .cloned()
         .unwrap_or(Value::Null);
-    Ok(json!({"id": id, "upstream": entry}))
+    json!({"id": id, "upstream": entry})
+}
+
+fn text_param(params: &Value, name: &str) -> Result<String, (i32, String)> {
+    params
+        .get(name)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or((-32602, format!("params: {{\"id\", \"{name}\"}}")))
 }
 
 /// The methods [`change`] serves.
@@ -184,6 +227,8 @@ pub(super) const CHANGES: &[&str] = &[
     "stsd/upstream/update",
     "stsd/upstream/remove",
     "stsd/upstream/restart",
+    "stsd/upstream/login",
+    "stsd/upstream/login_finish",
 ];
 
 /// Every upstream: how it is connected, its server score, its tools served and withheld.

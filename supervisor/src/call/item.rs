@@ -76,7 +76,7 @@ pub async fn serve(
     let server_risk = server_level(&exposed, upstream.as_deref());
     // Arguments are recorded with the upstream's secrets masked, as a tool call's are.
     let params = match upstream.as_ref().and_then(|u| gw.upstream(u)) {
-        Some(u) => crate::call::vocab::mask_value(&params, &u.secrets),
+        Some(u) => crate::call::vocab::mask_value(&params, &u.masks()),
         None => params,
     };
     let mut record = AuditRecord::arrived(

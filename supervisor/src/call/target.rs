@@ -114,7 +114,7 @@ impl Target<'_> {
             Target::Wrapped { gw, tool } => {
                 let secrets = gw
                     .upstream(&tool.upstream)
-                    .map(|u| u.secrets.clone())
+                    .map(|u| u.masks())
                     .unwrap_or_default();
                 let mut r = AuditRecord::arrived(
                     call_id,

@@ -104,6 +104,35 @@ impl Gateway {
         Ok(())
     }
 
+    /// Begins an OAuth upstream's login (see `oauth`): the URL the operator opens, which
+    /// sends the browser back to `redirect_uri`.
+    pub async fn login_begin(&self, id: &str, redirect_uri: &str) -> Result<String, String> {
+        let u = self
+            .upstream(id)
+            .ok_or_else(|| format!("no upstream {id}"))?;
+        let setup = u.oauth.clone().ok_or_else(|| {
+            format!(
+                "upstream {id} is not an OAuth upstream (one with a url, auth = \"oauth\" \
+                 and no Authorization header)"
+            )
+        })?;
+        drop(u);
+        super::oauth::begin(&setup, redirect_uri).await
+    }
+
+    /// Finishes upstream `id`'s login with the URL the browser came back to, then connects
+    /// it again with its new tokens. Returns the scopes granted.
+    pub async fn login_finish(
+        self: &Arc<Self>,
+        id: &str,
+        callback_url: &str,
+    ) -> Result<Vec<String>, String> {
+        let scopes = super::oauth::finish(id, callback_url).await?;
+        tracing::info!(upstream = id, scopes = ?scopes, "signed in to the upstream's OAuth server");
+        self.restart(id).await?;
+        Ok(scopes)
+    }
+
     /// Waits (up to `within`) until upstream `id` has listed its tools, or has failed to
     /// (set-up refused, its session restarting after an error).
     pub async fn settle(&self, id: &str, within: Duration) {

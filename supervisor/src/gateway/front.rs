@@ -6,6 +6,7 @@ use super::client::{self, Connection};
 use super::expose::{self, Exposed, Listed, WrappedTool};
 use super::ledger::Ledger;
 use super::proxy::{EgressProxy, ProxyHop};
+use super::oauth;
 use super::sources;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
@@ -27,8 +28,11 @@ pub struct Upstream {
     /// be made): `error` says why.
     pub conn: Option<Arc<Connection>>,
     pub error: Option<String>,
-    /// Masks the upstream's resolved secrets (env, args, headers) everywhere.
+    /// Masks the upstream's resolved secrets (env, args, headers) everywhere; see
+    /// [`Upstream::masks`], which adds its OAuth tokens.
     pub secrets: SecretSet,
+    /// An OAuth upstream: its login and credentials.
+    pub oauth: Option<oauth::Setup>,
     pub workspace: Option<PathBuf>,
     pub proxy_port: Option<u16>,
     /// stdio: the uid:gid it runs as (its own when stsd is root, see `identity`).
@@ -45,6 +49,17 @@ pub struct Upstream {
     pub(super) calls: AtomicUsize,
     /// This set-up, unique in the process: a successor with the same id has another.
     pub instance: u64,
+}
+
+impl Upstream {
+    /// What to mask in everything the upstream says: its resolved secrets and, for an OAuth
+    /// upstream, its current tokens.
+    pub fn masks(&self) -> SecretSet {
+        match &self.oauth {
+            Some(o) => o.tokens.masks(),
+            None => self.secrets.clone(),
+        }
+    }
 }
 
 /// The next `Upstream::instance`.
@@ -412,7 +427,7 @@ impl Gateway {
                     Some(client::ConnState::Stopped) => ("stopped", None),
                 };
                 // Why it is not serving, whichever step failed: set-up, or the session.
-                let error = u.error.clone().or(last_error).map(|e| u.secrets.mask(&e));
+                let error = u.error.clone().or(last_error).map(|e| u.masks().mask(&e));
                 let config_risk = expose::config_risk(
                     &u.cfg,
                     &config.gateway,
@@ -558,6 +573,7 @@ struct Prepared {
     secrets: SecretSet,
     proxy: Option<Arc<EgressProxy>>,
     options: client::Options,
+    oauth: Option<oauth::Setup>,
 }
 
 /// Sets one upstream up on a running gateway: its own uid picked among those the others do
@@ -601,6 +617,7 @@ fn not_started(cfg: &Arc<UpstreamConfig>, error: String, secrets: SecretSet) -> 
         conn: None,
         error: Some(error),
         secrets,
+        oauth: None,
         workspace: None,
         proxy_port: None,
         ids: None,
@@ -634,6 +651,11 @@ fn prepare(
     let mut options = client::Options::from_gateway(gw);
     options.http_proxy = proxy.as_ref().map(|p| p.url());
     options.secrets = secrets.clone();
+    let oauth = match oauth_setup(config, cfg, &options, &secrets) {
+        Ok(o) => o,
+        Err(e) => return Err((e, secrets)),
+    };
+    options.oauth = oauth.clone();
     // The connection sees the resolved values; `cfg` (reports, logs) keeps the references.
     let mut live = (**cfg).clone();
     live.args = resolved.args.clone();
@@ -644,7 +666,29 @@ fn prepare(
         secrets,
         proxy,
         options,
+        oauth,
     })
+}
+
+/// An OAuth upstream's login and credentials (see `oauth`); None for any other.
+fn oauth_setup(
+    config: &Config,
+    cfg: &UpstreamConfig,
+    options: &client::Options,
+    secrets: &SecretSet,
+) -> Result<Option<oauth::Setup>, String> {
+    if !oauth::wanted(cfg) {
+        return Ok(None);
+    }
+    let tokens = oauth::Tokens::open(&state_dir(config), &cfg.id, secrets.clone())?;
+    Ok(Some(oauth::Setup {
+        id: cfg.id.clone(),
+        url: cfg.url.clone().unwrap_or_default(),
+        scopes: cfg.oauth_scopes.clone(),
+        client_id: cfg.oauth_client_id.clone(),
+        proxy: options.http_proxy.clone(),
+        tokens,
+    }))
 }
 
 /// The upstream's own egress proxy, when it reaches anything: a networked stdio upstream,
@@ -688,6 +732,7 @@ fn start_http(cfg: Arc<UpstreamConfig>, p: Prepared) -> Upstream {
         conn: Some(Connection::start(p.live, launcher, p.options)),
         error: None,
         secrets: p.secrets,
+        oauth: p.oauth,
         workspace: None,
         proxy_port: p.proxy.as_ref().map(|p| p.port()),
         ids: None,
@@ -756,6 +801,7 @@ fn start_stdio(
         conn: Some(conn),
         error: None,
         secrets: p.secrets,
+        oauth: p.oauth,
         workspace: Some(workspace),
         proxy_port,
         ids: Some((uid, gid)),

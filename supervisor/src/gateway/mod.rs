@@ -20,6 +20,8 @@
 //! - `events`: the structured risk events (ServerRiskComputed, ...), logged and audited.
 //! - `call`: a wrapped tool's schema check, reply and `_meta`.
 //! - `change`: upstreams added, updated, removed and restarted on a running gateway.
+//! - `oauth`: the OAuth 2.1 client of HTTP upstreams: `stsd upstream login`, tokens kept
+//!   0600 in the state directory, refreshed.
 //! - `client`: one connection to one upstream (rmcp client), restarted with backoff.
 //! - `proxy`: the egress proxy a networked upstream reaches the world through.
 //! - `spawn`: how a stdio upstream is started, confined (`stsd upstream-exec`).
@@ -38,6 +40,7 @@ mod front;
 mod identity;
 mod items;
 mod ledger;
+mod oauth;
 mod preview;
 mod proxy;
 mod reads;

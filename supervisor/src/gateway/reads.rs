@@ -231,12 +231,12 @@ impl Gateway {
 /// A failure's message with the upstream's secrets masked (an upstream's error text may
 /// echo what it was configured with).
 fn unmasked(u: &Upstream, (code, message): Failed) -> Failed {
-    (code, u.secrets.mask(&message))
+    (code, u.masks().mask(&message))
 }
 
 /// The reply with the upstream's secrets masked in every string, and its size.
 fn masked(u: &Upstream, value: Value) -> Read {
-    let value = crate::call::vocab::mask_value(&value, &u.secrets);
+    let value = crate::call::vocab::mask_value(&value, &u.masks());
     let bytes = serde_json::to_vec(&value).map(|v| v.len()).unwrap_or(0);
     Read {
         upstream: u.cfg.id.clone(),

@@ -1,6 +1,8 @@
 //! The Streamable HTTP transport for a `url` upstream: reqwest with rustls (ring, the bundled
-//! Mozilla roots, as the egress broker uses) and, when given, stsd's egress proxy.
+//! Mozilla roots, as the egress broker uses) and, when given, stsd's egress proxy. An OAuth
+//! upstream's transport adds the bearer token rmcp's authorization manager holds.
 
+use rmcp::transport::auth::{AuthClient, AuthorizationManager};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use std::collections::HashMap;
@@ -9,6 +11,7 @@ use std::time::Duration;
 use stsd_profiles::upstream::UpstreamConfig;
 
 pub type HttpTransport = StreamableHttpClientTransport<reqwest::Client>;
+pub type OauthTransport = StreamableHttpClientTransport<AuthClient<reqwest::Client>>;
 
 /// The transport for `cfg.url`. Header values are already resolved (secrets in them are
 /// never echoed: errors name the header, not its value).
@@ -19,6 +22,39 @@ pub fn transport(
     max_event: usize,
     connect_timeout: Duration,
 ) -> Result<HttpTransport, String> {
+    let client = builder(proxy, connect_timeout)?
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))?;
+    Ok(StreamableHttpClientTransport::with_client(
+        client,
+        config(cfg, url, max_event)?,
+    ))
+}
+
+/// [`transport`] for an OAuth upstream: the same client, with the bearer token `manager`
+/// holds (refreshed when it is about to expire, and once when the server refuses it).
+pub fn oauth_transport(
+    cfg: &UpstreamConfig,
+    url: &str,
+    proxy: Option<&str>,
+    max_event: usize,
+    connect_timeout: Duration,
+    manager: AuthorizationManager,
+) -> Result<OauthTransport, String> {
+    let client = builder(proxy, connect_timeout)?
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))?;
+    Ok(StreamableHttpClientTransport::with_client(
+        AuthClient::new(client, manager),
+        config(cfg, url, max_event)?,
+    ))
+}
+
+fn config(
+    cfg: &UpstreamConfig,
+    url: &str,
+    max_event: usize,
+) -> Result<StreamableHttpClientTransportConfig, String> {
     let mut headers = HashMap::new();
     for (name, value) in &cfg.headers {
         let name = http::HeaderName::from_bytes(name.as_bytes())
@@ -28,7 +64,17 @@ pub fn transport(
         value.set_sensitive(true);
         headers.insert(name, value);
     }
-    // No system proxy: an upstream reaches the network only through the proxy given here.
+    Ok(StreamableHttpClientTransportConfig::with_uri(url)
+        .custom_headers(headers)
+        .max_sse_event_size(max_event))
+}
+
+/// The client builder every upstream HTTP request starts from. No system proxy: an upstream
+/// reaches the network only through the proxy given here.
+pub fn builder(
+    proxy: Option<&str>,
+    connect_timeout: Duration,
+) -> Result<reqwest::ClientBuilder, String> {
     let mut client = reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(connect_timeout)
@@ -37,11 +83,7 @@ pub fn transport(
         let proxy = reqwest::Proxy::all(proxy).map_err(|e| format!("proxy {proxy}: {e}"))?;
         client = client.proxy(proxy);
     }
-    let client = client.build().map_err(|e| format!("HTTP client: {e}"))?;
-    let config = StreamableHttpClientTransportConfig::with_uri(url)
-        .custom_headers(headers)
-        .max_sse_event_size(max_event);
-    Ok(StreamableHttpClientTransport::with_client(client, config))
+    Ok(client)
 }
 
 fn tls_config() -> Result<rustls::ClientConfig, String> {

@@ -12,7 +12,7 @@
 //! call is dropped), a reply over `max_output_bytes` -> OUTPUT_LIMIT, the caller gone ->
 //! CANCELLED.
 
-mod http;
+pub(in crate::gateway) mod http;
 pub mod items;
 mod pipes;
 mod session;
@@ -70,6 +70,8 @@ pub struct Options {
     pub secrets: stsd_protocol::envvar::SecretSet,
     /// The tool list is listed again this often, besides on `tools/list_changed`.
     pub relist: Duration,
+    /// An OAuth upstream: its authorization and credentials (see `gateway::oauth`).
+    pub oauth: Option<crate::gateway::oauth::Setup>,
 }
 
 impl Options {
@@ -83,6 +85,7 @@ impl Options {
             events: None,
             secrets: Default::default(),
             relist: Duration::from_secs(60),
+            oauth: None,
         }
     }
 

@@ -397,13 +397,39 @@ async fn http_session(
     opts: &Options,
     id: &Arc<str>,
 ) -> Result<Ended, String> {
-    let transport = http::transport(
-        &shared.cfg,
-        url,
-        opts.http_proxy.as_deref(),
-        cap(shared),
-        opts.connect_timeout,
-    )?;
+    let proxy = opts.http_proxy.as_deref();
+    match &opts.oauth {
+        Some(setup) => {
+            let manager = crate::gateway::oauth::connect(setup).await?;
+            let transport = http::oauth_transport(
+                &shared.cfg,
+                url,
+                proxy,
+                cap(shared),
+                opts.connect_timeout,
+                manager,
+            )?;
+            http_serve(shared, transport, opts, id).await
+        }
+        None => {
+            let transport =
+                http::transport(&shared.cfg, url, proxy, cap(shared), opts.connect_timeout)?;
+            http_serve(shared, transport, opts, id).await
+        }
+    }
+}
+
+/// Serves an HTTP session until it ends; returns why.
+async fn http_serve<T, E, A>(
+    shared: &Shared,
+    transport: T,
+    opts: &Options,
+    id: &Arc<str>,
+) -> Result<Ended, String>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
     let changed = Arc::new(Notify::new());
     let handler = Handler {
         changed: changed.clone(),
