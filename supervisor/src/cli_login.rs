@@ -35,7 +35,10 @@ pub fn login(socket: &Path, id: &str, port: u16, wait: Duration) -> ExitCode {
         json!({"id": id, "redirect_uri": redirect_uri}),
     );
     let url = match begun {
-        Ok(v) => v["authorization_url"].as_str().unwrap_or_default().to_string(),
+        Ok(v) => v["authorization_url"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
         Err(e) => return fail(e),
     };
     println!("Open this address in a browser to sign in to upstream {id}:\n\n  {url}\n");
@@ -145,4 +148,3 @@ fn answer(stream: TcpStream) -> Option<String> {
 
 /// A request line longer than this is not read further.
 const MAX_LINE: u64 = 16 * 1024;
-

@@ -81,6 +81,9 @@ pub(super) async fn change(
     params: &Value,
 ) -> Result<Value, (i32, String)> {
     use stsd_profiles::upstream::UpstreamConfig;
+    if method.starts_with("stsd/upstream/login") {
+        return login(service, method, params).await;
+    }
     let store = service
         .store()
         .ok_or((-32601, "this daemon keeps no state store".to_string()))?;
@@ -158,32 +161,11 @@ pub(super) async fn change(
                 .apply_upstreams()
                 .await
                 .map_err(|e| (GATE_FAILED, e))?;
+            // Its OAuth credentials go with it (a later upstream of the same id signs in anew).
+            if let Some(gw) = service.gateway() {
+                gw.forget_credentials(&id);
+            }
             return Ok(json!({"id": id, "removed": true}));
-        }
-        "stsd/upstream/login" => {
-            let (id, redirect_uri) = (id_param()?, text_param(params, "redirect_uri")?);
-            let gw = service
-                .gateway()
-                .ok_or((NO_SUCH, format!("no upstream {id}")))?;
-            let url = gw
-                .login_begin(&id, &redirect_uri)
-                .await
-                .map_err(|e| (GATE_FAILED, e))?;
-            return Ok(json!({"id": id, "authorization_url": url}));
-        }
-        "stsd/upstream/login_finish" => {
-            let (id, callback) = (id_param()?, text_param(params, "callback_url")?);
-            let gw = service
-                .gateway()
-                .ok_or((NO_SUCH, format!("no upstream {id}")))?;
-            let scopes = gw
-                .login_finish(&id, &callback)
-                .await
-                .map_err(|e| (GATE_FAILED, e))?;
-            gw.settle(&id, SETTLE).await;
-            let mut answer = report_of(&gw, &id);
-            answer["scopes"] = json!(scopes);
-            return Ok(answer);
         }
         "stsd/upstream/restart" => {
             let id = id_param()?;
@@ -200,6 +182,35 @@ pub(super) async fn change(
         .ok_or((GATE_FAILED, "the gateway is not running".to_string()))?;
     gw.settle(&id, SETTLE).await;
     Ok(report_of(&gw, &id))
+}
+
+/// `stsd/upstream/login` and `stsd/upstream/login_finish` (see the module's comment).
+async fn login(
+    service: &std::sync::Arc<Service>,
+    method: &str,
+    params: &Value,
+) -> Result<Value, (i32, String)> {
+    let id = text_param(params, "id")?;
+    let gw = service
+        .gateway()
+        .ok_or((NO_SUCH, format!("no upstream {id}")))?;
+    if method == "stsd/upstream/login" {
+        let redirect_uri = text_param(params, "redirect_uri")?;
+        let url = gw
+            .login_begin(&id, &redirect_uri)
+            .await
+            .map_err(|e| (GATE_FAILED, e))?;
+        return Ok(json!({"id": id, "authorization_url": url}));
+    }
+    let callback = text_param(params, "callback_url")?;
+    let scopes = gw
+        .login_finish(&id, &callback)
+        .await
+        .map_err(|e| (GATE_FAILED, e))?;
+    gw.settle(&id, SETTLE).await;
+    let mut answer = report_of(&gw, &id);
+    answer["scopes"] = json!(scopes);
+    Ok(answer)
 }
 
 /// `{"id", "upstream"}`: upstream `id` as `stsd/upstream/list` shows it.

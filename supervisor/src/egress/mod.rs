@@ -10,3 +10,6 @@ mod tls;
 
 pub use broker::{Broker, Failure, HopRecord, Policy, Request, Response};
 pub use conn::Abort;
+/// The TLS client config of every outbound connection: the bundled roots and `[egress]
+/// extra_ca_files` (upstreams' HTTP connections use it too).
+pub use tls::client_config as tls_client_config;

@@ -120,6 +120,20 @@ impl Gateway {
         super::oauth::begin(&setup, redirect_uri).await
     }
 
+    /// Deletes the OAuth credentials of upstream `id` (removed: it is no longer set up).
+    pub fn forget_credentials(&self, id: &str) {
+        if self.upstream(id).is_some() {
+            return;
+        }
+        // `open` refuses an id that is not one plain name (this one is the caller's).
+        let state = super::front::state_dir(&self.config());
+        match super::oauth::Tokens::open(&state, id, Default::default()).and_then(|t| t.delete()) {
+            Ok(true) => tracing::info!(upstream = id, "OAuth credentials deleted"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(upstream = id, error = %e, "OAuth credentials not deleted"),
+        }
+    }
+
     /// Finishes upstream `id`'s login with the URL the browser came back to, then connects
     /// it again with its new tokens. Returns the scopes granted.
     pub async fn login_finish(

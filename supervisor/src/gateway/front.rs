@@ -5,8 +5,8 @@
 use super::client::{self, Connection};
 use super::expose::{self, Exposed, Listed, WrappedTool};
 use super::ledger::Ledger;
-use super::proxy::{EgressProxy, ProxyHop};
 use super::oauth;
+use super::proxy::{EgressProxy, ProxyHop};
 use super::sources;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
@@ -448,6 +448,11 @@ impl Gateway {
                     "network": if u.cfg.network.is_empty() { Value::from("none") }
                                else { json!(u.cfg.network) },
                     "proxyPort": u.proxy_port,
+                    // An OAuth upstream: whether stsd holds its credentials (never them).
+                    "oauth": u.oauth.as_ref().map(|o| json!({
+                        "signedIn": o.tokens.signed_in(),
+                        "credentials": o.tokens.path(),
+                    })),
                     "uid": u.ids.map(|i| i.0),
                     "gid": u.ids.map(|i| i.1),
                     "cgroup": u.cfg.is_stdio().then(|| cgroup_report(&u.group)),
@@ -650,6 +655,7 @@ fn prepare(
     };
     let mut options = client::Options::from_gateway(gw);
     options.http_proxy = proxy.as_ref().map(|p| p.url());
+    options.extra_ca_files = config.egress.extra_ca_files.clone();
     options.secrets = secrets.clone();
     let oauth = match oauth_setup(config, cfg, &options, &secrets) {
         Ok(o) => o,
@@ -687,6 +693,7 @@ fn oauth_setup(
         scopes: cfg.oauth_scopes.clone(),
         client_id: cfg.oauth_client_id.clone(),
         proxy: options.http_proxy.clone(),
+        extra_ca_files: options.extra_ca_files.clone(),
         tokens,
     }))
 }

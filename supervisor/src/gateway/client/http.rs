@@ -1,12 +1,12 @@
 //! The Streamable HTTP transport for a `url` upstream: reqwest with rustls (ring, the bundled
-//! Mozilla roots, as the egress broker uses) and, when given, stsd's egress proxy. An OAuth
+//! Mozilla roots and `[egress] extra_ca_files`, as the egress broker uses) and, when given, stsd's egress proxy. An OAuth
 //! upstream's transport adds the bearer token rmcp's authorization manager holds.
 
 use rmcp::transport::auth::{AuthClient, AuthorizationManager};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Duration;
 use stsd_profiles::upstream::UpstreamConfig;
 
@@ -18,13 +18,16 @@ pub type OauthTransport = StreamableHttpClientTransport<AuthClient<reqwest::Clie
 pub fn transport(
     cfg: &UpstreamConfig,
     url: &str,
-    proxy: Option<&str>,
+    opts: &super::Options,
     max_event: usize,
-    connect_timeout: Duration,
 ) -> Result<HttpTransport, String> {
-    let client = builder(proxy, connect_timeout)?
-        .build()
-        .map_err(|e| format!("HTTP client: {e}"))?;
+    let client = builder(
+        opts.http_proxy.as_deref(),
+        opts.connect_timeout,
+        &opts.extra_ca_files,
+    )?
+    .build()
+    .map_err(|e| format!("HTTP client: {e}"))?;
     Ok(StreamableHttpClientTransport::with_client(
         client,
         config(cfg, url, max_event)?,
@@ -36,14 +39,17 @@ pub fn transport(
 pub fn oauth_transport(
     cfg: &UpstreamConfig,
     url: &str,
-    proxy: Option<&str>,
+    opts: &super::Options,
     max_event: usize,
-    connect_timeout: Duration,
     manager: AuthorizationManager,
 ) -> Result<OauthTransport, String> {
-    let client = builder(proxy, connect_timeout)?
-        .build()
-        .map_err(|e| format!("HTTP client: {e}"))?;
+    let client = builder(
+        opts.http_proxy.as_deref(),
+        opts.connect_timeout,
+        &opts.extra_ca_files,
+    )?
+    .build()
+    .map_err(|e| format!("HTTP client: {e}"))?;
     Ok(StreamableHttpClientTransport::with_client(
         AuthClient::new(client, manager),
         config(cfg, url, max_event)?,
@@ -69,30 +75,22 @@ fn config(
         .max_sse_event_size(max_event))
 }
 
-/// The client builder every upstream HTTP request starts from. No system proxy: an upstream
-/// reaches the network only through the proxy given here.
+/// The client builder every upstream HTTP request starts from: TLS as the fetch broker's
+/// (the bundled roots and `[egress] extra_ca_files`). No system proxy: an upstream reaches
+/// the network only through the proxy given here.
 pub fn builder(
     proxy: Option<&str>,
     connect_timeout: Duration,
+    extra_ca_files: &[PathBuf],
 ) -> Result<reqwest::ClientBuilder, String> {
+    let tls = crate::egress::tls_client_config(extra_ca_files)?;
     let mut client = reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(connect_timeout)
-        .tls_backend_preconfigured(tls_config()?);
+        .tls_backend_preconfigured((*tls).clone());
     if let Some(proxy) = proxy {
         let proxy = reqwest::Proxy::all(proxy).map_err(|e| format!("proxy {proxy}: {e}"))?;
         client = client.proxy(proxy);
     }
     Ok(client)
-}
-
-fn tls_config() -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
 }

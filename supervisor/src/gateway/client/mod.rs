@@ -12,7 +12,7 @@
 //! call is dropped), a reply over `max_output_bytes` -> OUTPUT_LIMIT, the caller gone ->
 //! CANCELLED.
 
-pub(in crate::gateway) mod http;
+pub(super) mod http;
 pub mod items;
 mod pipes;
 mod session;
@@ -65,6 +65,8 @@ pub struct Options {
     pub connect_timeout: Duration,
     /// HTTP upstream: stsd's egress proxy, `http://127.0.0.1:PORT`.
     pub http_proxy: Option<String>,
+    /// HTTP upstream: CA certificates trusted besides the bundled roots (`[egress]`).
+    pub extra_ca_files: Vec<std::path::PathBuf>,
     pub events: Option<OnEvent>,
     /// The upstream's resolved secrets: masked in every stderr line that is logged.
     pub secrets: stsd_protocol::envvar::SecretSet,
@@ -82,6 +84,7 @@ impl Options {
             stable_after: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(30),
             http_proxy: None,
+            extra_ca_files: Vec::new(),
             events: None,
             secrets: Default::default(),
             relist: Duration::from_secs(60),
@@ -132,6 +135,8 @@ struct Session {
     /// Set (by the pump) when the child wrote a line over the cap.
     overflow: Arc<AtomicBool>,
     cap: usize,
+    /// An OAuth upstream's credentials (a broken call may be a refused token).
+    tokens: Option<Arc<crate::gateway::oauth::Tokens>>,
 }
 
 impl Session {
@@ -493,12 +498,36 @@ fn failed(e: ServiceError, session: &Session, id: &str) -> (Code, String) {
     match e {
         ServiceError::McpError(e) => (Code::UpstreamError, format!("upstream {id}: {}", e.message)),
         ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
-            let err = session.lost_error(id);
+            let refused = match &e {
+                ServiceError::TransportSend(t) => auth_refused(t),
+                _ => false,
+            };
             session.lost.cancel();
-            err
+            match &session.tokens {
+                Some(t) if refused || !t.signed_in() => (
+                    Code::UpstreamUnavailable,
+                    format!(
+                        "upstream {id} refused stsd's OAuth credentials (revoked or expired); {}",
+                        crate::gateway::oauth::login_hint(id)
+                    ),
+                ),
+                _ => session.lost_error(id),
+            }
         }
         e => (Code::UpstreamError, format!("upstream {id}: {e}")),
     }
+}
+
+/// Whether the server's 401 is somewhere in `e`'s chain (rmcp tried one refresh first).
+fn auth_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.is::<rmcp::transport::streamable_http_client::AuthRequiredError>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 impl Drop for Connection {

@@ -226,6 +226,7 @@ async fn stdio_session(
         lost: CancellationToken::new(),
         overflow,
         cap,
+        tokens: None,
     });
     let tools = list_tools(&session.peer, opts).await?;
     let ready_at = ready(shared, &session, tools, opts, id);
@@ -397,23 +398,14 @@ async fn http_session(
     opts: &Options,
     id: &Arc<str>,
 ) -> Result<Ended, String> {
-    let proxy = opts.http_proxy.as_deref();
     match &opts.oauth {
         Some(setup) => {
             let manager = crate::gateway::oauth::connect(setup).await?;
-            let transport = http::oauth_transport(
-                &shared.cfg,
-                url,
-                proxy,
-                cap(shared),
-                opts.connect_timeout,
-                manager,
-            )?;
+            let transport = http::oauth_transport(&shared.cfg, url, opts, cap(shared), manager)?;
             http_serve(shared, transport, opts, id).await
         }
         None => {
-            let transport =
-                http::transport(&shared.cfg, url, proxy, cap(shared), opts.connect_timeout)?;
+            let transport = http::transport(&shared.cfg, url, opts, cap(shared))?;
             http_serve(shared, transport, opts, id).await
         }
     }
@@ -445,6 +437,7 @@ where
         lost: CancellationToken::new(),
         overflow: Arc::default(),
         cap: cap(shared),
+        tokens: opts.oauth.as_ref().map(|o| o.tokens.clone()),
     });
     let tools = list_tools(&session.peer, opts).await?;
     let ready_at = ready(shared, &session, tools, opts, id);

@@ -20,15 +20,17 @@ pub struct ProxiedClient {
 }
 
 impl ProxiedClient {
-    pub fn new(proxy: Option<&str>) -> Result<ProxiedClient, String> {
+    pub fn new(
+        proxy: Option<&str>,
+        extra_ca_files: &[std::path::PathBuf],
+    ) -> Result<ProxiedClient, String> {
         let build = |redirect: reqwest::redirect::Policy| {
-            super::super::client::http::builder(proxy, TIMEOUT)
-                .and_then(|b| {
-                    b.timeout(TIMEOUT)
-                        .redirect(redirect)
-                        .build()
-                        .map_err(|e| format!("HTTP client: {e}"))
-                })
+            crate::gateway::client::http::builder(proxy, TIMEOUT, extra_ca_files).and_then(|b| {
+                b.timeout(TIMEOUT)
+                    .redirect(redirect)
+                    .build()
+                    .map_err(|e| format!("HTTP client: {e}"))
+            })
         };
         Ok(ProxiedClient {
             follow: build(reqwest::redirect::Policy::limited(5))?,
@@ -42,7 +44,10 @@ struct TooLarge;
 
 impl std::fmt::Display for TooLarge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the authorization server's answer is over {MAX_BODY} bytes")
+        write!(
+            f,
+            "the authorization server's answer is over {MAX_BODY} bytes"
+        )
     }
 }
 

@@ -30,8 +30,9 @@ pub struct Setup {
     pub url: String,
     pub scopes: Vec<String>,
     pub client_id: Option<String>,
-    /// The upstream's egress proxy.
+    /// The upstream's egress proxy, and the CAs trusted besides the bundled roots.
     pub proxy: Option<String>,
+    pub extra_ca_files: Vec<std::path::PathBuf>,
     pub tokens: Arc<Tokens>,
 }
 
@@ -51,7 +52,7 @@ pub fn login_hint(id: &str) -> String {
 }
 
 async fn manager(setup: &Setup) -> Result<AuthorizationManager, String> {
-    let client = http::ProxiedClient::new(setup.proxy.as_deref())?;
+    let client = http::ProxiedClient::new(setup.proxy.as_deref(), &setup.extra_ca_files)?;
     let mut m = AuthorizationManager::new_with_oauth_http_client(&setup.url, Arc::new(client))
         .await
         .map_err(|e| format!("OAuth: {e}"))?;
@@ -94,10 +95,12 @@ fn pending() -> &'static Mutex<HashMap<String, Pending>> {
 pub async fn begin(setup: &Setup, redirect_uri: &str) -> Result<String, String> {
     check_loopback(redirect_uri)?;
     let mut m = manager(setup).await?;
-    let resolved = m
-        .resolve_metadata()
-        .await
-        .map_err(|e| format!("OAuth discovery: {e}"))?;
+    let resolved = m.resolve_metadata().await.map_err(|e| {
+        format!(
+            "OAuth discovery: {e} (stsd reaches the authorization server through the \
+                 upstream's egress proxy: is its host in the upstream's `network`?)"
+        )
+    })?;
     m.set_metadata(resolved.metadata);
     let mut request = AuthorizationRequest::new(redirect_uri).with_client_name("stsd");
     if !setup.scopes.is_empty() {

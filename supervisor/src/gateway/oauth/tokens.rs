@@ -7,7 +7,9 @@
 //! The token values are secrets: every form of them is masked in what the upstream says
 //! (see [`Tokens::masks`]), and nothing here logs or formats one.
 
-use rmcp::transport::auth::{AuthError, CredentialRefreshGuard, CredentialStore, StoredCredentials};
+use rmcp::transport::auth::{
+    AuthError, CredentialRefreshGuard, CredentialStore, StoredCredentials,
+};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -68,6 +70,17 @@ impl Tokens {
     /// Whether credentials with a token are on disk.
     pub fn signed_in(&self) -> bool {
         matches!(self.read(), Ok(Some(c)) if c.token_response.is_some())
+    }
+
+    /// Deletes the credentials; Ok(whether there were any).
+    pub fn delete(&self) -> Result<bool, String> {
+        let gone = match fs::remove_file(&self.path) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(format!("{}: {e}", self.path.display())),
+        };
+        self.remask(None);
+        Ok(gone)
     }
 
     fn read(&self) -> Result<Option<StoredCredentials>, String> {
@@ -161,13 +174,7 @@ impl CredentialStore for Tokens {
     }
 
     async fn clear(&self) -> Result<(), AuthError> {
-        match fs::remove_file(&self.path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(store_error(format!("{}: {e}", self.path.display()))),
-        }
-        self.remask(None);
-        Ok(())
+        self.delete().map(|_| ()).map_err(store_error)
     }
 
     /// A refresh token the server refused for good (revoked, expired) is dropped, so the
@@ -243,11 +250,16 @@ mod tests {
         let dmeta = fs::metadata(dir(state.path())).expect("dir");
         assert_eq!(dmeta.permissions().mode() & 0o777, 0o700);
         assert!(t.signed_in());
-        let masked = t.masks().mask("echo tok-aaaaaaaaaaaa and r-tok-aaaaaaaaaaaa");
+        let masked = t
+            .masks()
+            .mask("echo tok-aaaaaaaaaaaa and r-tok-aaaaaaaaaaaa");
         assert!(!masked.contains("tok-aaaaaaaaaaaa"), "{masked}");
         // A reopened store (a restarted daemon) masks the tokens on disk too.
         let again = Tokens::open(state.path(), "up", SecretSet::default()).expect("open");
-        assert!(!again.masks().mask("tok-aaaaaaaaaaaa").contains("tok-aaaaaaaaaaaa"));
+        assert!(!again
+            .masks()
+            .mask("tok-aaaaaaaaaaaa")
+            .contains("tok-aaaaaaaaaaaa"));
         t.clear().await.expect("clear");
         assert!(!t.signed_in());
         assert_eq!(t.masks().mask("tok-aaaaaaaaaaaa"), "tok-aaaaaaaaaaaa");
@@ -260,7 +272,10 @@ mod tests {
     fn an_id_that_is_not_a_plain_name_is_refused() {
         let state = tempfile::tempdir().expect("tempdir");
         for id in ["../x", "", "a/b", ".hidden", "A"] {
-            assert!(Tokens::open(state.path(), id, SecretSet::default()).is_err(), "{id}");
+            assert!(
+                Tokens::open(state.path(), id, SecretSet::default()).is_err(),
+                "{id}"
+            );
         }
     }
 }
