@@ -19,6 +19,7 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub telemetry: TelemetryConfig,
     pub http: HttpConfig,
+    pub console: ConsoleConfig,
     pub gateway: crate::upstream::GatewayConfig,
     /// `[[upstream]]`: external MCP servers re-exposed through the gateway.
     pub upstream: Vec<crate::upstream::UpstreamConfig>,
@@ -302,6 +303,26 @@ pub struct MetricsConfig {
     /// `host:port` for `GET /metrics` (e.g. "127.0.0.1:9464"). Unset: no HTTP endpoint; the
     /// admin channel's `stsd/metrics` answers either way.
     pub listen: Option<String>,
+}
+
+/// `[console]`: the operator console's web pages (`/ui/`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleConfig {
+    /// Serve `/ui/` on the HTTP listener (`[http] listen`), beside MCP.
+    pub enabled: bool,
+    /// A loopback `host:port` that serves the console alone, for a daemon without an HTTP
+    /// listener (a local one). Unset: none.
+    pub listen: Option<String>,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig {
+            enabled: true,
+            listen: None,
+        }
+    }
 }
 
 /// `[telemetry]`: OpenTelemetry traces, off unless an OTLP endpoint is given.

@@ -315,13 +315,14 @@ async fn serve(
     let mut signals = Signals::install()?;
     let Endpoints {
         http: http_bound,
+        console: console_bound,
         socket: bound,
         metrics,
     } = bind_endpoints(&o, listen).await?;
     let managed = managed_catalog(&o)?;
-    let http_bound = http_bound
-        .map(|b| b.with_store(Some(managed.store())))
-        .transpose()?;
+    let [http_bound, console_bound] = [http_bound, console_bound]
+        .map(|b| b.map(|b| b.with_store(Some(managed.store()))).transpose());
+    let (http_bound, console_bound) = (http_bound?, console_bound?);
     let service = build_service_with(&o, Some(&managed))?;
     let (changed, _) = broadcast::channel::<()>(16);
     follow_replicas(&managed, &service, &changed);
@@ -352,6 +353,8 @@ async fn serve(
         stop_all: CancellationToken::new(),
     };
     let http_task = running.spawn_http(http_bound);
+    // It ends with the HTTP listener's tokens (draining, then stop).
+    let _console_task = running.spawn_http(console_bound);
     tracing::info!(
         nofile,
         max_connections = o.config.daemon.max_connections,
@@ -381,6 +384,8 @@ async fn serve(
 struct Endpoints {
     /// MCP over Streamable HTTP (`--listen`, `[http] listen`).
     http: Option<crate::http::Bound>,
+    /// The operator console alone, on loopback (`[console] listen`).
+    console: Option<crate::http::Bound>,
     /// The Unix socket (bound here, or the one systemd passed).
     socket: listener::Bound,
     /// The Prometheus port (`[metrics] listen`) and its address.
@@ -413,8 +418,13 @@ async fn bind_endpoints(
         )),
         None => None,
     };
+    let console = match &o.config.console.listen {
+        Some(addr) => Some(crate::http::bind_console(&o.config.http, addr).await?),
+        None => None,
+    };
     Ok(Endpoints {
         http,
+        console,
         socket,
         metrics,
     })

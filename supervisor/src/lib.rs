@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod cgroup;
 pub mod check;
 pub mod config_file;
+pub mod console;
 pub mod daemon;
 pub mod egress;
 pub mod exec;

@@ -516,6 +516,15 @@ impl Service {
         )
     }
 
+    /// One record in the audit log (an event that is not a call: a console action).
+    pub fn audit_value(&self, v: &Value) {
+        if let Some(log) = &self.audit {
+            if let Err(e) = log.append_value(v) {
+                tracing::error!(error = %e, "audit log write failed");
+            }
+        }
+    }
+
     pub fn audit_path(&self) -> Option<PathBuf> {
         self.audit.as_ref().map(|a| a.path())
     }

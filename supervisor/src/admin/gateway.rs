@@ -242,6 +242,28 @@ pub(super) const CHANGES: &[&str] = &[
     "stsd/upstream/login_finish",
 ];
 
+/// `stsd/upstream/preview`: an entry's server risk from its configuration alone (seed 001's
+/// connection risk preview, the engine `stsd upstream check` uses), nothing connected.
+pub(super) fn preview(service: &Service, params: &Value) -> Result<Value, (i32, String)> {
+    use stsd_profiles::upstream::UpstreamConfig;
+    let entry = params.get("upstream").cloned().ok_or((
+        -32602,
+        "params: {\"upstream\": <an [[upstream]] entry as JSON>}".to_string(),
+    ))?;
+    let u: UpstreamConfig =
+        serde_json::from_value(entry).map_err(|e| (-32602, format!("the upstream entry: {e}")))?;
+    u.check().map_err(|e| (-32602, e))?;
+    let config = service.config();
+    // Scored as it would be on connecting now: in use (seed 001's preview shows a
+    // vendor-official HTTPS entry as L1, which a never-used server's doc point would not be).
+    let now = crate::store::now_ms();
+    let risk = crate::gateway::config_risk(&u, &config.gateway, Some(now), now);
+    let mut v = serde_json::to_value(&risk).map_err(|e| (GATE_FAILED, e.to_string()))?;
+    // The axes that wait on the live tool list (write capability, the tools' own scores).
+    v["pending"] = json!(["the no-auth-write floor reads the tools' annotations"]);
+    Ok(v)
+}
+
 /// Every upstream: how it is connected, its server score, its tools served and withheld.
 fn upstreams(service: &Service) -> Value {
     match service.gateway() {

@@ -16,6 +16,8 @@
 //! | `stsd/tools/show` | `{name}` | one tool: the list entry plus its spec and inputSchema |
 //! | `stsd/approvals/list` | none | `{"pending": [{id, tool, arguments, prompt, peerUid, ageMs}], "expired": [{callId, tool, reason, ...}]}` |
 //! | `stsd/approvals/decide` | `{id, approve: bool, reason?}` | `{"id": id, "approved": bool}` |
+//! | `stsd/audit/list` | `{tool?, principal?, outcome?, limit?}` | `{"records": [...]}`, newest first |
+//! | `stsd/upstream/preview` | `{upstream: <[[upstream]] entry>}` | its server risk from the configuration alone |
 //! | `stsd/upstream/add`, `update` | `{upstream: <[[upstream]] entry>}` | `{id, upstream: <as listed>}` |
 //! | `stsd/upstream/remove`, `restart` | `{id}` | `{id, removed}` / `{id, upstream}` |
 
@@ -55,6 +57,7 @@ pub struct Admin {
     )>,
 }
 
+mod audit;
 mod codes;
 mod gateway;
 
@@ -137,6 +140,56 @@ impl Admin {
         })
     }
 
+    /// `stsd/approvals/decide`: an operator's answer to a waiting call.
+    fn decide(&self, who: &Subject, params: &Value) -> Result<Value, (i32, String)> {
+        let id = params.get("id").and_then(Value::as_u64).ok_or((
+            -32602,
+            "params: {\"id\": <number>, \"approve\": <bool>, \"reason\": <string>}".into(),
+        ))?;
+        let approve = params.get("approve").and_then(Value::as_bool).ok_or((
+            -32602,
+            "params: \"approve\" must be true or false".to_string(),
+        ))?;
+        let reason = params
+            .get("reason")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .chars()
+            .take(1024)
+            .collect::<String>();
+        let reason = if reason.is_empty() && !approve {
+            "denied by the operator".to_string()
+        } else {
+            reason
+        };
+        if !self.service.permits(who, crate::policy::Action::Approve) {
+            return Err((
+                NOT_ALLOWED,
+                format!(
+                    "{who} may not answer approvals (the policy's approve: by default \
+                     [approval] operator_uids or [http] approver_principals)"
+                ),
+            ));
+        }
+        self.service
+            .gate
+            .answer(id, approve, reason, who)
+            .map_err(|e| (NO_SUCH, e))?;
+        Ok(json!({"id": id, "approved": approve}))
+    }
+
+    /// What the audit's readers (admins and operators) may read: the audit log, and the
+    /// connection risk preview (a computation, nothing connected).
+    fn reads(&self, who: &Subject, method: &str, params: &Value) -> Result<Value, (i32, String)> {
+        if !self.may_read(who) {
+            return Err((NOT_ALLOWED, format!("{who} may not call {method}")));
+        }
+        match method {
+            "stsd/audit/list" => audit::list(self.service.audit_path(), params),
+            _ => gateway::preview(&self.service, params),
+        }
+    }
+
     fn call(&self, who: &Subject, method: &str, params: &Value) -> Result<Value, (i32, String)> {
         let admin_only = |what: &str| {
             if self.is_admin(who) {
@@ -214,42 +267,8 @@ impl Admin {
                     "expired": self.service.gate.expired(),
                 }))
             }
-            "stsd/approvals/decide" => {
-                let id = params.get("id").and_then(Value::as_u64).ok_or((
-                    -32602,
-                    "params: {\"id\": <number>, \"approve\": <bool>, \"reason\": <string>}".into(),
-                ))?;
-                let approve = params.get("approve").and_then(Value::as_bool).ok_or((
-                    -32602,
-                    "params: \"approve\" must be true or false".to_string(),
-                ))?;
-                let reason = params
-                    .get("reason")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .chars()
-                    .take(1024)
-                    .collect::<String>();
-                let reason = if reason.is_empty() && !approve {
-                    "denied by the operator".to_string()
-                } else {
-                    reason
-                };
-                if !self.service.permits(who, crate::policy::Action::Approve) {
-                    return Err((
-                        NOT_ALLOWED,
-                        format!(
-                            "{who} may not answer approvals (the policy's approve: by default \
-                             [approval] operator_uids or [http] approver_principals)"
-                        ),
-                    ));
-                }
-                self.service
-                    .gate
-                    .answer(id, approve, reason, who)
-                    .map_err(|e| (NO_SUCH, e))?;
-                Ok(json!({"id": id, "approved": approve}))
-            }
+            "stsd/approvals/decide" => self.decide(who, params),
+            "stsd/audit/list" | "stsd/upstream/preview" => self.reads(who, method, params),
             m if m.starts_with("stsd/upstream/") || m.starts_with("stsd/ledger/") => {
                 admin_only("govern upstreams and the ledger")?;
                 self.gateway_method(m, params)

@@ -57,13 +57,14 @@ pub(crate) use call::{check_against_input_schema, reply_of};
 pub use change::Changes;
 pub use client::ConnState;
 pub use events::RiskEvent;
-pub use expose::{Exposed, WrappedTool};
+pub use expose::{config_risk, Exposed, WrappedTool};
 pub use front::{ledger_path, EventSink, Gateway, ItemEvent};
 pub use items::{ExposedItems, ServedPrompt, ServedResource};
 pub use ledger::{fingerprint, Ledger, State as LedgerState, Status as LedgerStatus};
 pub use preview::run as preview;
 pub use reads::Read;
 pub use registry::{entry as registry_entry, Prefer as RegistryPrefer};
+pub use risk::floor_chip;
 pub use scan::scan_text;
 pub use sources::{declared, with_added};
 // The confinement of a stdio upstream: `stsd upstream-exec` runs `exec_main`; the tests

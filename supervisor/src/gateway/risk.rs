@@ -126,6 +126,14 @@ pub fn used_within_90_days(last_used_ms: Option<i64>, now_ms: i64) -> bool {
     last_used_ms.is_some_and(|t| now_ms.saturating_sub(t) <= STALE_AFTER_MS)
 }
 
+/// The chip text of the floor named `name` (as reports and events carry it).
+pub fn floor_chip(name: &str) -> Option<&'static str> {
+    Floor::ALL
+        .iter()
+        .find(|f| f.name() == name)
+        .map(|f| f.chip())
+}
+
 /// A floor override: a rule that sets the level's minimum regardless of the axis sum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Floor {
@@ -167,6 +175,16 @@ impl Floor {
             Floor::Undocumented => "undocumented",
         }
     }
+
+    /// Every floor.
+    pub const ALL: [Floor; 6] = [
+        Floor::NonLoopbackNoAuthWriteCapability,
+        Floor::NonLoopbackNoAuthTrustUnknown,
+        Floor::PrivilegedOauthScope,
+        Floor::IrreversibleVerb,
+        Floor::DestructiveNotIdempotent,
+        Floor::Undocumented,
+    ];
 
     /// The level the floor sets as the minimum.
     pub fn level(self) -> RiskLevel {

@@ -11,6 +11,9 @@
 //! | `GET /.well-known/oauth-protected-resource[/path]` | none | with `[http.oauth]`: the protected-resource metadata (RFC 9728) |
 //! | `[http] path` (`/mcp`) | token, client cert or OAuth access token | MCP: stateless 2026-07-28, and 2025-11-25 sessions when `legacy_sessions` |
 //! | `POST /admin` | token or client cert, a principal in `admin_principals`/`approver_principals` | the `stsd/...` admin methods (JSON-RPC) |
+//! | `/ui/...` | a console session (login with a token or client cert) | the operator console (`crate::console`), unless `[console] enabled = false` |
+//!
+//! `[console] listen` binds a second, loopback-only listener that serves the console alone.
 
 pub mod auth;
 pub mod oauth;
@@ -57,6 +60,8 @@ pub struct Bound {
     book: Option<Arc<auth::TokenBook>>,
     oauth: Option<Arc<oauth::OAuth>>,
     config: HttpConfig,
+    /// `[console] listen`: serves `/ui/` (and health) only.
+    console_only: bool,
 }
 
 impl Bound {
@@ -93,6 +98,9 @@ impl Bound {
     /// One line for the startup banner.
     pub fn describe(&self) -> String {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
+        if self.console_only {
+            return format!("operator console on {scheme}://{}/ui/\n", self.addr);
+        }
         let mut auth = Vec::new();
         let (tokens, principals) = match &self.book {
             Some(b) => b.describe(),
@@ -186,7 +194,34 @@ pub async fn bind(config: &HttpConfig, listen: &str) -> Result<Bound, String> {
         book: None,
         oauth,
         config: config.clone(),
+        console_only: false,
     })
+}
+
+/// `[console] listen`: a loopback listener for the console alone (plain HTTP: it never leaves
+/// the machine), with the `[http]` section's ways to log in.
+pub async fn bind_console(config: &HttpConfig, listen: &str) -> Result<Bound, String> {
+    let addr = tokio::net::lookup_host(listen)
+        .await
+        .map_err(|e| format!("[console] listen {listen}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("[console] listen {listen}: no address"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "[console] listen {listen}: a loopback address only (put the console on [http] \
+             listen, with TLS, to reach it from elsewhere)"
+        ));
+    }
+    let mut c = config.clone();
+    c.tls_cert = None;
+    c.tls_key = None;
+    c.client_ca = None;
+    c.allow_plaintext = false;
+    let mut b = bind(&c, &addr.to_string())
+        .await
+        .map_err(|e| format!("[console] listen: {e}"))?;
+    b.console_only = true;
+    Ok(b)
 }
 
 /// What every request shares.
@@ -203,6 +238,11 @@ struct Shared {
     draining: CancellationToken,
     /// Latched once the pool has had a ready worker.
     warmed: AtomicBool,
+    /// The operator console (`/ui/`), when served here.
+    console: Option<Arc<crate::console::Console>>,
+    console_only: bool,
+    /// The host names a loopback listener answers to (a DNS-rebinding page is refused).
+    loopback: bool,
 }
 
 /// Serves until `draining` is cancelled (no new connection), and keeps answering requests
@@ -244,6 +284,14 @@ pub async fn serve(
         }
     };
     let mcp = StreamableHttpService::new(factory, Default::default(), mcp_config);
+    let mut bound = bound;
+    let tokens = bound.book.take().unwrap_or_else(|| {
+        Arc::new(auth::TokenBook::new(
+            std::mem::take(&mut bound.tokens),
+            None,
+        ))
+    });
+    let console = console_for(&bound, &service, &admin, &tokens);
     let shared = Arc::new(Shared {
         service,
         origins: bound
@@ -252,30 +300,18 @@ pub async fn serve(
             .iter()
             .filter_map(|o| origin::normalize(o))
             .collect(),
-        tokens: bound
-            .book
-            .unwrap_or_else(|| Arc::new(auth::TokenBook::new(bound.tokens, None))),
+        tokens,
         oauth: bound.oauth,
         config: bound.config,
         mcp,
         admin,
         draining: draining.clone(),
         warmed: AtomicBool::new(false),
+        console,
+        console_only: bound.console_only,
+        loopback: bound.addr.ip().is_loopback(),
     });
-    {
-        // A token removed from the store stops working within this.
-        let (book, stop) = (shared.tokens.clone(), stop.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(TOKEN_REFRESH) => {}
-                    _ = stop.cancelled() => return,
-                }
-                let b = book.clone();
-                let _ = tokio::task::spawn_blocking(move || b.refresh()).await;
-            }
-        });
-    }
+    spawn_token_refresh(shared.tokens.clone(), stop.clone());
     let max_conns = Arc::new(tokio::sync::Semaphore::new(
         shared.service.config().daemon.max_connections.max(1),
     ));
@@ -500,6 +536,16 @@ async fn route(shared: &Shared, cert: Option<&str>, mut req: Request<Incoming>) 
             text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
         };
     }
+    if crate::console::Console::owns(path) {
+        return match &shared.console {
+            Some(c) if host_allowed(shared, &req) => c.handle(req, cert).await,
+            Some(_) => text(StatusCode::MISDIRECTED_REQUEST, "host not allowed\n"),
+            None => text(StatusCode::NOT_FOUND, "not found\n"),
+        };
+    }
+    if shared.console_only {
+        return text(StatusCode::NOT_FOUND, "not found\n");
+    }
     if req.method() == Method::GET {
         if let Some(r) = resource_metadata(shared, path) {
             return r;
@@ -545,6 +591,88 @@ async fn route(shared: &Shared, cert: Option<&str>, mut req: Request<Incoming>) 
         }
     }
     r
+}
+
+/// Reads the state store's tokens again every [`TOKEN_REFRESH`]: a token removed from the
+/// store stops working within that.
+fn spawn_token_refresh(book: Arc<auth::TokenBook>, stop: CancellationToken) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(TOKEN_REFRESH) => {}
+                _ = stop.cancelled() => return,
+            }
+            let b = book.clone();
+            let _ = tokio::task::spawn_blocking(move || b.refresh()).await;
+        }
+    });
+}
+
+/// The operator console this listener serves, if any (`[console]`).
+fn console_for(
+    bound: &Bound,
+    service: &Arc<Service>,
+    admin: &Arc<dyn AdminHandler>,
+    tokens: &Arc<auth::TokenBook>,
+) -> Option<Arc<crate::console::Console>> {
+    if !bound.console_only && !service.config().console.enabled {
+        return None;
+    }
+    let login = console_login(tokens.clone(), bound.oauth.clone());
+    crate::console::Console::new(
+        admin.clone(),
+        service.clone(),
+        login,
+        bound.tls.is_some(),
+        bound.config.allowed_origins.clone(),
+    )
+    .map_err(|e| tracing::error!(error = %e, "the operator console is not served"))
+    .ok()
+}
+
+/// The console's DNS-rebinding check, as MCP's: the `Host` is one of `[http] allowed_hosts`,
+/// or on a loopback listener a loopback name.
+fn host_allowed(shared: &Shared, req: &Request<Incoming>) -> bool {
+    let Some(host) = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return false;
+    };
+    let name = match host.rsplit_once(':') {
+        Some((n, port)) if port.bytes().all(|b| b.is_ascii_digit()) => n,
+        _ => host,
+    }
+    .trim_matches(['[', ']'])
+    .to_ascii_lowercase();
+    if !shared.config.allowed_hosts.is_empty() {
+        return shared
+            .config
+            .allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(&name) || h.eq_ignore_ascii_case(host));
+    }
+    !shared.loopback || matches!(name.as_str(), "localhost" | "127.0.0.1" | "::1")
+}
+
+/// How the console's login form checks a token: as a request's bearer token is checked.
+fn console_login(
+    tokens: Arc<auth::TokenBook>,
+    oauth: Option<Arc<oauth::OAuth>>,
+) -> crate::console::Login {
+    Arc::new(move |token: String| {
+        let (tokens, oauth) = (tokens.clone(), oauth.clone());
+        Box::pin(async move {
+            if let (Some(o), true) = (&oauth, token.contains('.')) {
+                return o.authenticate(&token).await.ok();
+            }
+            tokens
+                .principal(&token)
+                .await
+                .map(|name| Principal::new(name, PrincipalKind::Token))
+        })
+    })
 }
 
 fn ready(shared: &Shared) -> bool {

@@ -1,0 +1,281 @@
+//! The operator console (issue 37): web pages for the decisions seed 001 and seed 002 put in
+//! front of a person, served under `/ui/` by the daemon's HTTP listener (and by `[console]
+//! listen`, a loopback listener that serves only the console). One entry point,
+//! [`Console::handle`].
+//!
+//! It is a front, like the admin socket: every page reads through the admin channel's
+//! methods and every button calls one, as the person who logged in
+//! (`Subject::Principal`), so the policy decides what they see and may press and the
+//! console adds no second path to the state. Each state-changing request is audited with
+//! that principal (`event: "console"`).
+//!
+//! A person logs in with a bearer token (`stsd token add NAME`) or, over mTLS, their client
+//! certificate; the session lives in a cookie (`session`). Every state-changing request is a
+//! POST with the session's CSRF token and an `Origin` (or `Referer`) of the console itself.
+//! Pages are rendered on the server from templates that escape HTML (`pages`); the only
+//! script is `static/console.js` (live approvals, the preview's chip), under a
+//! Content-Security-Policy that allows no inline script, no framing and no other origin.
+
+mod door;
+mod pages;
+mod reply;
+pub mod session;
+mod sse;
+
+use crate::call::{Principal, Subject};
+use crate::service::Service;
+use crate::transport::AdminHandler;
+use door::Door;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+pub use reply::Body;
+use reply::{plain, redirect, Ask};
+use serde_json::{json, Value};
+use session::Sessions;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// How a login's token becomes a principal (the HTTP listener's own check: stsd's tokens,
+/// OAuth access tokens). None: not accepted.
+pub type Login =
+    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Option<Principal>> + Send>> + Send + Sync>;
+
+/// The console's Content-Security-Policy: scripts, styles and requests from itself only, no
+/// inline script or style, no plugin, no framing, forms posted to itself.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// A form body larger than this is refused.
+const MAX_FORM: usize = 64 * 1024;
+
+pub struct Console {
+    admin: Arc<dyn AdminHandler>,
+    service: Arc<Service>,
+    login: Login,
+    sessions: Sessions,
+    /// Whether the listener is TLS (the origin's scheme).
+    tls: bool,
+    /// Origins besides the console's own that may post (`[http] allowed_origins`).
+    origins: Vec<String>,
+    pages: pages::Pages,
+}
+
+impl Console {
+    pub fn new(
+        admin: Arc<dyn AdminHandler>,
+        service: Arc<Service>,
+        login: Login,
+        tls: bool,
+        origins: Vec<String>,
+    ) -> Result<Arc<Console>, String> {
+        Ok(Arc::new(Console {
+            admin,
+            service,
+            login,
+            sessions: Sessions::default(),
+            tls,
+            origins,
+            pages: pages::Pages::new()?,
+        }))
+    }
+
+    /// Whether `path` is the console's.
+    pub fn owns(path: &str) -> bool {
+        path == "/ui" || path.starts_with("/ui/")
+    }
+
+    /// One request under `/ui/`. `cert`: the client certificate's principal name, over mTLS.
+    pub async fn handle(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        cert: Option<&str>,
+    ) -> Response<Body> {
+        let mut r = self.route(req, cert).await;
+        let h = r.headers_mut();
+        h.insert("content-security-policy", HeaderValue::from_static(CSP));
+        h.insert(
+            "x-content-type-options",
+            HeaderValue::from_static("nosniff"),
+        );
+        h.insert("x-frame-options", HeaderValue::from_static("DENY"));
+        h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
+        h.entry(header::CACHE_CONTROL)
+            .or_insert(HeaderValue::from_static("no-store"));
+        r
+    }
+
+    async fn route(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        cert: Option<&str>,
+    ) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        let method = req.method().clone();
+        if let Some(file) = path.strip_prefix("/ui/static/") {
+            return pages::asset(file);
+        }
+        let posted = method == Method::POST;
+        if posted && !session::same_origin(req.headers(), self.tls, &self.origins) {
+            tracing::info!(
+                path,
+                "console request refused: not from the console's origin"
+            );
+            return plain(StatusCode::FORBIDDEN, "origin not allowed\n");
+        }
+        if path == "/ui/login" {
+            return match method {
+                Method::GET => self.pages.login(None),
+                Method::POST => self.login(req, cert).await,
+                _ => plain(StatusCode::METHOD_NOT_ALLOWED, "GET or POST\n"),
+            };
+        }
+        let sid = session::cookie_of(req.headers().get(header::COOKIE));
+        let Some((sid, s)) = sid.and_then(|id| self.sessions.get(&id).map(|s| (id, s))) else {
+            return redirect("/ui/login");
+        };
+        let query = req.uri().query().unwrap_or_default().to_string();
+        let mut fields: HashMap<String, String> = url::form_urlencoded::parse(query.as_bytes())
+            .into_owned()
+            .collect();
+        if posted {
+            match form(req).await {
+                Ok(f) => fields.extend(f),
+                Err(r) => return r,
+            }
+            let sent = fields.get("csrf").map(String::as_str).unwrap_or_default();
+            if !session::same(sent, &s.csrf) {
+                tracing::info!(path, who = %s.principal.name, "console request refused: CSRF token");
+                return plain(
+                    StatusCode::FORBIDDEN,
+                    "the form's CSRF token is missing or wrong\n",
+                );
+            }
+        }
+        let ask = Ask {
+            principal: s.principal.clone(),
+            csrf: s.csrf.clone(),
+            fields,
+        };
+        if posted && path == "/ui/logout" {
+            self.sessions.close(&sid);
+            let mut r = redirect("/ui/login");
+            if let Ok(v) = HeaderValue::from_str(&session::set_cookie("")) {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            return r;
+        }
+        if path == "/ui/events/approvals" && method == Method::GET {
+            return sse::approvals(self.admin.clone(), ask.principal);
+        }
+        match (method, path.as_str()) {
+            (Method::GET, "/ui" | "/ui/") => redirect("/ui/tools"),
+            (Method::GET, _) => self.pages.get(self, &path, &ask).await,
+            (Method::POST, _) => self.pages.post(self, &path, &ask).await,
+            _ => plain(StatusCode::METHOD_NOT_ALLOWED, "GET or POST\n"),
+        }
+    }
+
+    async fn login(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        cert: Option<&str>,
+    ) -> Response<Body> {
+        let fields = match form(req).await {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        let token = fields
+            .get("token")
+            .map(|t| t.trim().to_string())
+            .unwrap_or_default();
+        let principal = if token.is_empty() {
+            cert.map(|c| Principal::new(c, crate::call::PrincipalKind::Certificate))
+        } else {
+            (self.login)(token).await
+        };
+        let Some(principal) = principal else {
+            tracing::info!("console login refused");
+            return self.pages.login(Some("That token is not accepted."));
+        };
+        let Some((id, _)) = self.sessions.open(principal.clone()) else {
+            return plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no session could be made\n",
+            );
+        };
+        self.audit(&principal, "login", &json!({}), Ok(()));
+        let mut r = redirect("/ui/tools");
+        if let Ok(v) = HeaderValue::from_str(&session::set_cookie(&id)) {
+            r.headers_mut().insert(header::SET_COOKIE, v);
+        }
+        r
+    }
+
+    fn audit(&self, who: &Principal, method: &str, params: &Value, outcome: Result<(), String>) {
+        let mut rec = json!({
+            "ts": crate::store::now_ms(),
+            "event": "console",
+            "principal": who.name,
+            "principalKind": who.kind.as_str(),
+            "method": method,
+            "params": crate::audit::bounded_params(params, 1024, 8192),
+            "outcome": if outcome.is_ok() { "ok" } else { "refused" },
+        });
+        if let Err(e) = outcome {
+            rec["error"] = json!(crate::audit::bounded_message(&e, 1024));
+        }
+        self.service.audit_value(&rec);
+    }
+}
+
+/// A urlencoded form body, bounded.
+async fn form(
+    req: Request<hyper::body::Incoming>,
+) -> Result<HashMap<String, String>, Response<Body>> {
+    let body = match Limited::new(req.into_body(), MAX_FORM).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return Err(plain(StatusCode::PAYLOAD_TOO_LARGE, "form too large\n")),
+    };
+    Ok(url::form_urlencoded::parse(&body).into_owned().collect())
+}
+
+#[async_trait::async_trait]
+impl Door for Console {
+    /// One admin method, as `who`.
+    async fn call(
+        &self,
+        who: &Principal,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, (i32, String)> {
+        self.admin
+            .handle(Subject::Principal(who.clone()), method.to_string(), params)
+            .await
+    }
+
+    /// An admin method that changes something: called, then audited with the person.
+    async fn act(
+        &self,
+        who: &Principal,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, (i32, String)> {
+        let r = self.call(who, method, params.clone()).await;
+        self.audit(
+            who,
+            method,
+            &params,
+            r.as_ref().map(|_| ()).map_err(|e| e.1.clone()),
+        );
+        r
+    }
+
+    /// Whether the policy lets `who` do `action` (buttons are shown only to those who may
+    /// press them; the method checks again).
+    fn may(&self, who: &Principal, action: crate::policy::Action) -> bool {
+        self.service
+            .permits(&Subject::Principal(who.clone()), action)
+    }
+}

@@ -1,0 +1,332 @@
+//! The console's pages: each reads through admin methods as the person, and renders a
+//! template (minijinja, HTML-escaped by default: a tool's description or an upstream's
+//! prompt is text, never markup). The chips carry their label in text beside the colour.
+
+use super::door::Door;
+use super::reply::{html, json_reply, plain, redirect, Ask, Body};
+use crate::policy::Action;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use minijinja::{context, Environment, Value as Jv};
+use serde_json::{json, Value};
+
+const NOT_ALLOWED: i32 = -32001;
+const NO_SUCH: i32 = -32002;
+
+pub struct Pages {
+    env: Environment<'static>,
+}
+
+/// The templates, compiled into the binary.
+const TEMPLATES: &[(&str, &str)] = &[
+    ("base.html", include_str!("templates/base.html")),
+    ("login.html", include_str!("templates/login.html")),
+    ("tools.html", include_str!("templates/tools.html")),
+    ("tool.html", include_str!("templates/tool.html")),
+    ("servers.html", include_str!("templates/servers.html")),
+    ("preview.html", include_str!("templates/preview.html")),
+    ("approvals.html", include_str!("templates/approvals.html")),
+    ("ledger.html", include_str!("templates/ledger.html")),
+    ("audit.html", include_str!("templates/audit.html")),
+];
+
+/// Seed 001's MCP chip labels; the sandbox Risk Level (seed 000 §10.6) runs from "no
+/// detected risk" to "escape-class allowed".
+fn mcp_label(level: &str) -> &'static str {
+    match level {
+        "L0" => "Verified",
+        "L1" => "Safe",
+        "L2" => "Low",
+        "L3" => "Moderate",
+        "L4" => "High",
+        "L5" => "Critical",
+        _ => "Unknown",
+    }
+}
+
+fn sandbox_label(level: &str) -> &'static str {
+    match level {
+        "L0" => "No detected risk",
+        "L1" => "Minimal",
+        "L2" => "Low",
+        "L3" => "Moderate",
+        "L4" => "High",
+        "L5" => "Escape-class",
+        _ => "Unknown",
+    }
+}
+
+impl Pages {
+    pub fn new() -> Result<Pages, String> {
+        let mut env = Environment::new();
+        for (name, text) in TEMPLATES {
+            env.add_template(name, text)
+                .map_err(|e| format!("console template {name}: {e}"))?;
+        }
+        env.add_filter("mcp_label", |l: String| mcp_label(&l).to_string());
+        env.add_filter("sandbox_label", |l: String| sandbox_label(&l).to_string());
+        env.add_filter("floor_chip", |f: String| {
+            crate::gateway::floor_chip(&f)
+                .unwrap_or(f.as_str())
+                .to_string()
+        });
+        env.add_filter("json", |v: Jv| {
+            serde_json::to_string_pretty(&v).unwrap_or_default()
+        });
+        Ok(Pages { env })
+    }
+
+    fn render(&self, name: &str, ctx: Jv) -> Response<Body> {
+        match self.env.get_template(name).and_then(|t| t.render(ctx)) {
+            Ok(body) => html(StatusCode::OK, body),
+            Err(e) => {
+                tracing::error!(error = %e, template = name, "console page failed");
+                plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the page could not be made\n",
+                )
+            }
+        }
+    }
+
+    pub fn login(&self, error: Option<&str>) -> Response<Body> {
+        self.render("login.html", context! { error => error })
+    }
+
+    /// The context every page has.
+    fn base(&self, c: &dyn Door, ask: &Ask, page: &str) -> Jv {
+        let who = &ask.principal;
+        context! {
+            page => page,
+            me => who.name,
+            csrf => ask.csrf,
+            may_admin => c.may(who, Action::Admin),
+            may_approve => c.may(who, Action::Approve),
+            may_read => c.may(who, Action::ReadAudit),
+            notice => ask.fields.get("notice"),
+        }
+    }
+
+    /// A page whose data could not be read: the reason, on the page's frame.
+    fn refused(&self, c: &dyn Door, ask: &Ask, page: &str, e: (i32, String)) -> Response<Body> {
+        let mut r = self.render(
+            "base.html",
+            context! { ..self.base(c, ask, page), ..context! { error => e.1 } },
+        );
+        match e.0 {
+            NOT_ALLOWED => *r.status_mut() = StatusCode::FORBIDDEN,
+            NO_SUCH => *r.status_mut() = StatusCode::NOT_FOUND,
+            _ => {}
+        }
+        r
+    }
+
+    pub async fn get(&self, c: &dyn Door, path: &str, ask: &Ask) -> Response<Body> {
+        match path {
+            "/ui/tools" => self.tools(c, ask).await,
+            "/ui/servers" => self.servers(c, ask).await,
+            "/ui/preview" => self.preview(c, ask).await,
+            "/ui/api/preview" => match preview_risk(c, ask).await {
+                Ok(v) => json_reply(&v),
+                Err(e) => json_reply(&json!({"error": e.1})),
+            },
+            "/ui/approvals" => self.approvals(c, ask).await,
+            "/ui/ledger" => self.ledger(c, ask).await,
+            "/ui/audit" => self.audit(c, ask).await,
+            p => match p.strip_prefix("/ui/tools/") {
+                Some(name) => self.tool(c, ask, name).await,
+                None => plain(StatusCode::NOT_FOUND, "no such page\n"),
+            },
+        }
+    }
+
+    pub async fn post(&self, c: &dyn Door, path: &str, ask: &Ask) -> Response<Body> {
+        let field = |k: &str| ask.fields.get(k).cloned().unwrap_or_default();
+        let (method, params, back) = if let Some(rest) = path.strip_prefix("/ui/tools/") {
+            let (name, what) = rest.rsplit_once('/').unwrap_or((rest, ""));
+            let method = match what {
+                "enable" => "stsd/tools/enable",
+                "disable" => "stsd/tools/disable",
+                _ => return plain(StatusCode::NOT_FOUND, "no such action\n"),
+            };
+            (method, json!({"name": name}), "/ui/tools".to_string())
+        } else if let Some(id) = path.strip_prefix("/ui/approvals/") {
+            let Ok(id) = id.parse::<u64>() else {
+                return plain(StatusCode::NOT_FOUND, "no such call\n");
+            };
+            let approve = field("decision") == "approve";
+            (
+                "stsd/approvals/decide",
+                json!({"id": id, "approve": approve, "reason": field("reason")}),
+                "/ui/approvals".to_string(),
+            )
+        } else if path == "/ui/ledger" {
+            let method = match field("action").as_str() {
+                "approve" => "stsd/ledger/approve",
+                "revoke" => "stsd/ledger/revoke",
+                _ => return plain(StatusCode::BAD_REQUEST, "action: approve or revoke\n"),
+            };
+            (method, json!({"id": field("id")}), "/ui/ledger".to_string())
+        } else {
+            return plain(StatusCode::NOT_FOUND, "no such action\n");
+        };
+        match c.act(&ask.principal, method, params).await {
+            Ok(_) => redirect(&format!("{back}?notice=done")),
+            Err(e) => self.refused(c, ask, back.trim_start_matches("/ui/"), e),
+        }
+    }
+
+    async fn tools(&self, c: &dyn Door, ask: &Ask) -> Response<Body> {
+        let list = match c.call(&ask.principal, "stsd/tools/list", json!({})).await {
+            Ok(v) => v,
+            Err(e) => return self.refused(c, ask, "tools", e),
+        };
+        let mut tools: Vec<Value> = list["tools"].as_array().cloned().unwrap_or_default();
+        tools.sort_by(|a, b| {
+            (a["state"] != "WITHHELD", a["name"].as_str())
+                .cmp(&(b["state"] != "WITHHELD", b["name"].as_str()))
+        });
+        self.render(
+            "tools.html",
+            context! { ..self.base(c, ask, "tools"), ..context! { tools => Jv::from_serialize(&tools) } },
+        )
+    }
+
+    async fn tool(&self, c: &dyn Door, ask: &Ask, name: &str) -> Response<Body> {
+        match c.call(&ask.principal, "stsd/tools/show", json!({"name": name})).await {
+            Ok(t) => self.render(
+                "tool.html",
+                context! { ..self.base(c, ask, "tools"), ..context! { tool => Jv::from_serialize(&t) } },
+            ),
+            Err(e) => self.refused(c, ask, "tools", e),
+        }
+    }
+
+    async fn servers(&self, c: &dyn Door, ask: &Ask) -> Response<Body> {
+        match c.call(&ask.principal, "stsd/upstream/list", json!({})).await {
+            Ok(v) => self.render(
+                "servers.html",
+                context! { ..self.base(c, ask, "servers"), ..context! { upstreams => Jv::from_serialize(&v["upstreams"]) } },
+            ),
+            Err(e) => self.refused(c, ask, "servers", e),
+        }
+    }
+
+    async fn preview(&self, c: &dyn Door, ask: &Ask) -> Response<Body> {
+        let risk = if ask.fields.contains_key("url") || ask.fields.contains_key("command") {
+            preview_risk(c, ask).await.ok()
+        } else {
+            None
+        };
+        let f = |k: &str| ask.fields.get(k).cloned().unwrap_or_default();
+        self.render(
+            "preview.html",
+            context! { ..self.base(c, ask, "preview"), ..context! {
+                risk => Jv::from_serialize(&risk),
+                url => f("url"), command => f("command"), auth => f("auth"),
+                trust => f("trust"), docs_url => f("docs_url"),
+                docs_adequate => f("docs_adequate") == "true",
+            } },
+        )
+    }
+
+    async fn approvals(&self, c: &dyn Door, ask: &Ask) -> Response<Body> {
+        match c
+            .call(&ask.principal, "stsd/approvals/list", json!({}))
+            .await
+        {
+            Ok(v) => self.render(
+                "approvals.html",
+                context! { ..self.base(c, ask, "approvals"), ..context! {
+                    pending => Jv::from_serialize(&v["pending"]),
+                    expired => Jv::from_serialize(&v["expired"]),
+                } },
+            ),
+            Err(e) => self.refused(c, ask, "approvals", e),
+        }
+    }
+
+    async fn ledger(&self, c: &dyn Door, ask: &Ask) -> Response<Body> {
+        match c.call(&ask.principal, "stsd/ledger/list", json!({})).await {
+            Ok(v) => {
+                let mut entries = v["entries"].as_array().cloned().unwrap_or_default();
+                // What needs a person first.
+                entries.sort_by_key(|e| {
+                    (
+                        e["state"] != "AWAITING_REREVIEW",
+                        e["id"].as_str().map(str::to_string),
+                    )
+                });
+                self.render(
+                    "ledger.html",
+                    context! { ..self.base(c, ask, "ledger"), ..context! { entries => Jv::from_serialize(&entries) } },
+                )
+            }
+            Err(e) => self.refused(c, ask, "ledger", e),
+        }
+    }
+
+    async fn audit(&self, c: &dyn Door, ask: &Ask) -> Response<Body> {
+        let f = |k: &str| ask.fields.get(k).cloned().unwrap_or_default();
+        let params = json!({"tool": f("tool"), "principal": f("principal"), "outcome": f("outcome"), "limit": 200});
+        match c.call(&ask.principal, "stsd/audit/list", params).await {
+            Ok(v) => self.render(
+                "audit.html",
+                context! { ..self.base(c, ask, "audit"), ..context! {
+                    records => Jv::from_serialize(&v["records"]),
+                    tool => f("tool"), principal => f("principal"), outcome => f("outcome"),
+                } },
+            ),
+            Err(e) => self.refused(c, ask, "audit", e),
+        }
+    }
+}
+
+/// The connection risk preview: the entry the form describes, scored from its configuration
+/// alone (`stsd/upstream/preview`, the engine `stsd upstream check` uses).
+async fn preview_risk(c: &dyn Door, ask: &Ask) -> Result<Value, (i32, String)> {
+    let f = |k: &str| {
+        ask.fields
+            .get(k)
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let mut entry = json!({"id": "preview"});
+    for key in ["url", "command", "auth", "trust", "docs_url"] {
+        if let Some(v) = f(key) {
+            entry[key] = json!(v);
+        }
+    }
+    if let Some(v) = f("docs_adequate") {
+        entry["docs_adequate"] = json!(v == "true" || v == "on");
+    }
+    c.call(
+        &ask.principal,
+        "stsd/upstream/preview",
+        json!({"upstream": entry}),
+    )
+    .await
+}
+
+/// `/ui/static/...`: the stylesheet and the script, from the binary.
+pub fn asset(file: &str) -> Response<Body> {
+    let (body, kind): (&'static str, &'static str) = match file {
+        "console.css" => (
+            include_str!("static/console.css"),
+            "text/css; charset=utf-8",
+        ),
+        "console.js" => (
+            include_str!("static/console.js"),
+            "text/javascript; charset=utf-8",
+        ),
+        _ => return plain(StatusCode::NOT_FOUND, "no such file\n"),
+    };
+    let mut r = Response::new(Full::new(bytes::Bytes::from_static(body.as_bytes())).boxed());
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("max-age=300"),
+    );
+    r
+}
