@@ -1,8 +1,8 @@
 """Issue 37: the operator console, driven by a real browser (Debian's chromium through its
 chromedriver and Selenium). A person logs in with a token, sees a withheld tool and why,
 approves a waiting call while an SDK client waits, denies another with a reason the client
-sees, watches the connection risk preview turn L5 (no-auth-unknown) and then L1, and
-re-reviews a rug-pulled tool on the Ledger page. Screenshots of each page go to
+sees, watches the connection risk preview turn L5 (no-auth-unknown) and then L1,
+re-reviews a rug-pulled tool on the Ledger page, and calls a tool from the Inspector. Screenshots of each page go to
 target/console-screenshots (CI keeps the folder). And what must fail does: a POST without
 the CSRF token, one from a foreign Origin, a principal without the role, a tool description
 carrying script; axe-core finds no serious accessibility violation on any page."""
@@ -204,6 +204,18 @@ def test_an_operator_runs_the_daemon_from_the_console(console):
         b.get(c.base + "/ui/tools")
         assert "ACTIVE" in b.find_element(By.XPATH, "//tr[th[contains(., 'greet')]]").text
 
+        # The Inspector: a form from greet's inputSchema; the call runs through the one
+        # pipeline (policy, admission, a worker) and is audited with alice and the console.
+        b.get(c.base + "/ui/inspector?tool=greet")
+        b.find_element(By.ID, "arg-text").send_keys("Ada")
+        b.find_element(By.CSS_SELECTOR, "#call button[type=submit]").click()
+        result = wait(b, EC.presence_of_element_located((By.ID, "result-text")))
+        assert result.text == "hi Ada", result.text
+        assert b.find_elements(By.XPATH, "//h3[. = 'Metrics']"), "a worker's metrics are shown"
+        shot(b, "inspector")
+        rec = [r for r in audit_lines(c.daemon) if r.get("name") == "greet"][-1]
+        assert rec["principal"] == "alice" and rec["transport"] == "console" and rec["outcome"] == "OK", rec
+
         # Servers and audit render; the audit shows the console's own actions as alice.
         b.get(c.base + "/ui/servers")
         shot(b, "servers")
@@ -281,7 +293,8 @@ def test_the_console_refuses_what_it_must(console):
 
         # Accessibility: no serious violation on any page.
         found = {}
-        for page in ("tools", "tools/greet", "servers", "preview", "approvals", "ledger", "audit"):
+        for page in ("tools", "tools/greet", "servers", "preview", "approvals", "ledger", "audit",
+                     "inspector?tool=greet"):
             b.get(f"{c.base}/ui/{page}")
             v = axe(b)
             if v:

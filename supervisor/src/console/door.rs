@@ -24,4 +24,9 @@ pub trait Door: Send + Sync {
     /// Whether the policy lets `who` do `action` (buttons are shown only to those who may
     /// press them; the method checks again).
     fn may(&self, who: &Principal, action: crate::policy::Action) -> bool;
+    /// A tools/call as `who`, through the daemon's one call pipeline (policy, approval,
+    /// admission, audit) with the console as its transport: the reply, its console lines
+    /// and metrics, as JSON.
+    async fn run(&self, who: &Principal, tool: &str, args: serde_json::Map<String, Value>)
+        -> Value;
 }

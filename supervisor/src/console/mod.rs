@@ -243,6 +243,50 @@ async fn form(
 
 #[async_trait::async_trait]
 impl Door for Console {
+    async fn run(
+        &self,
+        who: &Principal,
+        tool: &str,
+        args: serde_json::Map<String, Value>,
+    ) -> Value {
+        use std::sync::atomic::AtomicBool;
+        let caller = crate::call::Caller {
+            peer_uid: None,
+            principal: Some(who.clone()),
+            transport: "console",
+            session: 0,
+        };
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = lines.clone();
+        let sink: crate::call::ConsoleSink = Box::new(move |level, line| {
+            if let Ok(mut l) = kept.lock() {
+                if l.len() < 200 {
+                    l.push(json!({"level": level.as_str(), "line": line}));
+                }
+            }
+        });
+        let cancel = Arc::new(AtomicBool::new(false));
+        let reply = self
+            .service
+            .call(tool, args, &caller, None, cancel, sink)
+            .await;
+        let console = lines.lock().map(|l| l.clone()).unwrap_or_default();
+        match reply {
+            Ok(r) => json!({
+                "isError": r.is_error,
+                "code": r.code.map(|c| c.as_str()),
+                "text": r.text,
+                "structured": r.structured,
+                "content": r.content,
+                "metrics": r.metrics,
+                "console": console,
+            }),
+            Err(crate::call::CallFailure::UnknownTool(n)) => {
+                json!({"isError": true, "text": format!("unknown tool: {n}"), "console": console})
+            }
+        }
+    }
+
     /// One admin method, as `who`.
     async fn call(
         &self,

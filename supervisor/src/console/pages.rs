@@ -28,6 +28,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("approvals.html", include_str!("templates/approvals.html")),
     ("ledger.html", include_str!("templates/ledger.html")),
     ("audit.html", include_str!("templates/audit.html")),
+    ("inspector.html", include_str!("templates/inspector.html")),
 ];
 
 /// Seed 001's MCP chip labels; the sandbox Risk Level (seed 000 §10.6) runs from "no
@@ -133,6 +134,7 @@ impl Pages {
             "/ui/approvals" => self.approvals(c, ask).await,
             "/ui/ledger" => self.ledger(c, ask).await,
             "/ui/audit" => self.audit(c, ask).await,
+            "/ui/inspector" => self.inspector(c, ask, None).await,
             p => match p.strip_prefix("/ui/tools/") {
                 Some(name) => self.tool(c, ask, name).await,
                 None => plain(StatusCode::NOT_FOUND, "no such page\n"),
@@ -142,6 +144,9 @@ impl Pages {
 
     pub async fn post(&self, c: &dyn Door, path: &str, ask: &Ask) -> Response<Body> {
         let field = |k: &str| ask.fields.get(k).cloned().unwrap_or_default();
+        if path == "/ui/inspector" {
+            return self.inspect(c, ask).await;
+        }
         let (method, params, back) = if let Some(rest) = path.strip_prefix("/ui/tools/") {
             let (name, what) = rest.rsplit_once('/').unwrap_or((rest, ""));
             let method = match what {
@@ -280,6 +285,106 @@ impl Pages {
             Err(e) => self.refused(c, ask, "audit", e),
         }
     }
+}
+
+impl Pages {
+    /// The Inspector: a form made from the tool's inputSchema, and after a call its reply.
+    async fn inspector(
+        &self,
+        c: &dyn Door,
+        ask: &Ask,
+        reply: Option<(Value, Value)>,
+    ) -> Response<Body> {
+        let name = ask.fields.get("tool").cloned().unwrap_or_default();
+        let tools = match c.call(&ask.principal, "stsd/tools/list", json!({})).await {
+            Ok(v) => v["tools"].as_array().cloned().unwrap_or_default(),
+            Err(e) => return self.refused(c, ask, "inspector", e),
+        };
+        let names: Vec<&str> = tools
+            .iter()
+            .filter(|t| t["state"] == "ACTIVE")
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        let tool = if name.is_empty() {
+            Value::Null
+        } else {
+            match c
+                .call(&ask.principal, "stsd/tools/show", json!({"name": name}))
+                .await
+            {
+                Ok(t) => t,
+                Err(e) => return self.refused(c, ask, "inspector", e),
+            }
+        };
+        let fields = form_fields(&tool["inputSchema"]);
+        let (args, result) = reply.unwrap_or((Value::Null, Value::Null));
+        self.render(
+            "inspector.html",
+            context! { ..self.base(c, ask, "inspector"), ..context! {
+                names => names, tool => Jv::from_serialize(&tool),
+                fields => Jv::from_serialize(&fields), args => Jv::from_serialize(&args),
+                result => Jv::from_serialize(&result),
+            } },
+        )
+    }
+
+    /// POST /ui/inspector: the form's values typed by the schema, then the call.
+    async fn inspect(&self, c: &dyn Door, ask: &Ask) -> Response<Body> {
+        let name = ask.fields.get("tool").cloned().unwrap_or_default();
+        let tool = match c
+            .call(&ask.principal, "stsd/tools/show", json!({"name": name}))
+            .await
+        {
+            Ok(t) => t,
+            Err(e) => return self.refused(c, ask, "inspector", e),
+        };
+        let mut args = serde_json::Map::new();
+        for f in form_fields(&tool["inputSchema"]) {
+            let key = format!("arg.{}", f["name"].as_str().unwrap_or_default());
+            let raw = ask.fields.get(&key).cloned().unwrap_or_default();
+            if raw.is_empty() && f["kind"] != "boolean" {
+                continue;
+            }
+            let value = match f["kind"].as_str() {
+                Some("boolean") => json!(raw == "true"),
+                Some("number") => raw.parse::<f64>().map(|n| json!(n)).unwrap_or(json!(raw)),
+                Some("integer") => raw.parse::<i64>().map(|n| json!(n)).unwrap_or(json!(raw)),
+                Some("json") => serde_json::from_str(&raw).unwrap_or(json!(raw)),
+                _ => json!(raw),
+            };
+            if let Some(n) = f["name"].as_str() {
+                args.insert(n.to_string(), value);
+            }
+        }
+        let result = c.run(&ask.principal, &name, args.clone()).await;
+        self.inspector(c, ask, Some((Value::Object(args), result)))
+            .await
+    }
+}
+
+/// The inputs of a form for `schema`'s properties: name, kind (string, number, integer,
+/// boolean, or json for the rest), whether required, the description.
+fn form_fields(schema: &Value) -> Vec<Value> {
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let Some(props) = schema["properties"].as_object() else {
+        return Vec::new();
+    };
+    props
+        .iter()
+        .map(|(name, p)| {
+            let kind = match p["type"].as_str() {
+                Some(t @ ("string" | "number" | "integer" | "boolean")) => t,
+                _ => "json",
+            };
+            json!({"name": name, "kind": kind, "required": required.contains(&name.as_str()),
+                   "description": p["description"]})
+        })
+        .collect()
 }
 
 /// The connection risk preview: the entry the form describes, scored from its configuration
