@@ -377,10 +377,10 @@ fn form_fields(schema: &Value) -> Vec<Value> {
     props
         .iter()
         .map(|(name, p)| {
-            let kind = match p["type"].as_str() {
-                Some(t @ ("string" | "number" | "integer" | "boolean")) => t,
-                _ => "json",
-            };
+            let kind = p["type"]
+                .as_str()
+                .filter(|t| matches!(*t, "string" | "number" | "integer" | "boolean"))
+                .unwrap_or("json");
             json!({"name": name, "kind": kind, "required": required.contains(&name.as_str()),
                    "description": p["description"]})
         })
