@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import threading
 import time
 import urllib.error
@@ -21,9 +22,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import ROOT, Daemon
+from conftest import ROOT, Daemon, stsd_bin
 from httpkit import add_token, free_port, wait_ready
-from test_gateway import audit_lines, client, text_of
+from test_gateway import audit_lines, client, hostile, served, text_of, tmp_path  # noqa: F401
 
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
@@ -339,3 +340,41 @@ def test_a_local_daemon_serves_the_console_alone_on_loopback(tmp_path):
                                               '[console]\nlisten = "0.0.0.0:0"\n')
     with pytest.raises(AssertionError, match="loopback address only"):
         bad.start()
+
+
+def test_the_expose_tools_drawer_edits_an_upstream_added_at_run_time(console, tmp_path):
+    """The Servers page's drawer: an alias, a description override and an approval for one
+    tool, another withheld; applied through `stsd/upstream/update`, and served so."""
+    c = console
+    entry = tmp_path / "extra.toml"
+    entry.write_text(hostile("extra", "slow"))
+    subprocess.run([stsd_bin(), "upstream", "add", str(entry), "--socket", str(c.daemon.socket)],
+                   check=True, capture_output=True, timeout=120)
+    b = browser()
+    try:
+        login(b, c.base, c.alice)
+        b.get(c.base + "/ui/servers")
+        section = b.find_element(By.XPATH, "//section[h2[starts-with(normalize-space(.), 'extra')]]")
+        section.find_element(By.CSS_SELECTOR, "details.drawer summary").click()
+        echo = section.find_element(By.XPATH, ".//details//tr[th[starts-with(normalize-space(.), 'echo')]]")
+        echo.find_element(By.CSS_SELECTOR, "input[name^=alias]").send_keys("shout")
+        echo.find_element(By.CSS_SELECTOR, "input[name^=description]").send_keys("Repeats what it is given.")
+        echo.find_element(By.CSS_SELECTOR, "input[name^=approval]").click()
+        slow = section.find_element(By.XPATH, ".//details//tr[th[starts-with(normalize-space(.), 'slow')]]")
+        slow.find_element(By.CSS_SELECTOR, "input[name^=expose]").click()
+        shot(b, "servers-drawer")
+        section.find_element(By.CSS_SELECTOR, "details.drawer button[type=submit]").click()
+        wait(b, EC.url_contains("notice=done"), timeout=90)
+    finally:
+        b.quit()
+    tools = served(c.daemon)
+    assert "shout" in tools and "extra__echo" not in tools and "extra__slow" not in tools, sorted(tools)
+    assert tools["shout"]["approval"]["required"] is True, tools["shout"]
+
+    async def body(cl):
+        listed = {t.name: t for t in (await cl.list_tools()).tools}
+        return listed["shout"].description
+    assert anyio.run(client, c.daemon, body) == "Repeats what it is given."
+    updates = [r for r in audit_lines(c.daemon)
+               if r.get("event") == "console" and r["method"] == "stsd/upstream/update"]
+    assert updates and updates[0]["principal"] == "alice" and updates[0]["outcome"] == "ok", updates

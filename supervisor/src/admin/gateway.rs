@@ -3,6 +3,8 @@
 //! `stsd/ledger/approve`, `stsd/ledger/revoke`. An approval or a revocation re-publishes at
 //! once (stsd's own tools and the upstreams' alike) and tells subscribed clients.
 //!
+//! `stsd/upstream/show` takes `{"id"}`: its entry as configured (references unresolved).
+//!
 //! Upstreams at run time ([`change`]): `stsd/upstream/add` and `stsd/upstream/update` take
 //! `{"upstream": <an [[upstream]] entry as JSON>}`, `stsd/upstream/remove` and
 //! `stsd/upstream/restart` take `{"id"}`. An added upstream is kept in the state store (every
@@ -27,6 +29,7 @@ pub(super) fn call(
 ) -> Result<Value, (i32, String)> {
     match method {
         "stsd/upstream/list" => Ok(upstreams(service)),
+        "stsd/upstream/show" => show(service, params),
         "stsd/ledger/list" => {
             let ledger = service
                 .ledger()
@@ -266,10 +269,28 @@ pub(super) fn preview(service: &Service, params: &Value) -> Result<Value, (i32, 
 
 /// Every upstream: how it is connected, its server score, its tools served and withheld.
 fn upstreams(service: &Service) -> Value {
-    match service.gateway() {
+    let mut report = match service.gateway() {
         Some(gw) => gw.report(),
         None => json!({"upstreams": []}),
+    };
+    // Whether the config declares it (changed there) or it was added at run time (changed here).
+    for u in report["upstreams"].as_array_mut().into_iter().flatten() {
+        let id = u["id"].as_str().unwrap_or_default().to_string();
+        u["declared"] = json!(service.declares_upstream(&id));
     }
+    report
+}
+
+/// `stsd/upstream/show`: upstream `id`'s entry as configured (references unresolved: a
+/// secret is its `${secret:NAME}`, never its value), and whether the config declares it.
+fn show(service: &Service, params: &Value) -> Result<Value, (i32, String)> {
+    let id = text_param(params, "id")?;
+    let u = service
+        .gateway()
+        .and_then(|g| g.upstream(&id))
+        .ok_or((NO_SUCH, format!("no upstream {id}")))?;
+    let entry = serde_json::to_value(&*u.cfg).map_err(|e| (GATE_FAILED, e.to_string()))?;
+    Ok(json!({"id": id, "entry": entry, "declared": service.declares_upstream(&id)}))
 }
 
 /// The wrapped tools as `stsd/tools/list` entries.

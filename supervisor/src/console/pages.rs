@@ -147,6 +147,12 @@ impl Pages {
         if path == "/ui/inspector" {
             return self.inspect(c, ask).await;
         }
+        if let Some(id) = path
+            .strip_prefix("/ui/servers/")
+            .and_then(|r| r.strip_suffix("/expose"))
+        {
+            return self.expose(c, ask, id).await;
+        }
         let (method, params, back) = if let Some(rest) = path.strip_prefix("/ui/tools/") {
             let (name, what) = rest.rsplit_once('/').unwrap_or((rest, ""));
             let method = match what {
@@ -359,6 +365,82 @@ impl Pages {
         let result = c.run(&ask.principal, &name, args.clone()).await;
         self.inspector(c, ask, Some((Value::Object(args), result)))
             .await
+    }
+}
+
+impl Pages {
+    /// POST /ui/servers/ID/expose: the Expose Tools drawer. The upstream's entry as
+    /// configured, with what is exposed, the aliases, description overrides, approvals and
+    /// the max-risk cap the form says, goes back through `stsd/upstream/update` (an upstream
+    /// the config declares is refused there: it is changed in the config).
+    async fn expose(&self, c: &dyn Door, ask: &Ask, id: &str) -> Response<Body> {
+        let shown = match c
+            .call(&ask.principal, "stsd/upstream/show", json!({"id": id}))
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return self.refused(c, ask, "servers", e),
+        };
+        let mut entry = shown["entry"].clone();
+        let f = |k: String| {
+            ask.fields
+                .get(&k)
+                .map(|v| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        let mut exposed = Vec::new();
+        let mut all = true;
+        let (mut aliases, mut descriptions) = (json!({}), json!({}));
+        let mut approval = entry["approval"].as_object().cloned().unwrap_or_default();
+        for n in 0..ask.fields.len() {
+            let name = f(format!("tool.{n}"));
+            if name.is_empty() {
+                continue;
+            }
+            if f(format!("expose.{n}")) == "true" {
+                exposed.push(name.clone());
+            } else {
+                all = false;
+            }
+            let alias = f(format!("alias.{n}"));
+            if !alias.is_empty() {
+                aliases[&name] = json!(alias);
+            }
+            let description = f(format!("description.{n}"));
+            if !description.is_empty() {
+                descriptions[&name] = json!(description);
+            }
+            // Checked: approval required. Unchecked: the upstream's default and the tool's
+            // annotations decide (never a silent "no" over them).
+            if f(format!("approval.{n}")) == "true" {
+                approval.insert(name, json!(true));
+            } else {
+                approval.remove(&name);
+            }
+        }
+        entry["tools"] = if all && entry["tools"].is_null() {
+            Value::Null
+        } else {
+            json!(exposed)
+        };
+        entry["aliases"] = aliases;
+        entry["descriptions"] = descriptions;
+        entry["approval"] = Value::Object(approval);
+        entry["max_risk"] = match f("max_risk".into()) {
+            r if r.is_empty() => Value::Null,
+            r => json!(r),
+        };
+        match c
+            .act(
+                &ask.principal,
+                "stsd/upstream/update",
+                json!({"upstream": entry}),
+            )
+            .await
+        {
+            Ok(_) => redirect("/ui/servers?notice=done"),
+            Err(e) => self.refused(c, ask, "servers", e),
+        }
     }
 }
 

@@ -466,6 +466,16 @@ impl Gateway {
                     "resources": count(&items.resources),
                     "resourceTemplates": count(&items.templates),
                     "withheld": withheld,
+                    // Every tool the upstream lists (by its own names), and what decides which
+                    // are served and how (the console's Expose Tools drawer edits these).
+                    "listed": u.conn.as_ref().and_then(|c| tools_json(c)).map(|l| l
+                        .iter().filter_map(|t| t["name"].as_str().map(str::to_string))
+                        .collect::<Vec<_>>()),
+                    "expose": {
+                        "tools": u.cfg.tools, "aliases": u.cfg.aliases,
+                        "descriptions": u.cfg.descriptions, "approval": u.cfg.approval,
+                        "approvalDefault": u.cfg.approval_default, "maxRisk": u.cfg.max_risk,
+                    },
                 })
             })
             .collect();
