@@ -466,16 +466,8 @@ impl Gateway {
                     "resources": count(&items.resources),
                     "resourceTemplates": count(&items.templates),
                     "withheld": withheld,
-                    // Every tool the upstream lists (by its own names), and what decides which
-                    // are served and how (the console's Expose Tools drawer edits these).
-                    "listed": u.conn.as_ref().and_then(|c| tools_json(c)).map(|l| l
-                        .iter().filter_map(|t| t["name"].as_str().map(str::to_string))
-                        .collect::<Vec<_>>()),
-                    "expose": {
-                        "tools": u.cfg.tools, "aliases": u.cfg.aliases,
-                        "descriptions": u.cfg.descriptions, "approval": u.cfg.approval,
-                        "approvalDefault": u.cfg.approval_default, "maxRisk": u.cfg.max_risk,
-                    },
+                    "listed": listed_names(u),
+                    "expose": exposure(&u.cfg),
                 })
             })
             .collect();
@@ -519,6 +511,27 @@ pub enum ItemEvent {
 }
 
 /// An upstream's tools as listed (JSON), None until it has listed them once.
+/// Every tool the upstream lists, by its own names (None before its first list).
+fn listed_names(u: &Upstream) -> Option<Vec<String>> {
+    let tools = u.conn.as_ref().and_then(|c| tools_json(c))?;
+    Some(
+        tools
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_string))
+            .collect(),
+    )
+}
+
+/// What decides which of an upstream's tools are served and how (the console's Expose Tools
+/// drawer edits these).
+fn exposure(cfg: &UpstreamConfig) -> Value {
+    json!({
+        "tools": cfg.tools, "aliases": cfg.aliases, "descriptions": cfg.descriptions,
+        "approval": cfg.approval, "approvalDefault": cfg.approval_default,
+        "maxRisk": cfg.max_risk,
+    })
+}
+
 fn tools_json(c: &Connection) -> Option<Vec<Value>> {
     let list = c.tools().borrow().clone();
     if list.generation == 0 {
