@@ -217,6 +217,18 @@ def test_an_operator_runs_the_daemon_from_the_console(console):
         rec = [r for r in audit_lines(c.daemon) if r.get("name") == "greet"][-1]
         assert rec["principal"] == "alice" and rec["transport"] == "console" and rec["outcome"] == "OK", rec
 
+        # The audit page follows the log: a call made while it is open appears in it.
+        b.get(c.base + "/ui/audit?tool=greet")
+        before = len(b.find_elements(By.CSS_SELECTOR, "#audit tbody tr"))
+        assert before >= 1  # the Inspector's call
+        t, got = call_in_background(c.daemon, "greet", "Bo")
+        t.join(timeout=60)
+        assert got == [(False, "hi Bo")], got
+        fresh = wait(b, EC.presence_of_element_located((By.CSS_SELECTOR, "#audit tr.fresh")))
+        assert "greet" in fresh.text and "OK" in fresh.text, fresh.text
+        time.sleep(1)  # a duplicate would arrive within the tail's tick (0.5 s)
+        assert len(b.find_elements(By.CSS_SELECTOR, "#audit tbody tr")) == before + 1
+
         # Servers and audit render; the audit shows the console's own actions as alice.
         b.get(c.base + "/ui/servers")
         shot(b, "servers")

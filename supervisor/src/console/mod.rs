@@ -169,6 +169,16 @@ impl Console {
         if path == "/ui/events/approvals" && method == Method::GET {
             return sse::approvals(self.admin.clone(), ask.principal);
         }
+        if path == "/ui/events/audit" && method == Method::GET {
+            let f = |k: &str| ask.fields.get(k).cloned().unwrap_or_default();
+            let filters =
+                json!({"tool": f("tool"), "principal": f("principal"), "outcome": f("outcome")});
+            let since = (
+                f("since").parse().unwrap_or(0),
+                f("seen").parse().unwrap_or(0),
+            );
+            return sse::audit(self.admin.clone(), ask.principal, filters, since);
+        }
         match (method, path.as_str()) {
             (Method::GET, "/ui" | "/ui/") => redirect("/ui/tools"),
             (Method::GET, _) => self.pages.get(self, &path, &ask).await,

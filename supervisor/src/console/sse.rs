@@ -1,7 +1,8 @@
-//! Server-sent events for the Approvals page: an `approvals` event with the waiting calls
-//! (as `stsd/approvals/list` gives them to this person) whenever that list changes, and a
-//! comment every 15 s to keep the connection open. It ends when the person may no longer
-//! list approvals or the page goes away.
+//! Server-sent events: for the Approvals page, an `approvals` event with the waiting calls
+//! (as `stsd/approvals/list` gives them to this person) whenever that list changes; for the
+//! Audit page, an `audit` event with the records written since the page was made (as
+//! `stsd/audit/list` gives them, its filters applied). A comment every 15 s keeps the
+//! connection open. A stream ends when the person may no longer read it or the page goes.
 
 use super::reply::Body;
 use crate::call::Principal;
@@ -35,6 +36,90 @@ impl hyper::body::Body for Channel {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.0.poll_recv(cx).map(|m| m.map(|b| Ok(Frame::data(b))))
     }
+}
+
+/// The Audit page's live tail: records newer than those the page showed (`since`: the
+/// newest one's time, and how many it showed of that millisecond), oldest first, each once.
+pub fn audit(
+    admin: Arc<dyn AdminHandler>,
+    who: Principal,
+    mut filters: serde_json::Value,
+    since: (i64, usize),
+) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(4);
+    filters["limit"] = serde_json::json!(200);
+    tokio::spawn(async move {
+        // Records of the newest millisecond already sent (several can share one).
+        let (mut newest, mut sent_at_newest) = since;
+        let mut quiet = std::time::Instant::now();
+        loop {
+            let list = admin
+                .handle(
+                    Subject::Principal(who.clone()),
+                    "stsd/audit/list".into(),
+                    filters.clone(),
+                )
+                .await;
+            let Ok(list) = list else { return };
+            let mut fresh: Vec<serde_json::Value> = list["records"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| r["ts"].as_i64().is_some_and(|t| t >= newest))
+                .cloned()
+                .collect();
+            fresh.reverse();
+            let at_newest = fresh
+                .iter()
+                .filter(|r| r["ts"].as_i64() == Some(newest))
+                .count();
+            // Those at `newest` that were sent already are the first ones.
+            let skip = sent_at_newest.min(at_newest);
+            let new: Vec<serde_json::Value> = fresh.into_iter().skip(skip).collect();
+            let message = if let Some(last) = new.last().and_then(|r| r["ts"].as_i64()) {
+                let same = new
+                    .iter()
+                    .filter(|r| r["ts"].as_i64() == Some(last))
+                    .count();
+                sent_at_newest = if last == newest {
+                    sent_at_newest + same
+                } else {
+                    same
+                };
+                newest = last;
+                Some(format!(
+                    "event: audit\ndata: {}\n\n",
+                    serde_json::Value::from(new)
+                ))
+            } else if quiet.elapsed() >= KEEPALIVE {
+                Some(": keepalive\n\n".to_string())
+            } else {
+                None
+            };
+            if let Some(m) = message {
+                quiet = std::time::Instant::now();
+                if tx.send(Bytes::from(m)).await.is_err() {
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(TICK * 2) => {}
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    stream(rx)
+}
+
+fn stream(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Channel(rx).boxed());
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
 }
 
 pub fn approvals(admin: Arc<dyn AdminHandler>, who: Principal) -> Response<Body> {
@@ -79,12 +164,5 @@ pub fn approvals(admin: Arc<dyn AdminHandler>, who: Principal) -> Response<Body>
             }
         }
     });
-    let mut r = Response::new(Channel(rx).boxed());
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
+    stream(rx)
 }

@@ -93,4 +93,25 @@ function livePreview() {
   form.addEventListener("change", update);
 }
 
-document.addEventListener("DOMContentLoaded", () => { followApprovals(); livePreview(); });
+function followAudit() {
+  const table = document.getElementById("audit");
+  if (!table || !window.EventSource) return;
+  const body = table.tBodies[0];
+  const q = table.dataset.query + "&since=" + encodeURIComponent(table.dataset.since) +
+    "&seen=" + encodeURIComponent(table.dataset.seen);
+  const events = new EventSource("/ui/events/audit?" + q);
+  events.addEventListener("audit", (e) => {
+    for (const r of JSON.parse(e.data)) {
+      const error = r.error ? (r.error.code || r.error) : "";
+      const row = el("tr", { class: "fresh" },
+        el("td", {}, r.time || ""),
+        el("td", {}, r.event || "call"),
+        el("td", {}, r.name || r.tool || r.method || ""),
+        el("td", {}, r.principal ? String(r.principal) : (r.peerUid !== null && r.peerUid !== undefined ? "uid " + r.peerUid : "")),
+        el("td", {}, String(r.outcome || r.decision || ""), error ? " " : "", error ? el("span", { class: "muted" }, String(error)) : ""));
+      body.prepend(row);
+    }
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => { followApprovals(); livePreview(); followAudit(); });
