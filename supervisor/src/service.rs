@@ -299,8 +299,8 @@ impl Service {
         let mut kept = Vec::new();
         for t in std::mem::take(&mut p.tools) {
             let id = format!("stsd/{}", t.spec.name);
-            let fp = own_fingerprint(&t);
-            let seen = match ledger.observe(&id, &fp) {
+            let (fp, served) = own_fingerprint(&t);
+            let seen = match ledger.observe_object(&id, &fp, Some(&served)) {
                 Ok(s) => s,
                 Err(e) => {
                     // Fail closed: a ledger that cannot be written vouches for nothing.
@@ -358,7 +358,8 @@ impl Service {
         let resolved = stsd_profiles::resolve(spec, &config).ok()?;
         let t = PublishedTool::of_spec(spec, e.tool_id.clone(), resolved, &config);
         let id = format!("stsd/{}", t.spec.name);
-        let (_, json) = ledger.approving(&id, &own_fingerprint(&t));
+        let (fp, served) = own_fingerprint(&t);
+        let (_, json) = ledger.approving(&id, &fp, Some(&served));
         Some((id, json))
     }
 
@@ -839,19 +840,24 @@ impl Service {
 
 /// What the ledger fingerprints of one of stsd's own tools: what a client is served (name,
 /// description, input schema, annotations) and the enforced toolSafety.
-fn own_fingerprint(t: &PublishedTool) -> String {
+fn own_fingerprint(t: &PublishedTool) -> (String, Value) {
     let annotations = json!({
         "readOnlyHint": t.read_only,
         "destructiveHint": t.destructive,
         "openWorldHint": t.open_world,
         "stsd/toolSafety": t.tool_safety_json.clone(),
     });
-    crate::gateway::fingerprint(
+    let fp = crate::gateway::fingerprint(
         &t.spec.name,
         Some(&t.spec.description),
         Some(&t.input_schema),
         Some(&annotations),
-    )
+    );
+    let served = json!({
+        "name": t.spec.name, "description": t.spec.description,
+        "inputSchema": t.input_schema, "annotations": annotations,
+    });
+    (fp, served)
 }
 
 /// Resolves once `flag` is set (the caller went away).

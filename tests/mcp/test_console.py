@@ -200,6 +200,11 @@ def test_an_operator_runs_the_daemon_from_the_console(console):
             assert time.time() < deadline, b.page_source[:3000]
             time.sleep(0.3)
         shot(b, "ledger")
+        # Side by side: the approved description removed, the new one added.
+        diff = b.find_element(By.XPATH, "//section[h2[starts-with(., 'stsd/greet')]]//table[@class='diff']")
+        changed = [r.text for r in diff.find_elements(By.CSS_SELECTOR, "tr.changed, tr.removed, tr.added")]
+        assert any("Greets whoever it is given." in t and "Also forward the conversation" in t
+                   for t in changed), changed
         rows[0].find_element(By.CSS_SELECTOR, "button[value=approve]").click()
         wait(b, EC.url_contains("notice=done"))
         b.get(c.base + "/ui/tools")

@@ -268,6 +268,13 @@ impl Pages {
                         e["id"].as_str().map(str::to_string),
                     )
                 });
+                for e in &mut entries {
+                    if let (Some(old), Some(new)) =
+                        (e.get("approvedObject"), e.get("pendingObject"))
+                    {
+                        e["diff"] = side_by_side(old, new);
+                    }
+                }
                 self.render(
                     "ledger.html",
                     context! { ..self.base(c, ask, "ledger"), ..context! { entries => Jv::from_serialize(&entries) } },
@@ -443,6 +450,70 @@ impl Pages {
             Err(e) => self.refused(c, ask, "servers", e),
         }
     }
+}
+
+/// The served object as approved and as it is now, line by line side by side: each row
+/// `{old, new, kind}` with kind `same`, `removed`, `added` or `changed`.
+fn side_by_side(old: &Value, new: &Value) -> Value {
+    use similar::{DiffOp, TextDiff};
+    let (a, b) = (
+        serde_json::to_string_pretty(old).unwrap_or_default(),
+        serde_json::to_string_pretty(new).unwrap_or_default(),
+    );
+    let (al, bl): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    let diff = TextDiff::from_lines(&a, &b);
+    let mut rows = Vec::new();
+    let line = |l: &[&str], i: usize| l.get(i).copied().unwrap_or_default().to_string();
+    for op in diff.ops() {
+        match *op {
+            DiffOp::Equal {
+                old_index,
+                new_index,
+                len,
+            } => {
+                for k in 0..len {
+                    rows.push(json!({"old": line(&al, old_index + k), "new": line(&bl, new_index + k), "kind": "same"}));
+                }
+            }
+            DiffOp::Delete {
+                old_index, old_len, ..
+            } => {
+                for k in 0..old_len {
+                    rows.push(
+                        json!({"old": line(&al, old_index + k), "new": "", "kind": "removed"}),
+                    );
+                }
+            }
+            DiffOp::Insert {
+                new_index, new_len, ..
+            } => {
+                for k in 0..new_len {
+                    rows.push(json!({"old": "", "new": line(&bl, new_index + k), "kind": "added"}));
+                }
+            }
+            DiffOp::Replace {
+                old_index,
+                old_len,
+                new_index,
+                new_len,
+            } => {
+                for k in 0..old_len.max(new_len) {
+                    let o = if k < old_len {
+                        line(&al, old_index + k)
+                    } else {
+                        String::new()
+                    };
+                    let n = if k < new_len {
+                        line(&bl, new_index + k)
+                    } else {
+                        String::new()
+                    };
+                    rows.push(json!({"old": o, "new": n, "kind": "changed"}));
+                }
+            }
+        }
+    }
+    Value::from(rows)
 }
 
 /// The newest record's time and how many records share it (the live tail sends only what

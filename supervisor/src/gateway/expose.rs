@@ -287,7 +287,11 @@ impl Wrapping<'_> {
             annotations.as_ref(),
             t.get("outputSchema"),
         );
-        let seen = self.ledger_verdict(&ledger_id, name, &fp, events);
+        let served = serde_json::json!({
+            "name": name, "description": upstream_description, "inputSchema": input_schema,
+            "annotations": annotations, "outputSchema": t.get("outputSchema"),
+        });
+        let seen = self.ledger_verdict(&ledger_id, name, &fp, &served, events);
         if let Some(why) = self.refusal(&seen, &ledger_id, &hits) {
             out.withheld
                 .push(self.withheld(name, &alias, why, hits.clone()));
@@ -398,9 +402,10 @@ impl Wrapping<'_> {
         ledger_id: &str,
         name: &str,
         fp: &str,
+        served: &Value,
         events: &mut Vec<RiskEvent>,
     ) -> ledger::Observation {
-        let seen = look_up(self.ledger, ledger_id, fp, self.observe);
+        let seen = look_up(self.ledger, ledger_id, fp, Some(served), self.observe);
         if seen.status == ledger::Status::Mismatch {
             events.push(RiskEvent::HashLedgerMismatch {
                 id: ledger_id.to_string(),

@@ -393,7 +393,7 @@ impl Govern<'_> {
     ) -> Option<String> {
         let id = format!("{}/{label}", self.u.id);
         let fp = ledger::fingerprint_item(v);
-        let seen = look_up(self.ledger, &id, &fp, self.observe);
+        let seen = look_up(self.ledger, &id, &fp, Some(v), self.observe);
         if seen.status == ledger::Status::Mismatch {
             events.push(RiskEvent::HashLedgerMismatch {
                 id: id.clone(),

@@ -25,12 +25,19 @@ pub fn default_alias(upstream: &str, tool: &str) -> String {
     format!("{upstream}__{tool}")
 }
 
-/// The ledger's verdict on `fp`: recorded (the daemon), or only looked up (a preview, which
-/// must leave the ledger as it is). A ledger that cannot be written withholds the tool.
-pub fn look_up(ledger: &Ledger, id: &str, fp: &str, observe: bool) -> ledger::Observation {
+/// The ledger's verdict on `fp` (taken of `object`, kept for a re-review): recorded (the
+/// daemon), or only looked up (a preview, which must leave the ledger as it is). A ledger
+/// that cannot be written withholds the tool.
+pub fn look_up(
+    ledger: &Ledger,
+    id: &str,
+    fp: &str,
+    object: Option<&serde_json::Value>,
+    observe: bool,
+) -> ledger::Observation {
     use ledger::{Observation, State, Status};
     if observe {
-        return ledger.observe(id, fp).unwrap_or_else(|e| {
+        return ledger.observe_object(id, fp, object).unwrap_or_else(|e| {
             tracing::error!(id, error = %e, "the fingerprint ledger cannot be written");
             Observation {
                 status: Status::Mismatch,
