@@ -75,6 +75,11 @@ class Console:
             self.daemon.stop()
 
 
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
 def browser() -> webdriver.Chrome:
     o = webdriver.ChromeOptions()
     o.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
@@ -350,6 +355,39 @@ def test_a_local_daemon_serves_the_console_alone_on_loopback(tmp_path):
             assert "echo-console" in b.page_source
         finally:
             b.quit()
+        # A token removed from the state store ends the sessions it opened.
+        env = d.env()
+        bob = subprocess.run([stsd_bin(), "token", "add", "bob", "--config", str(d.config)], env=env,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        opener = urllib.request.build_opener(NoRedirect)
+
+        def fetch(path: str, form: dict | None = None, jar: str = "") -> tuple[int, dict]:
+            data = urllib.parse.urlencode(form).encode() if form is not None else None
+            req = urllib.request.Request(base + path, data=data, headers={"Origin": base, "Cookie": jar})
+            try:
+                r = opener.open(req, timeout=30)
+                return r.status, dict(r.headers)
+            except urllib.error.HTTPError as e:
+                return e.code, dict(e.headers)
+
+        deadline = time.time() + 30
+        while True:  # the daemon reads the store's tokens again every few seconds
+            status, headers = fetch("/ui/login", {"token": bob})
+            if headers.get("location") == "/ui/tools":
+                break
+            assert time.time() < deadline, (status, headers)
+            time.sleep(0.3)
+        jar = headers["set-cookie"].split(";")[0]
+        # bob holds no role: the page says "may not" (403), inside his session.
+        assert fetch("/ui/tools", jar=jar)[0] == 403
+        subprocess.run([stsd_bin(), "token", "rm", "bob", "--config", str(d.config)], env=env,
+                       capture_output=True, check=True)
+        deadline = time.time() + 30
+        while fetch("/ui/tools", jar=jar)[0] == 403:
+            assert time.time() < deadline, "the removed token's session goes on"
+            time.sleep(0.3)
+        status, headers = fetch("/ui/tools", jar=jar)
+        assert status == 303 and headers["location"] == "/ui/login", (status, headers)
     finally:
         d.stop()
     (tmp_path / "off").mkdir()

@@ -135,6 +135,11 @@ impl Console {
         let Some((sid, s)) = sid.and_then(|id| self.sessions.get(&id).map(|s| (id, s))) else {
             return redirect("/ui/login");
         };
+        if !self.still_valid(&s, cert).await {
+            tracing::info!(who = %s.principal.name, "console session ended: its credential is no longer accepted");
+            self.sessions.close(&sid);
+            return redirect("/ui/login");
+        }
         let query = req.uri().query().unwrap_or_default().to_string();
         let mut fields: HashMap<String, String> = url::form_urlencoded::parse(query.as_bytes())
             .into_owned()
@@ -203,13 +208,14 @@ impl Console {
         let principal = if token.is_empty() {
             cert.map(|c| Principal::new(c, crate::call::PrincipalKind::Certificate))
         } else {
-            (self.login)(token).await
+            (self.login)(token.clone()).await
         };
         let Some(principal) = principal else {
             tracing::info!("console login refused");
             return self.pages.login(Some("That token is not accepted."));
         };
-        let Some((id, _)) = self.sessions.open(principal.clone()) else {
+        let credential = (!token.is_empty()).then_some(token);
+        let Some((id, _)) = self.sessions.open(principal.clone(), credential) else {
             return plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "no session could be made\n",
@@ -221,6 +227,17 @@ impl Console {
             r.headers_mut().insert(header::SET_COOKIE, v);
         }
         r
+    }
+
+    /// Whether the session's credential is still accepted as the same principal: its token
+    /// (removed tokens end their sessions), or the connection's client certificate.
+    async fn still_valid(&self, s: &session::Session, cert: Option<&str>) -> bool {
+        match &s.credential {
+            Some(token) => (self.login)(token.clone())
+                .await
+                .is_some_and(|p| p.name == s.principal.name),
+            None => cert == Some(s.principal.name.as_str()),
+        }
     }
 
     fn audit(&self, who: &Principal, method: &str, params: &Value, outcome: Result<(), String>) {

@@ -18,6 +18,10 @@ const MAX_SESSIONS: usize = 1024;
 pub struct Session {
     pub principal: Principal,
     pub csrf: String,
+    /// The token the person logged in with (None: a client certificate, which the TLS
+    /// handshake checks on every connection): checked again on every request, so a token
+    /// removed (`stsd token rm`) ends its sessions too.
+    pub credential: Option<String>,
     made: Instant,
     seen: Instant,
 }
@@ -36,12 +40,17 @@ pub fn random_hex() -> Option<String> {
 
 impl Sessions {
     /// A new session for `principal`: (its id, the session).
-    pub fn open(&self, principal: Principal) -> Option<(String, Session)> {
+    pub fn open(
+        &self,
+        principal: Principal,
+        credential: Option<String>,
+    ) -> Option<(String, Session)> {
         let (id, csrf) = (random_hex()?, random_hex()?);
         let now = Instant::now();
         let s = Session {
             principal,
             csrf,
+            credential,
             made: now,
             seen: now,
         };
@@ -146,7 +155,7 @@ mod tests {
     fn a_session_is_found_by_its_id_and_ends_when_closed() {
         let s = Sessions::default();
         let (id, made) = s
-            .open(Principal::new("alice", PrincipalKind::Token))
+            .open(Principal::new("alice", PrincipalKind::Token), None)
             .expect("session");
         assert_eq!(id.len(), 64);
         assert_ne!(made.csrf, id);
