@@ -768,7 +768,7 @@ impl Service {
         let w = self.wrapped_tool(name)?;
         let secrets = self
             .gateway()
-            .and_then(|g| g.upstream(&w.upstream).map(|u| u.secrets.clone()))
+            .and_then(|g| g.upstream(&w.upstream).map(|u| u.masks()))
             .unwrap_or_default();
         Some(crate::approval::render_prompt(
             None,

@@ -55,8 +55,9 @@ pub struct Console {
     service: Arc<Service>,
     login: Login,
     sessions: Sessions,
-    /// Whether the listener is TLS (the origin's scheme).
-    tls: bool,
+    /// Whether the browser reaches it over TLS (the origin's scheme; None: either, behind a
+    /// proxy that terminates TLS).
+    tls: Option<bool>,
     /// Origins besides the console's own that may post (`[http] allowed_origins`).
     origins: Vec<String>,
     pages: pages::Pages,
@@ -67,7 +68,7 @@ impl Console {
         admin: Arc<dyn AdminHandler>,
         service: Arc<Service>,
         login: Login,
-        tls: bool,
+        tls: Option<bool>,
         origins: Vec<String>,
     ) -> Result<Arc<Console>, String> {
         Ok(Arc::new(Console {

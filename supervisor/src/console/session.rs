@@ -118,20 +118,21 @@ pub fn same(a: &str, b: &str) -> bool {
 }
 
 /// Whether a state-changing request comes from the console's own pages: its `Origin` (or,
-/// without one, its `Referer`) is this listener's origin, `scheme://Host`, or one of
-/// `allowed` (the listener's `allowed_origins`).
-pub fn same_origin(headers: &http::HeaderMap, tls: bool, allowed: &[String]) -> bool {
+/// without one, its `Referer`) is this listener's origin, `scheme://Host` (`tls` None: either
+/// scheme), or one of `allowed` (the listener's `allowed_origins`).
+pub fn same_origin(headers: &http::HeaderMap, tls: Option<bool>, allowed: &[String]) -> bool {
     let Some(host) = headers
         .get(http::header::HOST)
         .and_then(|h| h.to_str().ok())
     else {
         return false;
     };
-    let own = format!(
-        "{}://{}",
-        if tls { "https" } else { "http" },
-        host.to_ascii_lowercase()
-    );
+    let host = host.to_ascii_lowercase();
+    let own = |o: &str| match tls {
+        Some(true) => o == format!("https://{host}"),
+        Some(false) => o == format!("http://{host}"),
+        None => o == format!("https://{host}") || o == format!("http://{host}"),
+    };
     let from = match headers.get(http::header::ORIGIN) {
         Some(o) => o.to_str().ok().map(|s| s.to_ascii_lowercase()),
         None => headers
@@ -141,7 +142,7 @@ pub fn same_origin(headers: &http::HeaderMap, tls: bool, allowed: &[String]) -> 
             .map(|u| u.origin().ascii_serialization()),
     };
     match from {
-        Some(o) => o == own || allowed.iter().any(|a| a.eq_ignore_ascii_case(&o)),
+        Some(o) => own(&o) || allowed.iter().any(|a| a.eq_ignore_ascii_case(&o)),
         None => false,
     }
 }
@@ -180,25 +181,27 @@ mod tests {
     fn only_the_consoles_own_origin_may_change_anything() {
         let mut h = http::HeaderMap::new();
         h.insert(http::header::HOST, "127.0.0.1:8080".parse().expect("host"));
-        assert!(!same_origin(&h, false, &[]), "no Origin, no Referer");
+        assert!(!same_origin(&h, Some(false), &[]), "no Origin, no Referer");
         h.insert(
             http::header::ORIGIN,
             "http://127.0.0.1:8080".parse().expect("o"),
         );
-        assert!(same_origin(&h, false, &[]));
-        assert!(!same_origin(&h, true, &[]), "the scheme counts");
+        assert!(same_origin(&h, Some(false), &[]));
+        assert!(!same_origin(&h, Some(true), &[]), "the scheme counts");
+        assert!(same_origin(&h, None, &[]), "behind a TLS proxy: either scheme");
         h.insert(
             http::header::ORIGIN,
             "http://evil.example".parse().expect("o"),
         );
-        assert!(!same_origin(&h, false, &[]));
-        assert!(same_origin(&h, false, &["http://evil.example".into()]));
+        assert!(!same_origin(&h, Some(false), &[]));
+        assert!(!same_origin(&h, None, &[]));
+        assert!(same_origin(&h, Some(false), &["http://evil.example".into()]));
         h.remove(http::header::ORIGIN);
         h.insert(
             http::header::REFERER,
             "http://127.0.0.1:8080/ui/tools".parse().expect("r"),
         );
-        assert!(same_origin(&h, false, &[]));
+        assert!(same_origin(&h, Some(false), &[]));
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
     }
 }

@@ -623,7 +623,12 @@ fn console_for(
         admin.clone(),
         service.clone(),
         login,
-        bound.tls.is_some(),
+        // Behind a proxy that terminates TLS (allow_plaintext), the browser's origin is https.
+        match (bound.tls.is_some(), bound.config.allow_plaintext) {
+            (true, _) => Some(true),
+            (false, true) => None,
+            (false, false) => Some(false),
+        },
         bound.config.allowed_origins.clone(),
     )
     .map_err(|e| tracing::error!(error = %e, "the operator console is not served"))
@@ -646,7 +651,9 @@ fn host_allowed(shared: &Shared, req: &Request<Incoming>) -> bool {
     }
     .trim_matches(['[', ']'])
     .to_ascii_lowercase();
-    if !shared.config.allowed_hosts.is_empty() {
+    // The console's own loopback listener answers to loopback names only, whatever the
+    // public listener's `allowed_hosts` say.
+    if !shared.config.allowed_hosts.is_empty() && !shared.console_only {
         return shared
             .config
             .allowed_hosts
