@@ -47,7 +47,12 @@ pub fn login(socket: &Path, id: &str, port: u16, wait: Duration) -> ExitCode {
         wait.as_secs()
     );
     let _ = std::io::stdout().flush();
-    let path = match wait_for_callback(&listener, wait) {
+    let state = url::Url::parse(&url).ok().and_then(|u| {
+        u.query_pairs()
+            .find(|(k, _)| k == "state")
+            .map(|(_, v)| v.into_owned())
+    });
+    let path = match wait_for_callback(&listener, wait, state.as_deref()) {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
@@ -81,9 +86,15 @@ fn print_signed_in(id: &str, v: &Value) {
     println!("signed in to upstream {id} (scopes: {scopes}); it is {state}");
 }
 
-/// Accepts connections until one is a `GET /callback?...`; answers each, returns the
-/// callback's path and query. Anything else gets a 404 and the wait goes on.
-fn wait_for_callback(listener: &TcpListener, wait: Duration) -> Result<String, String> {
+/// Accepts connections until one is a `GET /callback?...` carrying this login's `state`;
+/// answers each, returns the callback's path and query. Anything else (another path, a
+/// callback of another state: another local process, a page loading this port) gets an
+/// error page and the wait goes on.
+fn wait_for_callback(
+    listener: &TcpListener,
+    wait: Duration,
+    state: Option<&str>,
+) -> Result<String, String> {
     let deadline = Instant::now() + wait;
     listener
         .set_nonblocking(true)
@@ -91,7 +102,7 @@ fn wait_for_callback(listener: &TcpListener, wait: Duration) -> Result<String, S
     loop {
         match listener.accept() {
             Ok((stream, _)) => {
-                if let Some(path) = answer(stream) {
+                if let Some(path) = answer(stream, state) {
                     return Ok(path);
                 }
             }
@@ -111,7 +122,7 @@ fn wait_for_callback(listener: &TcpListener, wait: Duration) -> Result<String, S
 
 /// Reads one request (its first line; the rest is not needed) and answers it. Some(path)
 /// when it is the callback.
-fn answer(stream: TcpStream) -> Option<String> {
+fn answer(stream: TcpStream, state: Option<&str>) -> Option<String> {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let mut reader = BufReader::new(std::io::Read::take(stream, MAX_LINE));
@@ -119,7 +130,16 @@ fn answer(stream: TcpStream) -> Option<String> {
     reader.read_line(&mut line).ok()?;
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next()?, parts.next()?);
-    let callback = method == "GET" && (target == "/callback" || target.starts_with("/callback?"));
+    let came = url::Url::parse(&format!("http://127.0.0.1{target}"))
+        .ok()
+        .and_then(|u| {
+            u.query_pairs()
+                .find(|(k, _)| k == "state")
+                .map(|(_, v)| v.into_owned())
+        });
+    let callback = method == "GET"
+        && target.starts_with("/callback?")
+        && (state.is_none() || came.as_deref() == state);
     let (status, body) = if callback {
         let refused = target.contains("error=");
         let text = if refused {
@@ -129,7 +149,7 @@ fn answer(stream: TcpStream) -> Option<String> {
         };
         ("200 OK", text)
     } else {
-        ("404 Not Found", "stsd: not the sign-in callback.")
+        ("400 Bad Request", "stsd: not this sign-in's callback.")
     };
     let html = format!(
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>stsd</title></head>\

@@ -144,15 +144,25 @@ def login(d: Daemon, browser: Browser | None) -> subprocess.CompletedProcess:
     p = subprocess.Popen([stsd_bin(), "upstream", "login", "hosted", "--socket", str(d.socket),
                           "--timeout-seconds", "60"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = None
+    url = redirect = None
     for line in p.stdout:
         if line.strip().startswith("http"):
             url = line.strip()
+        m = re.search(r"come back to (http://127\.0\.0\.1:\d+/callback)", line)
+        if m:
+            redirect = m.group(1)
             break
-    if url is None:
+    if url is None or redirect is None:
         out, err = p.communicate(timeout=60)
         return subprocess.CompletedProcess(p.args, p.returncode, out, err)
     if browser is not None:
+        # A request to the loopback port that is not this login's callback (another local
+        # process, a page loading it) is turned away and the login goes on waiting.
+        try:
+            urllib.request.urlopen(redirect + "?code=forged&state=forged", timeout=30)
+            raise AssertionError("a forged callback was accepted")
+        except urllib.error.HTTPError as e:
+            assert e.code == 400, e.code
         page = browser.sign_in(url)
         assert "signed in" in page, page
     out, err = p.communicate(timeout=120)
@@ -168,7 +178,10 @@ def rpc(d: Daemon, method: str, params: dict) -> dict:
 
 
 def credentials(d: Daemon) -> dict:
-    return json.loads((d.tmp / "state" / "oauth" / "hosted.json").read_text())
+    """The credentials file's rmcp credentials (beside them: the URL they were made for)."""
+    f = json.loads((d.tmp / "state" / "oauth" / "hosted.json").read_text())
+    assert f["url"].startswith("http://upstream.test:") and f["url"].endswith("/mcp"), f["url"]
+    return f["credentials"]
 
 
 def call(d: Daemon, tool: str) -> tuple[bool, str]:

@@ -188,14 +188,21 @@ mod tests {
         );
         assert!(same_origin(&h, Some(false), &[]));
         assert!(!same_origin(&h, Some(true), &[]), "the scheme counts");
-        assert!(same_origin(&h, None, &[]), "behind a TLS proxy: either scheme");
+        assert!(
+            same_origin(&h, None, &[]),
+            "behind a TLS proxy: either scheme"
+        );
         h.insert(
             http::header::ORIGIN,
             "http://evil.example".parse().expect("o"),
         );
         assert!(!same_origin(&h, Some(false), &[]));
         assert!(!same_origin(&h, None, &[]));
-        assert!(same_origin(&h, Some(false), &["http://evil.example".into()]));
+        assert!(same_origin(
+            &h,
+            Some(false),
+            &["http://evil.example".into()]
+        ));
         h.remove(http::header::ORIGIN);
         h.insert(
             http::header::REFERER,

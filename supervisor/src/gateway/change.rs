@@ -127,7 +127,10 @@ impl Gateway {
         }
         // `open` refuses an id that is not one plain name (this one is the caller's).
         let state = super::front::state_dir(&self.config());
-        match super::oauth::Tokens::open(&state, id, Default::default()).and_then(|t| t.delete()) {
+        super::oauth::drop_login(id);
+        match super::oauth::Tokens::open(&state, id, "", Default::default())
+            .and_then(|t| t.delete())
+        {
             Ok(true) => tracing::info!(upstream = id, "OAuth credentials deleted"),
             Ok(false) => {}
             Err(e) => tracing::warn!(upstream = id, error = %e, "OAuth credentials not deleted"),
@@ -141,7 +144,12 @@ impl Gateway {
         id: &str,
         callback_url: &str,
     ) -> Result<Vec<String>, String> {
-        let scopes = super::oauth::finish(id, callback_url).await?;
+        // The upstream still there, at the URL the login began for.
+        let setup = self
+            .upstream(id)
+            .and_then(|u| u.oauth.clone())
+            .ok_or_else(|| format!("upstream {id} is gone or no longer an OAuth upstream"))?;
+        let scopes = super::oauth::finish(&setup, callback_url).await?;
         tracing::info!(upstream = id, scopes = ?scopes, "signed in to the upstream's OAuth server");
         self.restart(id).await?;
         Ok(scopes)

@@ -709,7 +709,8 @@ fn oauth_setup(
     if !oauth::wanted(cfg) {
         return Ok(None);
     }
-    let tokens = oauth::Tokens::open(&state_dir(config), &cfg.id, secrets.clone())?;
+    let url = cfg.url.clone().unwrap_or_default();
+    let tokens = oauth::Tokens::open(&state_dir(config), &cfg.id, &url, secrets.clone())?;
     Ok(Some(oauth::Setup {
         id: cfg.id.clone(),
         url: cfg.url.clone().unwrap_or_default(),

@@ -78,6 +78,25 @@ pub async fn connect(setup: &Setup) -> Result<AuthorizationManager, String> {
 struct Pending {
     session: AuthorizationSession,
     begun: Instant,
+    /// The URL the login began for, and the `state` its callback must carry.
+    url: String,
+    state: String,
+}
+
+/// The `state` parameter of a URL (an authorization address, or a callback).
+pub fn state_of(url: &str) -> Option<String> {
+    url::Url::parse(url).ok().and_then(|u| {
+        u.query_pairs()
+            .find(|(k, _)| k == "state")
+            .map(|(_, v)| v.into_owned())
+    })
+}
+
+/// Forgets a login begun for upstream `id` (it was removed).
+pub fn drop_login(id: &str) {
+    if let Ok(mut p) = pending().lock() {
+        p.remove(id);
+    }
 }
 
 /// How long a login waits for its browser step.
@@ -118,8 +137,10 @@ pub async fn begin(setup: &Setup, redirect_uri: &str) -> Result<String, String> 
         p.insert(
             setup.id.clone(),
             Pending {
+                state: state_of(&url).unwrap_or_default(),
                 session,
                 begun: Instant::now(),
+                url: setup.url.clone(),
             },
         );
     }
@@ -129,11 +150,25 @@ pub async fn begin(setup: &Setup, redirect_uri: &str) -> Result<String, String> 
 /// Finishes upstream `id`'s login with the URL the browser was sent back to: the code is
 /// exchanged (its `state` checked against the one [`begin`] made) and the tokens saved.
 /// Returns the scopes granted.
-pub async fn finish(id: &str, callback_url: &str) -> Result<Vec<String>, String> {
-    let entry = pending().lock().ok().and_then(|mut p| p.remove(id));
-    let Some(Pending { session, begun }) = entry else {
+pub async fn finish(setup: &Setup, callback_url: &str) -> Result<Vec<String>, String> {
+    let id = setup.id.as_str();
+    // Taken only by the callback this login is waiting for: a request that is not (another
+    // local process, a page loading the loopback port) leaves it waiting.
+    let came = state_of(callback_url).unwrap_or_default();
+    let entry = pending().lock().ok().and_then(|mut p| {
+        let matches = p
+            .get(id)
+            .is_some_and(|w| !came.is_empty() && w.state == came && w.url == setup.url);
+        if matches {
+            p.remove(id)
+        } else {
+            None
+        }
+    });
+    let Some(Pending { session, begun, .. }) = entry else {
         return Err(format!(
-            "no login for upstream {id} is waiting (begin with `stsd upstream login {id}`)"
+            "no login for upstream {id} is waiting for this callback (its state does not \
+             match, or none was begun: `stsd upstream login {id}`)"
         ));
     };
     if begun.elapsed() >= LOGIN_WINDOW {

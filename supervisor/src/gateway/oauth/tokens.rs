@@ -20,6 +20,9 @@ use stsd_protocol::envvar::SecretSet;
 /// One upstream's credentials file, and the secrets to mask its replies with.
 pub struct Tokens {
     path: PathBuf,
+    /// The upstream's URL: credentials saved for another URL (the entry was changed, or a
+    /// new upstream took the id) are not used.
+    url: String,
     /// The upstream's configured secrets (headers, env) and the current token values.
     base: SecretSet,
     masks: RwLock<SecretSet>,
@@ -35,7 +38,7 @@ pub fn dir(state: &Path) -> PathBuf {
 impl Tokens {
     /// The store of upstream `id` (an id `UpstreamConfig::check` accepted: one plain path
     /// component; checked again here, the second layer).
-    pub fn open(state: &Path, id: &str, base: SecretSet) -> Result<Arc<Tokens>, String> {
+    pub fn open(state: &Path, id: &str, url: &str, base: SecretSet) -> Result<Arc<Tokens>, String> {
         let plain = !id.is_empty()
             && id
                 .bytes()
@@ -45,6 +48,7 @@ impl Tokens {
         }
         let tokens = Arc::new(Tokens {
             path: dir(state).join(format!("{id}.json")),
+            url: url.to_string(),
             masks: RwLock::new(base.clone()),
             base,
             refresh: Arc::default(),
@@ -84,17 +88,25 @@ impl Tokens {
     }
 
     fn read(&self) -> Result<Option<StoredCredentials>, String> {
-        match fs::read(&self.path) {
+        let file: File = match fs::read(&self.path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| format!("{}: not credentials stsd wrote: {e}", self.path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{}: {e}", self.path.display())),
+                .map_err(|e| format!("{}: not credentials stsd wrote: {e}", self.path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: {e}", self.path.display())),
+        };
+        if file.url != self.url {
+            tracing::warn!(path = %self.path.display(), "OAuth credentials saved for another URL are not used");
+            return Ok(None);
         }
+        Ok(Some(file.credentials))
     }
 
     fn write(&self, c: &StoredCredentials) -> Result<(), String> {
-        let bytes = serde_json::to_vec_pretty(c).map_err(|e| e.to_string())?;
+        let file = FileRef {
+            url: &self.url,
+            credentials: c,
+        };
+        let bytes = serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?;
         let dir = self.path.parent().unwrap_or(Path::new("."));
         fs::DirBuilder::new()
             .recursive(true)
@@ -125,6 +137,19 @@ impl Tokens {
             Err(p) => *p.into_inner() = set,
         }
     }
+}
+
+/// The file: the credentials and the upstream URL they were made for.
+#[derive(serde::Deserialize)]
+struct File {
+    url: String,
+    credentials: StoredCredentials,
+}
+
+#[derive(serde::Serialize)]
+struct FileRef<'a> {
+    url: &'a str,
+    credentials: &'a StoredCredentials,
 }
 
 /// Writes `bytes` to `path` as a file only its owner reads: created 0600 (no moment at a
@@ -245,7 +270,13 @@ mod tests {
     #[tokio::test]
     async fn credentials_are_private_whole_and_masked() {
         let state = tempfile::tempdir().expect("tempdir");
-        let t = Tokens::open(state.path(), "up", SecretSet::default()).expect("open");
+        let t = Tokens::open(
+            state.path(),
+            "up",
+            "https://a.example/mcp",
+            SecretSet::default(),
+        )
+        .expect("open");
         assert!(!t.signed_in());
         t.save(creds("tok-aaaaaaaaaaaa")).await.expect("save");
         let meta = fs::metadata(t.path()).expect("file");
@@ -258,7 +289,22 @@ mod tests {
             .mask("echo tok-aaaaaaaaaaaa and r-tok-aaaaaaaaaaaa");
         assert!(!masked.contains("tok-aaaaaaaaaaaa"), "{masked}");
         // A reopened store (a restarted daemon) masks the tokens on disk too.
-        let again = Tokens::open(state.path(), "up", SecretSet::default()).expect("open");
+        let again = Tokens::open(
+            state.path(),
+            "up",
+            "https://a.example/mcp",
+            SecretSet::default(),
+        )
+        .expect("open");
+        // An upstream of the same id at another URL does not get them.
+        let other = Tokens::open(
+            state.path(),
+            "up",
+            "https://b.example/mcp",
+            SecretSet::default(),
+        )
+        .expect("open");
+        assert!(!other.signed_in());
         assert!(!again
             .masks()
             .mask("tok-aaaaaaaaaaaa")
@@ -276,7 +322,7 @@ mod tests {
         let state = tempfile::tempdir().expect("tempdir");
         for id in ["../x", "", "a/b", ".hidden", "A"] {
             assert!(
-                Tokens::open(state.path(), id, SecretSet::default()).is_err(),
+                Tokens::open(state.path(), id, "u", SecretSet::default()).is_err(),
                 "{id}"
             );
         }
