@@ -338,7 +338,7 @@ def test_a_local_daemon_serves_the_console_alone_on_loopback(tmp_path):
     alice = add_token(tokens, "alice")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    cfg = (f'[http]\ntokens_file = "{tokens}"\nadmin_principals = ["alice"]\n'
+    cfg = (f'[http]\ntokens_file = "{tokens}"\nadmin_principals = ["alice", "bob"]\n'
            f'[console]\nlisten = "127.0.0.1:{port}"\n')
     d = Daemon(tmp_path, extra_config=cfg).start()
     try:
@@ -378,16 +378,30 @@ def test_a_local_daemon_serves_the_console_alone_on_loopback(tmp_path):
             assert time.time() < deadline, (status, headers)
             time.sleep(0.3)
         jar = headers["set-cookie"].split(";")[0]
-        # bob holds no role: the page says "may not" (403), inside his session.
-        assert fetch("/ui/tools", jar=jar)[0] == 403
+        assert fetch("/ui/tools", jar=jar)[0] == 200
+        # A live page's stream, open when the token goes.
+        stream = opener.open(urllib.request.Request(base + "/ui/events/approvals",
+                                                    headers={"Cookie": jar}), timeout=60)
+        assert stream.headers["content-type"] == "text/event-stream"
+        first = stream.readline()
+        assert first.startswith(b"event: approvals"), first
+        ended = threading.Event()
+
+        def drain():
+            while stream.readline():
+                pass
+            ended.set()
+        threading.Thread(target=drain, daemon=True).start()
         subprocess.run([stsd_bin(), "token", "rm", "bob", "--config", str(d.config)], env=env,
                        capture_output=True, check=True)
         deadline = time.time() + 30
-        while fetch("/ui/tools", jar=jar)[0] == 403:
+        while fetch("/ui/tools", jar=jar)[0] == 200:
             assert time.time() < deadline, "the removed token's session goes on"
             time.sleep(0.3)
         status, headers = fetch("/ui/tools", jar=jar)
         assert status == 303 and headers["location"] == "/ui/login", (status, headers)
+        # The stream ended with its session (it checks every 2 s).
+        assert ended.wait(30), "the live stream outlived its session"
     finally:
         d.stop()
     (tmp_path / "off").mkdir()

@@ -47,6 +47,9 @@ pub type Login =
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
                    connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
+/// The most live streams open at once.
+const MAX_STREAMS: usize = 32;
+
 /// A form body larger than this is refused.
 const MAX_FORM: usize = 64 * 1024;
 
@@ -54,7 +57,9 @@ pub struct Console {
     admin: Arc<dyn AdminHandler>,
     service: Arc<Service>,
     login: Login,
-    sessions: Sessions,
+    sessions: Arc<Sessions>,
+    /// The live streams (server-sent events) open at once, all sessions together.
+    streams: Arc<tokio::sync::Semaphore>,
     /// Whether the browser reaches it over TLS (the origin's scheme; None: either, behind a
     /// proxy that terminates TLS).
     tls: Option<bool>,
@@ -75,7 +80,8 @@ impl Console {
             admin,
             service,
             login,
-            sessions: Sessions::default(),
+            sessions: Arc::default(),
+            streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
             tls,
             origins,
             pages: pages::Pages::new()?,
@@ -142,6 +148,11 @@ impl Console {
             return redirect("/ui/login");
         }
         let query = req.uri().query().unwrap_or_default().to_string();
+        let last_event_id: Option<u64> = req
+            .headers()
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
         let mut fields: HashMap<String, String> = url::form_urlencoded::parse(query.as_bytes())
             .into_owned()
             .collect();
@@ -172,18 +183,36 @@ impl Console {
             }
             return r;
         }
-        if path == "/ui/events/approvals" && method == Method::GET {
-            return sse::approvals(self.admin.clone(), ask.principal);
-        }
-        if path == "/ui/events/audit" && method == Method::GET {
+        if path.starts_with("/ui/events/") && method == Method::GET {
+            let Ok(permit) = self.streams.clone().try_acquire_owned() else {
+                return plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many live pages open\n",
+                );
+            };
+            let alive = self.alive(sid, &s, cert);
             let f = |k: &str| ask.fields.get(k).cloned().unwrap_or_default();
-            let filters =
-                json!({"tool": f("tool"), "principal": f("principal"), "outcome": f("outcome")});
-            let since = (
-                f("since").parse().unwrap_or(0),
-                f("seen").parse().unwrap_or(0),
-            );
-            return sse::audit(self.admin.clone(), ask.principal, filters, since);
+            return match path.as_str() {
+                "/ui/events/approvals" => {
+                    sse::approvals(self.admin.clone(), ask.principal, alive, permit)
+                }
+                "/ui/events/audit" => {
+                    let filters = json!({"tool": f("tool"), "principal": f("principal"), "outcome": f("outcome")});
+                    // A reconnecting browser says where it got to.
+                    let after = last_event_id
+                        .or_else(|| f("after").parse().ok())
+                        .unwrap_or(0);
+                    sse::audit(
+                        self.admin.clone(),
+                        ask.principal,
+                        filters,
+                        after,
+                        alive,
+                        permit,
+                    )
+                }
+                _ => plain(StatusCode::NOT_FOUND, "no such stream\n"),
+            };
         }
         match (method, path.as_str()) {
             (Method::GET, "/ui" | "/ui/") => redirect("/ui/tools"),
@@ -228,6 +257,26 @@ impl Console {
             r.headers_mut().insert(header::SET_COOKIE, v);
         }
         r
+    }
+
+    /// A live stream's check: the session still open and its credential still accepted.
+    fn alive(&self, sid: String, s: &session::Session, cert: Option<&str>) -> reply::Alive {
+        let (sessions, login) = (self.sessions.clone(), self.login.clone());
+        let (name, credential) = (s.principal.name.clone(), s.credential.clone());
+        let cert = cert.map(str::to_string);
+        Arc::new(move || {
+            let (sessions, login, sid) = (sessions.clone(), login.clone(), sid.clone());
+            let (name, credential, cert) = (name.clone(), credential.clone(), cert.clone());
+            Box::pin(async move {
+                if sessions.get(&sid).is_none() {
+                    return false;
+                }
+                match credential {
+                    Some(token) => login(token).await.is_some_and(|p| p.name == name),
+                    None => cert.as_deref() == Some(name.as_str()),
+                }
+            })
+        })
     }
 
     /// Whether the session's credential is still accepted as the same principal: its token

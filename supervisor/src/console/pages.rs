@@ -292,7 +292,7 @@ impl Pages {
                 "audit.html",
                 context! { ..self.base(c, ask, "audit"), ..context! {
                     records => Jv::from_serialize(&v["records"]),
-                    since => newest(&v["records"]),
+                    after => v["end"].as_u64().unwrap_or(0),
                     tool => f("tool"), principal => f("principal"), outcome => f("outcome"),
                 } },
             ),
@@ -514,18 +514,6 @@ fn side_by_side(old: &Value, new: &Value) -> Value {
         }
     }
     Value::from(rows)
-}
-
-/// The newest record's time and how many records share it (the live tail sends only what
-/// is newer).
-fn newest(records: &Value) -> (i64, usize) {
-    let list = records.as_array().map(Vec::as_slice).unwrap_or_default();
-    let top = list.first().and_then(|r| r["ts"].as_i64()).unwrap_or(0);
-    let same = list
-        .iter()
-        .filter(|r| r["ts"].as_i64() == Some(top))
-        .count();
-    (top, same)
 }
 
 /// The inputs of a form for `schema`'s properties: name, kind (string, number, integer,

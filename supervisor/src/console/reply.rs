@@ -10,6 +10,11 @@ use std::convert::Infallible;
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
+/// Whether a live stream's session still stands (checked every few seconds).
+pub type Alive = std::sync::Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> + Send + Sync,
+>;
+
 /// What a page handler has: the person, their session, the request's query or form.
 pub struct Ask {
     pub principal: crate::call::Principal,

@@ -1,26 +1,31 @@
 //! Server-sent events: for the Approvals page, an `approvals` event with the waiting calls
-//! (as `stsd/approvals/list` gives them to this person) whenever that list changes; for the
+//! (as `stsd/approvals/list` gives them to this person) whenever who waits changes; for the
 //! Audit page, an `audit` event with the records written since the page was made (as
-//! `stsd/audit/list` gives them, its filters applied). A comment every 15 s keeps the
-//! connection open. A stream ends when the person may no longer read it or the page goes.
+//! `stsd/audit/list` gives them from the page's offset in the log, its filters applied:
+//! each record once, whatever its time). A comment every 15 s keeps the connection open.
+//!
+//! A stream lives only as long as its session: it ends when the session ends (logged out,
+//! idle, too old) or its token is no longer accepted, when the person may no longer read
+//! it, or when the page goes. Each holds one of the console's few stream permits.
 
-use super::reply::Body;
-use crate::call::Principal;
-use crate::call::Subject;
+use super::reply::{Alive, Body};
+use crate::call::{Principal, Subject};
 use crate::transport::AdminHandler;
 use bytes::Bytes;
 use http::{header, HeaderValue, Response};
 use http_body_util::BodyExt;
 use hyper::body::Frame;
+use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
-use tokio::sync::mpsc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
-/// How often the list is looked at.
+/// How often a list is looked at, and how often the session is checked again.
 const TICK: Duration = Duration::from_millis(250);
+const RECHECK: Duration = Duration::from_secs(2);
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
 /// A body fed by a channel: each message one chunk.
@@ -38,122 +43,125 @@ impl hyper::body::Body for Channel {
     }
 }
 
-/// The Audit page's live tail: records newer than those the page showed (`since`: the
-/// newest one's time, and how many it showed of that millisecond), oldest first, each once.
+/// What a stream is for: one admin read, and what of its answer to send.
+trait Feed: Send + 'static {
+    fn method(&self) -> &'static str;
+    fn params(&self) -> Value;
+    /// The event to send for this answer, if any.
+    fn event(&mut self, answer: &Value) -> Option<String>;
+}
+
+struct Approvals {
+    last: Option<String>,
+}
+
+impl Feed for Approvals {
+    fn method(&self) -> &'static str {
+        "stsd/approvals/list"
+    }
+    fn params(&self) -> Value {
+        json!({})
+    }
+    fn event(&mut self, answer: &Value) -> Option<String> {
+        // The ages move every tick; the event is for a change in who waits.
+        let ids: Vec<u64> = answer["pending"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["id"].as_u64())
+            .collect();
+        let key = format!("{ids:?}");
+        if self.last.as_deref() == Some(key.as_str()) {
+            return None;
+        }
+        self.last = Some(key);
+        Some(format!("event: approvals\ndata: {}\n\n", answer["pending"]))
+    }
+}
+
+struct Audit {
+    filters: Value,
+    after: u64,
+}
+
+impl Feed for Audit {
+    fn method(&self) -> &'static str {
+        "stsd/audit/list"
+    }
+    fn params(&self) -> Value {
+        let mut p = self.filters.clone();
+        p["after"] = json!(self.after);
+        p
+    }
+    fn event(&mut self, answer: &Value) -> Option<String> {
+        if let Some(end) = answer["end"].as_u64() {
+            self.after = end;
+        }
+        let records = answer["records"].as_array().filter(|r| !r.is_empty())?;
+        // The id is the log offset: a browser that reconnects sends it back (Last-Event-ID)
+        // and the tail goes on from there, sending nothing twice.
+        Some(format!(
+            "id: {}\nevent: audit\ndata: {}\n\n",
+            self.after,
+            Value::from(records.clone())
+        ))
+    }
+}
+
+pub fn approvals(
+    admin: Arc<dyn AdminHandler>,
+    who: Principal,
+    alive: Alive,
+    permit: OwnedSemaphorePermit,
+) -> Response<Body> {
+    stream(admin, who, alive, permit, Approvals { last: None })
+}
+
+/// The Audit page's live tail from `after`, the log offset the page was made at.
 pub fn audit(
     admin: Arc<dyn AdminHandler>,
     who: Principal,
-    mut filters: serde_json::Value,
-    since: (i64, usize),
+    filters: Value,
+    after: u64,
+    alive: Alive,
+    permit: OwnedSemaphorePermit,
+) -> Response<Body> {
+    stream(admin, who, alive, permit, Audit { filters, after })
+}
+
+fn stream(
+    admin: Arc<dyn AdminHandler>,
+    who: Principal,
+    alive: Alive,
+    permit: OwnedSemaphorePermit,
+    mut feed: impl Feed,
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(4);
-    filters["limit"] = serde_json::json!(200);
     tokio::spawn(async move {
-        // Records of the newest millisecond already sent (several can share one).
-        let (mut newest, mut sent_at_newest) = since;
-        let mut quiet = std::time::Instant::now();
+        let _permit = permit;
+        let (mut quiet, mut checked) = (Instant::now(), Instant::now());
         loop {
-            let list = admin
-                .handle(
-                    Subject::Principal(who.clone()),
-                    "stsd/audit/list".into(),
-                    filters.clone(),
-                )
-                .await;
-            let Ok(list) = list else { return };
-            let mut fresh: Vec<serde_json::Value> = list["records"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|r| r["ts"].as_i64().is_some_and(|t| t >= newest))
-                .cloned()
-                .collect();
-            fresh.reverse();
-            let at_newest = fresh
-                .iter()
-                .filter(|r| r["ts"].as_i64() == Some(newest))
-                .count();
-            // Those at `newest` that were sent already are the first ones.
-            let skip = sent_at_newest.min(at_newest);
-            let new: Vec<serde_json::Value> = fresh.into_iter().skip(skip).collect();
-            let message = if let Some(last) = new.last().and_then(|r| r["ts"].as_i64()) {
-                let same = new
-                    .iter()
-                    .filter(|r| r["ts"].as_i64() == Some(last))
-                    .count();
-                sent_at_newest = if last == newest {
-                    sent_at_newest + same
-                } else {
-                    same
-                };
-                newest = last;
-                Some(format!(
-                    "event: audit\ndata: {}\n\n",
-                    serde_json::Value::from(new)
-                ))
-            } else if quiet.elapsed() >= KEEPALIVE {
-                Some(": keepalive\n\n".to_string())
-            } else {
-                None
-            };
-            if let Some(m) = message {
-                quiet = std::time::Instant::now();
-                if tx.send(Bytes::from(m)).await.is_err() {
+            if checked.elapsed() >= RECHECK {
+                if !alive().await {
                     return;
                 }
+                checked = Instant::now();
             }
-            tokio::select! {
-                _ = tokio::time::sleep(TICK * 2) => {}
-                _ = tx.closed() => return,
-            }
-        }
-    });
-    stream(rx)
-}
-
-fn stream(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
-    let mut r = Response::new(Channel(rx).boxed());
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
-}
-
-pub fn approvals(admin: Arc<dyn AdminHandler>, who: Principal) -> Response<Body> {
-    let (tx, rx) = mpsc::channel::<Bytes>(4);
-    tokio::spawn(async move {
-        let mut last = String::new();
-        let mut quiet = std::time::Instant::now();
-        loop {
-            let list = admin
+            let answer = admin
                 .handle(
                     Subject::Principal(who.clone()),
-                    "stsd/approvals/list".into(),
-                    serde_json::json!({}),
+                    feed.method().into(),
+                    feed.params(),
                 )
                 .await;
-            let Ok(list) = list else { return };
-            // The ages move every tick; the event is for a change in who waits.
-            let ids: Vec<u64> = list["pending"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|p| p["id"].as_u64())
-                .collect();
-            let key = format!("{ids:?}");
-            let message = if key != last {
-                last = key;
-                Some(format!("event: approvals\ndata: {}\n\n", list["pending"]))
-            } else if quiet.elapsed() >= KEEPALIVE {
-                Some(": keepalive\n\n".to_string())
-            } else {
-                None
+            let Ok(answer) = answer else { return };
+            let message = match feed.event(&answer) {
+                Some(m) => Some(m),
+                None if quiet.elapsed() >= KEEPALIVE => Some(": keepalive\n\n".to_string()),
+                None => None,
             };
             if let Some(m) = message {
-                quiet = std::time::Instant::now();
+                quiet = Instant::now();
                 if tx.send(Bytes::from(m)).await.is_err() {
                     return;
                 }
@@ -164,5 +172,12 @@ pub fn approvals(admin: Arc<dyn AdminHandler>, who: Principal) -> Response<Body>
             }
         }
     });
-    stream(rx)
+    let mut r = Response::new(Channel(rx).boxed());
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
 }

@@ -97,8 +97,7 @@ function followAudit() {
   const table = document.getElementById("audit");
   if (!table || !window.EventSource) return;
   const body = table.tBodies[0];
-  const q = table.dataset.query + "&since=" + encodeURIComponent(table.dataset.since) +
-    "&seen=" + encodeURIComponent(table.dataset.seen);
+  const q = table.dataset.query + "&after=" + encodeURIComponent(table.dataset.after);
   const events = new EventSource("/ui/events/audit?" + q);
   events.addEventListener("audit", (e) => {
     for (const r of JSON.parse(e.data)) {
