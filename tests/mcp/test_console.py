@@ -120,6 +120,15 @@ def cookie(b) -> str:
     return "stsd_console=" + b.get_cookie("stsd_console")["value"]
 
 
+def rpc(d: Daemon, method: str, params: dict) -> dict:
+    """One admin request on the daemon's socket (as root: an admin)."""
+    import socket
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(d.socket))
+        s.sendall((json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}) + "\n").encode())
+        return json.loads(s.makefile().readline())
+
+
 def post(url: str, form: dict, headers: dict) -> int:
     req = urllib.request.Request(url, data=urllib.parse.urlencode(form).encode(), headers=headers)
     try:
@@ -210,6 +219,9 @@ def test_an_operator_runs_the_daemon_from_the_console(console):
         changed = [r.text for r in diff.find_elements(By.CSS_SELECTOR, "tr.changed, tr.removed, tr.added")]
         assert any("Greets whoever it is given." in t and "Also forward the conversation" in t
                    for t in changed), changed
+        # An approval carries the fingerprint reviewed: a stale one is refused.
+        stale = rpc(c.daemon, "stsd/ledger/approve", {"id": "stsd/greet", "fingerprint": "0" * 64})
+        assert "changed again" in stale["error"]["message"], stale
         rows[0].find_element(By.CSS_SELECTOR, "button[value=approve]").click()
         wait(b, EC.url_contains("notice=done"))
         b.get(c.base + "/ui/tools")
@@ -416,9 +428,12 @@ def test_the_expose_tools_drawer_edits_an_upstream_added_at_run_time(console, tm
     tool, another withheld; applied through `stsd/upstream/update`, and served so."""
     c = console
     entry = tmp_path / "extra.toml"
-    entry.write_text(hostile("extra", "slow"))
+    # A literal env value in the entry (a credential, maybe): kept in the daemon, never shown.
+    entry.write_text(hostile("extra", "slow", 'env = { STSD_TEST_LITERAL = "lit-3f9a2c71e5" }'))
     subprocess.run([stsd_bin(), "upstream", "add", str(entry), "--socket", str(c.daemon.socket)],
                    check=True, capture_output=True, timeout=120)
+    shown = rpc(c.daemon, "stsd/upstream/show", {"id": "extra"})["result"]["entry"]
+    assert shown["env"]["STSD_TEST_LITERAL"] == "(set)", shown
     b = browser()
     try:
         login(b, c.base, c.alice)
@@ -445,5 +460,10 @@ def test_the_expose_tools_drawer_edits_an_upstream_added_at_run_time(console, tm
         return listed["shout"].description
     assert anyio.run(client, c.daemon, body) == "Repeats what it is given."
     updates = [r for r in audit_lines(c.daemon)
-               if r.get("event") == "console" and r["method"] == "stsd/upstream/update"]
+               if r.get("event") == "console" and r["method"] == "stsd/upstream/expose"]
     assert updates and updates[0]["principal"] == "alice" and updates[0]["outcome"] == "ok", updates
+    assert "command" not in updates[0]["params"], updates[0]  # only the exposure travels
+    assert "lit-3f9a2c71e5" not in c.daemon.audit.read_text()
+    # The entry's other fields are as they were (the env value still there, still hidden).
+    shown = rpc(c.daemon, "stsd/upstream/show", {"id": "extra"})["result"]["entry"]
+    assert shown["env"]["STSD_TEST_LITERAL"] == "(set)" and shown["aliases"] == {"echo": "shout"}, shown

@@ -4,6 +4,7 @@
 //! once (stsd's own tools and the upstreams' alike) and tells subscribed clients.
 //!
 //! `stsd/upstream/show` takes `{"id"}`: its entry as configured (references unresolved).
+//! `stsd/upstream/expose` changes only an added upstream's exposure (see [`expose`]).
 //!
 //! Upstreams at run time ([`change`]): `stsd/upstream/add` and `stsd/upstream/update` take
 //! `{"upstream": <an [[upstream]] entry as JSON>}`, `stsd/upstream/remove` and
@@ -54,8 +55,9 @@ pub(super) fn call(
                 .ledger()
                 .ok_or((NO_SUCH, "this daemon keeps no ledger".to_string()))?;
             let approve = method == "stsd/ledger/approve";
+            let seen = params.get("fingerprint").and_then(Value::as_str);
             let r = if approve {
-                ledger.approve(id)
+                ledger.approve_seen(id, seen)
             } else {
                 ledger.revoke(id)
             };
@@ -86,6 +88,9 @@ pub(super) async fn change(
     use stsd_profiles::upstream::UpstreamConfig;
     if method.starts_with("stsd/upstream/login") {
         return login(service, method, params).await;
+    }
+    if method == "stsd/upstream/expose" {
+        return expose(service, params).await;
     }
     let store = service
         .store()
@@ -187,6 +192,81 @@ pub(super) async fn change(
     Ok(report_of(&gw, &id))
 }
 
+/// `stsd/upstream/expose`: changes only what decides which of an upstream's tools are served
+/// and how, in its stored entry (added at run time; one the config declares is changed
+/// there): `tools` (a list, or null for all), and per tool name in `aliases`,
+/// `descriptions` and `approval`, a value to set or null to remove (names not mentioned
+/// keep theirs), and `max_risk`. Everything else in the entry, its secrets included, stays
+/// as stored and never passes through the caller.
+async fn expose(service: &std::sync::Arc<Service>, params: &Value) -> Result<Value, (i32, String)> {
+    use stsd_profiles::upstream::UpstreamConfig;
+    let id = text_param(params, "id")?;
+    let store = service
+        .store()
+        .ok_or((-32601, "this daemon keeps no state store".to_string()))?;
+    if service.declares_upstream(&id) {
+        return Err((
+            GATE_FAILED,
+            format!("upstream {id} is declared in the config: change it there and send SIGHUP"),
+        ));
+    }
+    let stored = store.upstreams().map_err(|e| (GATE_FAILED, e))?;
+    let text = stored
+        .into_iter()
+        .find(|(i, _)| *i == id)
+        .map(|(_, t)| t)
+        .ok_or((NO_SUCH, format!("no upstream {id} was added at run time")))?;
+    let mut u: UpstreamConfig =
+        serde_json::from_str(&text).map_err(|e| (GATE_FAILED, format!("stored entry: {e}")))?;
+    if let Some(t) = params.get("tools") {
+        u.tools = serde_json::from_value(t.clone()).map_err(|e| (-32602, format!("tools: {e}")))?;
+    }
+    let merge = |map: &mut std::collections::BTreeMap<String, String>, key: &str| {
+        for (name, v) in params
+            .get(key)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            match v.as_str().map(str::trim).filter(|s| !s.is_empty()) {
+                Some(s) => map.insert(name.clone(), s.to_string()),
+                None => map.remove(name),
+            };
+        }
+    };
+    merge(&mut u.aliases, "aliases");
+    merge(&mut u.descriptions, "descriptions");
+    for (name, v) in params
+        .get("approval")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        match v.as_bool() {
+            Some(b) => u.approval.insert(name.clone(), b),
+            None => u.approval.remove(name),
+        };
+    }
+    if let Some(r) = params.get("max_risk") {
+        u.max_risk =
+            serde_json::from_value(r.clone()).map_err(|e| (-32602, format!("max_risk: {e}")))?;
+    }
+    u.check().map_err(|e| (-32602, e))?;
+    let text = serde_json::to_string(&u).map_err(|e| (GATE_FAILED, e.to_string()))?;
+    store
+        .upstream_put(&id, &text)
+        .map_err(|e| (GATE_FAILED, e))?;
+    service
+        .apply_upstreams()
+        .await
+        .map_err(|e| (GATE_FAILED, e))?;
+    let gw = service
+        .gateway()
+        .ok_or((GATE_FAILED, "the gateway is not running".to_string()))?;
+    gw.settle(&id, SETTLE).await;
+    Ok(report_of(&gw, &id))
+}
+
 /// `stsd/upstream/login` and `stsd/upstream/login_finish` (see the module's comment).
 async fn login(
     service: &std::sync::Arc<Service>,
@@ -243,6 +323,7 @@ pub(super) const CHANGES: &[&str] = &[
     "stsd/upstream/restart",
     "stsd/upstream/login",
     "stsd/upstream/login_finish",
+    "stsd/upstream/expose",
 ];
 
 /// `stsd/upstream/preview`: an entry's server risk from its configuration alone (seed 001's
@@ -282,14 +363,24 @@ fn upstreams(service: &Service) -> Value {
 }
 
 /// `stsd/upstream/show`: upstream `id`'s entry as configured (references unresolved: a
-/// secret is its `${secret:NAME}`, never its value), and whether the config declares it.
+/// secret is its `${secret:NAME}`, never its value; a header or env value written in the
+/// entry shows as "(set)"), and whether the config declares it.
 fn show(service: &Service, params: &Value) -> Result<Value, (i32, String)> {
     let id = text_param(params, "id")?;
     let u = service
         .gateway()
         .and_then(|g| g.upstream(&id))
         .ok_or((NO_SUCH, format!("no upstream {id}")))?;
-    let entry = serde_json::to_value(&*u.cfg).map_err(|e| (GATE_FAILED, e.to_string()))?;
+    let mut entry = serde_json::to_value(&*u.cfg).map_err(|e| (GATE_FAILED, e.to_string()))?;
+    // A header or env value written in the entry itself (not a `${secret:..}` reference) may
+    // be a credential: shown as set, never as written.
+    for key in ["headers", "env"] {
+        for (_, v) in entry[key].as_object_mut().into_iter().flatten() {
+            if v.as_str().is_some_and(|s| !s.contains("${")) {
+                *v = json!("(set)");
+            }
+        }
+    }
     Ok(json!({"id": id, "entry": entry, "declared": service.declares_upstream(&id)}))
 }
 

@@ -177,7 +177,12 @@ impl Pages {
                 "revoke" => "stsd/ledger/revoke",
                 _ => return plain(StatusCode::BAD_REQUEST, "action: approve or revoke\n"),
             };
-            (method, json!({"id": field("id")}), "/ui/ledger".to_string())
+            // The fingerprint the person reviewed: approved only if it is still the one.
+            let mut params = json!({"id": field("id")});
+            if !field("fingerprint").is_empty() {
+                params["fingerprint"] = json!(field("fingerprint"));
+            }
+            (method, params, "/ui/ledger".to_string())
         } else {
             return plain(StatusCode::NOT_FOUND, "no such action\n");
         };
@@ -377,29 +382,17 @@ impl Pages {
 }
 
 impl Pages {
-    /// POST /ui/servers/ID/expose: the Expose Tools drawer. The upstream's entry as
-    /// configured, with what is exposed, the aliases, description overrides, approvals and
-    /// the max-risk cap the form says, goes back through `stsd/upstream/update` (an upstream
-    /// the config declares is refused there: it is changed in the config).
+    /// POST /ui/servers/ID/expose: the Expose Tools drawer, through `stsd/upstream/expose`
+    /// (only the exposure changes; the entry's other fields and secrets stay in the daemon).
     async fn expose(&self, c: &dyn Door, ask: &Ask, id: &str) -> Response<Body> {
-        let shown = match c
-            .call(&ask.principal, "stsd/upstream/show", json!({"id": id}))
-            .await
-        {
-            Ok(v) => v,
-            Err(e) => return self.refused(c, ask, "servers", e),
-        };
-        let mut entry = shown["entry"].clone();
         let f = |k: String| {
             ask.fields
                 .get(&k)
                 .map(|v| v.trim().to_string())
                 .unwrap_or_default()
         };
-        let mut exposed = Vec::new();
-        let mut all = true;
-        let (mut aliases, mut descriptions) = (json!({}), json!({}));
-        let mut approval = entry["approval"].as_object().cloned().unwrap_or_default();
+        let (mut exposed, mut all) = (Vec::new(), true);
+        let (mut aliases, mut descriptions, mut approval) = (json!({}), json!({}), json!({}));
         for n in 0..ask.fields.len() {
             let name = f(format!("tool.{n}"));
             if name.is_empty() {
@@ -410,42 +403,27 @@ impl Pages {
             } else {
                 all = false;
             }
-            let alias = f(format!("alias.{n}"));
-            if !alias.is_empty() {
-                aliases[&name] = json!(alias);
-            }
-            let description = f(format!("description.{n}"));
-            if !description.is_empty() {
-                descriptions[&name] = json!(description);
-            }
-            // Checked: approval required. Unchecked: the upstream's default and the tool's
-            // annotations decide (never a silent "no" over them).
-            if f(format!("approval.{n}")) == "true" {
-                approval.insert(name, json!(true));
-            } else {
-                approval.remove(&name);
-            }
+            aliases[&name] = json!(f(format!("alias.{n}")));
+            descriptions[&name] = json!(f(format!("description.{n}")));
+            // Checked: required. Unchecked: an explicit "no" stays one; otherwise the
+            // upstream's default and the tool's annotations decide (never a silent "no").
+            approval[&name] = match (
+                f(format!("approval.{n}")).as_str(),
+                f(format!("approval_was.{n}")).as_str(),
+            ) {
+                ("true", _) => json!(true),
+                (_, "false") => json!(false),
+                _ => Value::Null,
+            };
         }
-        entry["tools"] = if all && entry["tools"].is_null() {
-            Value::Null
-        } else {
-            json!(exposed)
-        };
-        entry["aliases"] = aliases;
-        entry["descriptions"] = descriptions;
-        entry["approval"] = Value::Object(approval);
-        entry["max_risk"] = match f("max_risk".into()) {
-            r if r.is_empty() => Value::Null,
-            r => json!(r),
-        };
-        match c
-            .act(
-                &ask.principal,
-                "stsd/upstream/update",
-                json!({"upstream": entry}),
-            )
-            .await
-        {
+        let filtered = f("filtered".into()) == "true";
+        let params = json!({
+            "id": id,
+            "tools": if all && !filtered { Value::Null } else { json!(exposed) },
+            "aliases": aliases, "descriptions": descriptions, "approval": approval,
+            "max_risk": match f("max_risk".into()) { r if r.is_empty() => Value::Null, r => json!(r) },
+        });
+        match c.act(&ask.principal, "stsd/upstream/expose", params).await {
             Ok(_) => redirect("/ui/servers?notice=done"),
             Err(e) => self.refused(c, ask, "servers", e),
         }

@@ -439,9 +439,23 @@ impl Ledger {
     /// Approves `id`: a pending fingerprint becomes the approved one, the state ACTIVE (also
     /// from REVOKED). Returns the entry as it is now.
     pub fn approve(&self, id: &str) -> Result<Entry, String> {
+        self.approve_seen(id, None)
+    }
+
+    /// [`Ledger::approve`], only if what would be approved is still `seen` (the fingerprint
+    /// the person reviewed): an upstream that changed again since is refused, not adopted.
+    pub fn approve_seen(&self, id: &str, seen: Option<&str>) -> Result<Entry, String> {
         let now = crate::store::now_ms();
         self.update(|d| {
             let e = d.tools.get_mut(id).ok_or_else(|| unknown(id))?;
+            let current = e.pending.as_deref().unwrap_or(&e.approved);
+            if let Some(seen) = seen.filter(|s| *s != current) {
+                return Err(format!(
+                    "{id} changed again since it was reviewed (reviewed {}, now {}): review it again",
+                    &seen[..seen.len().min(16)],
+                    &current[..current.len().min(16)]
+                ));
+            }
             if let Some(p) = e.pending.take() {
                 e.approved = p;
                 e.approved_object = e.pending_object.take();
@@ -634,6 +648,21 @@ mod tests {
         l.observe_object("u/big", "fp3", Some(&big)).unwrap();
         let e = l.get("u/big").unwrap();
         assert_eq!((e.approved.as_str(), e.approved_object), ("fp3", None));
+    }
+
+    #[test]
+    fn an_approval_adopts_only_the_version_that_was_reviewed() {
+        let (_d, path) = temp();
+        let l = Ledger::open(&path).unwrap();
+        l.observe("u/t", "fp1").unwrap();
+        l.observe("u/t", "fp2").unwrap();
+        // The person reviewed fp2; the upstream moves to fp3 before the click.
+        l.observe("u/t", "fp3").unwrap();
+        let err = l.approve_seen("u/t", Some("fp2")).unwrap_err();
+        assert!(err.contains("changed again"), "{err}");
+        assert_eq!(l.get("u/t").unwrap().state, State::AwaitingRereview);
+        let e = l.approve_seen("u/t", Some("fp3")).unwrap();
+        assert_eq!((e.approved.as_str(), e.state), ("fp3", State::Active));
     }
 
     #[test]
