@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -738,6 +739,26 @@ def test_upstream_check_scores_from_the_config_and_exits_as_documented(tmp_path)
     assert text.returncode == 1
     assert "upstream far (streamable-http): NOT CONNECTED:" in text.stdout, text.stdout
     assert "server risk L5" in text.stdout and "from the config alone" in text.stdout, text.stdout
+
+    # A venv under a directory only root may enter (a Python installed in /root): the
+    # upstream's own uid could not exec it; said before it starts, with what to do.
+    if os.geteuid() == 0:
+        closed = Path(tempfile.mkdtemp(prefix="stsd-closed-", dir="/tmp"))
+        try:
+            (closed / "bin").mkdir()
+            (closed / "bin" / "python").symlink_to(os.path.realpath(f"{UPVENV}/bin/python"))
+            os.chmod(closed, 0o700)
+            entry = (f'[[upstream]]\nid = "closed"\ncommand = "{closed}/bin/python"\n'
+                     f'args = ["{HOSTILE}", "clean"]\n')
+            out = check(entry, "--json")
+            assert out.returncode == 1, out.stdout[-2000:]
+            u = json.loads(out.stdout)["upstreams"][0]
+            assert f"{closed} is not searchable for it" in u["error"], u
+            assert "install it where any user can read it" in u["error"], u
+            text = check(entry)
+            assert text.returncode == 1 and f"{closed} is not searchable" in text.stdout, text.stdout
+        finally:
+            shutil.rmtree(closed, ignore_errors=True)
 
     # Connected and within policy: 0; a server whose poisoned tools a policy withholds
     # (block_on_poisoning): 2.

@@ -794,6 +794,9 @@ fn start_stdio(
         Ok(ids) => ids,
         Err(e) => return not_started(&cfg, e, p.secrets),
     };
+    if let Err(e) = super::spawn::program_reachable(&p.live, uid, gid) {
+        return not_started(&cfg, e, p.secrets);
+    }
     if let Err(e) = super::spawn::prepare_workspace(&workspace, uid, gid) {
         return not_started(
             &cfg,

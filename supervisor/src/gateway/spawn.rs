@@ -281,18 +281,84 @@ fn chown_tree(dir: &Path, dev: u64, uid: u32, gid: u32) -> std::io::Result<()> {
 }
 
 /// Whether `uid:gid` (no supplementary groups: the upstream has none) may search `dir`.
+/// Whether user `uid` (group `gid`) can run a stdio upstream's program, checked before it is
+/// started as that uid (a venv made under `/root`, mode 0700, fails with a bare EACCES at
+/// execve otherwise): every directory above the program and above where its links lead
+/// searchable, the program executable, and the paths derived for it to read (its install
+/// tree, `read_paths`) reachable. Only when stsd is root (otherwise the upstream runs as
+/// stsd's own user). Err: what blocks it and what to do.
+pub fn program_reachable(cfg: &UpstreamConfig, uid: u32, gid: u32) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(());
+    }
+    let Some(cmd) = cfg.command.as_deref() else {
+        return Ok(());
+    };
+    // A program that is not there at all is the confined start's to report (it fails
+    // closed, SANDBOX_UNAVAILABLE, naming it).
+    let Ok(program) = stsd_profiles::os::process::resolve_program(
+        cmd,
+        Some(std::ffi::OsStr::new(DEFAULT_PATH)),
+    ) else {
+        return Ok(());
+    };
+    let fix = "a confined upstream runs as an unprivileged uid of its own: install it where \
+               any user can read it (for example under /opt or /usr/local), or open the \
+               directory's search bit (chmod o+x)";
+    let target = std::fs::canonicalize(&program).unwrap_or_else(|_| program.clone());
+    for p in [&program, &target] {
+        if let Some(blocked) = p.ancestors().skip(1).find(|a| !traversable(a, uid, gid)) {
+            return Err(format!(
+                "program {}: user {uid} cannot reach it, {} is not searchable for it; {fix}",
+                p.display(),
+                blocked.display()
+            ));
+        }
+    }
+    if !permitted(&target, uid, gid, 0o1) {
+        return Err(format!(
+            "program {}: not executable for user {uid}; {fix}",
+            target.display()
+        ));
+    }
+    let reads =
+        stsd_profiles::os::process::derive_read_paths(&program, &cfg.args, &cfg.read_paths);
+    for r in reads.iter().filter(|r| r.exists()) {
+        if let Some(blocked) = r.ancestors().skip(1).find(|a| !traversable(a, uid, gid)) {
+            return Err(format!(
+                "{} (which the upstream reads): user {uid} cannot reach it, {} is not \
+                 searchable for it; {fix}",
+                r.display(),
+                blocked.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the class of `path`'s mode that applies to `uid`/`gid` has `bits` (0o4 read,
+/// 0o2 write, 0o1 execute or search).
+fn permitted(path: &Path, uid: u32, gid: u32, bits: u32) -> bool {
+    let Ok(m) = std::fs::metadata(path) else {
+        return false;
+    };
+    let mode = m.mode();
+    let class = if m.uid() == uid {
+        mode >> 6
+    } else if m.gid() == gid {
+        mode >> 3
+    } else {
+        mode
+    };
+    class & bits == bits
+}
+
 fn traversable(dir: &Path, uid: u32, gid: u32) -> bool {
     let Ok(m) = std::fs::metadata(dir) else {
         return false;
     };
-    let mode = m.mode();
-    if m.uid() == uid {
-        mode & 0o100 != 0
-    } else if m.gid() == gid {
-        mode & 0o010 != 0
-    } else {
-        mode & 0o001 != 0
-    }
+    m.is_dir() && permitted(dir, uid, gid, 0o1)
 }
 
 #[cfg(test)]
