@@ -1,6 +1,7 @@
 """Issue 37: the operator console, driven by a real browser (Debian's chromium through its
 chromedriver and Selenium). A person logs in with a token, sees a withheld tool and why,
-approves a waiting call while an SDK client waits, denies another with a reason the client
+approves a waiting deleteFile call (the reference catalog's, on a scratch workspace) while an
+SDK client waits, denies another with a reason the client
 sees, watches the connection risk preview turn L5 (no-auth-unknown) and then L1,
 re-reviews a rug-pulled tool on the Ledger page, and calls a tool from the Inspector. Screenshots of each page go to
 target/console-screenshots (CI keeps the folder). And what must fail does: a POST without
@@ -24,6 +25,7 @@ import anyio
 import pytest
 from conftest import ROOT, Daemon, stsd_bin
 from httpkit import add_token, free_port, wait_ready
+from test_approval import reference_spec, workspace
 from test_gateway import audit_lines, client, hostile, served, text_of, tmp_path  # noqa: F401
 
 selenium = pytest.importorskip("selenium")
@@ -56,6 +58,9 @@ class Console:
             "sneaky": spec("sneaky", "Looks harmless. " + XSS, "return text;"),
             "drafty": {**spec("drafty", "Not published yet.", "return text;"), "draft": True},
         }
+        # The reference catalog's deleteFile, against a scratch workspace of its own.
+        self.specs["deleteFile"] = reference_spec("deleteFile")
+        self.workspace = workspace()
         for name, s in self.specs.items():
             (self.catalog / f"{name}.json").write_text(json.dumps(s))
         tokens = tmp / "tokens"
@@ -65,7 +70,8 @@ class Console:
         self.base = f"http://127.0.0.1:{self.port}"
         cfg = (f'[http]\ntokens_file = "{tokens}"\nadmin_principals = ["alice"]\n'
                'approver_principals = ["alice"]\n'
-               '[[approval.rule]]\ntools = ["guarded"]\nrequire = true\nstrategy = "operator"\n')
+               f'[baseline]\nfs_base_path = "{self.workspace}"\n'
+               '[[approval.rule]]\ntools = ["guarded", "deleteFile"]\nrequire = true\nstrategy = "operator"\n')
         self.daemon = Daemon(tmp, catalog=self.catalog, extra_config=cfg,
                              args=["--listen", f"127.0.0.1:{self.port}"]).start()
         wait_ready(self.base, None, self.daemon.proc)
@@ -73,6 +79,7 @@ class Console:
     def stop(self):
         if self.daemon.proc and self.daemon.proc.poll() is None:
             self.daemon.stop()
+        shutil.rmtree(self.workspace, ignore_errors=True)
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -145,12 +152,12 @@ def console(tmp_path):
     c.stop()
 
 
-def call_in_background(d: Daemon, tool: str, text: str) -> tuple[threading.Thread, list]:
+def call_in_background(d: Daemon, tool: str, text: str, args: dict | None = None) -> tuple[threading.Thread, list]:
     got: list = []
 
     def run():
         async def body(c):
-            r = await c.call_tool(tool, {"text": text})
+            r = await c.call_tool(tool, args if args is not None else {"text": text})
             got.append((r.is_error, text_of(r)))
         anyio.run(client, d, body)
     t = threading.Thread(target=run)
@@ -171,13 +178,16 @@ def test_an_operator_runs_the_daemon_from_the_console(console):
         # Approvals: the page is open before the call arrives; it appears live.
         b.get(c.base + "/ui/approvals")
         wait(b, EC.presence_of_element_located((By.ID, "none")))
-        t, got = call_in_background(c.daemon, "guarded", "approve me")
+        doomed = c.workspace / "doomed.txt"
+        t, got = call_in_background(c.daemon, "deleteFile", "", {"path": "doomed.txt"})
         card = wait(b, EC.presence_of_element_located((By.CSS_SELECTOR, "#pending .call")))
-        assert "guarded" in card.text and "approve me" in card.text, card.text
+        assert "deleteFile" in card.text and "doomed.txt" in card.text, card.text
+        assert doomed.exists()
         shot(b, "approvals")
         card.find_element(By.CSS_SELECTOR, "button[value=approve]").click()
         t.join(timeout=60)
-        assert got == [(False, "echo: approve me")], got
+        assert got and got[0][0] is False, got
+        assert not doomed.exists()
 
         # Denied with a reason: the model sees the reason.
         b.get(c.base + "/ui/approvals")
