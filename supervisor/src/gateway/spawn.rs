@@ -297,10 +297,9 @@ pub fn program_reachable(cfg: &UpstreamConfig, uid: u32, gid: u32) -> Result<(),
     };
     // A program that is not there at all is the confined start's to report (it fails
     // closed, SANDBOX_UNAVAILABLE, naming it).
-    let Ok(program) = stsd_profiles::os::process::resolve_program(
-        cmd,
-        Some(std::ffi::OsStr::new(DEFAULT_PATH)),
-    ) else {
+    let Ok(program) =
+        stsd_profiles::os::process::resolve_program(cmd, Some(std::ffi::OsStr::new(DEFAULT_PATH)))
+    else {
         return Ok(());
     };
     let fix = "a confined upstream runs as an unprivileged uid of its own: install it where \
@@ -322,8 +321,7 @@ pub fn program_reachable(cfg: &UpstreamConfig, uid: u32, gid: u32) -> Result<(),
             target.display()
         ));
     }
-    let reads =
-        stsd_profiles::os::process::derive_read_paths(&program, &cfg.args, &cfg.read_paths);
+    let reads = stsd_profiles::os::process::derive_read_paths(&program, &cfg.args, &cfg.read_paths);
     for r in reads.iter().filter(|r| r.exists()) {
         if let Some(blocked) = r.ancestors().skip(1).find(|a| !traversable(a, uid, gid)) {
             return Err(format!(
