@@ -21,13 +21,7 @@ pub fn transport(
     opts: &super::Options,
     max_event: usize,
 ) -> Result<HttpTransport, String> {
-    let client = builder(
-        opts.http_proxy.as_deref(),
-        opts.connect_timeout,
-        &opts.extra_ca_files,
-    )?
-    .build()
-    .map_err(|e| format!("HTTP client: {e}"))?;
+    let client = client(opts)?;
     Ok(StreamableHttpClientTransport::with_client(
         client,
         config(cfg, url, max_event)?,
@@ -43,17 +37,22 @@ pub fn oauth_transport(
     max_event: usize,
     manager: AuthorizationManager,
 ) -> Result<OauthTransport, String> {
-    let client = builder(
+    let client = client(opts)?;
+    Ok(StreamableHttpClientTransport::with_client(
+        AuthClient::new(client, manager),
+        config(cfg, url, max_event)?,
+    ))
+}
+
+/// The upstream's HTTP client: its egress proxy, its connect timeout, the trusted CAs.
+fn client(opts: &super::Options) -> Result<reqwest::Client, String> {
+    builder(
         opts.http_proxy.as_deref(),
         opts.connect_timeout,
         &opts.extra_ca_files,
     )?
     .build()
-    .map_err(|e| format!("HTTP client: {e}"))?;
-    Ok(StreamableHttpClientTransport::with_client(
-        AuthClient::new(client, manager),
-        config(cfg, url, max_event)?,
-    ))
+    .map_err(|e| format!("HTTP client: {e}"))
 }
 
 fn config(
