@@ -248,6 +248,13 @@ def test_an_operator_runs_the_daemon_from_the_console(console):
         shot(b, "inspector")
         rec = [r for r in audit_lines(c.daemon) if r.get("name") == "greet"][-1]
         assert rec["principal"] == "alice" and rec["transport"] == "console" and rec["outcome"] == "OK", rec
+        # The tool's page: its posture in short on the list, its last calls on its page.
+        b.get(c.base + "/ui/tools")
+        greet = b.find_element(By.XPATH, "//tr[th[contains(., 'greet')]]").text
+        assert "network blocked" in greet and "files none" in greet, greet
+        b.get(c.base + "/ui/tools/greet")
+        last = b.find_element(By.XPATH, "//table[caption[starts-with(., 'The latest calls of greet')]]")
+        assert "alice" in last.text and "OK" in last.text, last.text
 
         # The audit page follows the log: a call made while it is open appears in it.
         b.get(c.base + "/ui/audit?tool=greet")

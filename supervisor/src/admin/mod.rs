@@ -93,7 +93,15 @@ impl Admin {
 
     fn tool_entry(t: &crate::service::PublishedTool) -> Value {
         let a = &t.approval;
+        let caps = &t.resolved.tool_safety.capabilities;
         json!({
+            // What the tool may do, in short (the resolved toolSafety is `stsd/tools/show`'s).
+            "posture": {
+                "network": caps.network.mode,
+                "hosts": caps.network.hosts,
+                "fileRead": caps.file_read,
+                "fileWrite": caps.file_write,
+            },
             "name": t.spec.name,
             "state": "ACTIVE",
             "riskLevel": t.resolved.risk.as_str(),

@@ -209,10 +209,33 @@ impl Pages {
     }
 
     async fn tool(&self, c: &dyn Door, ask: &Ask, name: &str) -> Response<Body> {
-        match c.call(&ask.principal, "stsd/tools/show", json!({"name": name})).await {
+        // Its last calls, when the person may read the audit.
+        let calls = c
+            .call(
+                &ask.principal,
+                "stsd/audit/list",
+                json!({"tool": name, "limit": 10}),
+            )
+            .await
+            .map(|v| {
+                // The filter is a substring: this tool's own calls only.
+                let own = v["records"].as_array().into_iter().flatten();
+                Value::from(
+                    own.filter(|r| r["name"] == name)
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .unwrap_or(Value::Null);
+        match c
+            .call(&ask.principal, "stsd/tools/show", json!({"name": name}))
+            .await
+        {
             Ok(t) => self.render(
                 "tool.html",
-                context! { ..self.base(c, ask, "tools"), ..context! { tool => Jv::from_serialize(&t) } },
+                context! { ..self.base(c, ask, "tools"), ..context! {
+                    tool => Jv::from_serialize(&t), calls => Jv::from_serialize(&calls),
+                } },
             ),
             Err(e) => self.refused(c, ask, "tools", e),
         }
