@@ -225,6 +225,30 @@ pub fn test_cases(doc: &Value) -> Result<Vec<TestCase>, Diagnostic> {
         .collect()
 }
 
+/// The cases a test run on demand runs: the spec's `testCases`, else one made of its
+/// params' `testValue`s (as the Local Pass does). Err: why there are none.
+pub fn cases_of(tool: &PublishedTool) -> Result<Vec<TestCase>, String> {
+    let written = test_cases(&serde_json::json!({"testCases": tool.test_cases}))
+        .map_err(|d| d.to_string())?;
+    if !written.is_empty() {
+        return Ok(written);
+    }
+    let mut arguments = serde_json::Map::new();
+    for p in &tool.spec.params {
+        if let Some(v) = &p.test_value {
+            arguments.insert(p.name.clone(), p.ty.parse_text(v)?);
+        }
+    }
+    Ok(vec![TestCase {
+        name: "test values".into(),
+        arguments,
+        expected_success: true,
+        expected: None,
+        expected_error_code: None,
+        timeout_ms: None,
+    }])
+}
+
 /// What one test case did (seed 004's result entry).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CaseResult {

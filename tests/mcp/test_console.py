@@ -54,7 +54,10 @@ class Console:
         self.catalog.mkdir()
         self.specs = {
             "guarded": spec("guarded", "Echoes its text once an operator says yes.", "return 'echo: ' + text;"),
-            "greet": spec("greet", "Greets whoever it is given.", "return 'hi ' + text;"),
+            "greet": {**spec("greet", "Greets whoever it is given.", "return 'hi ' + text;"),
+                      "testCases": [{"name": "greets Ann", "arguments": {"text": "Ann"}, "expected": "hi Ann"},
+                                    {"name": "expects hello", "arguments": {"text": "Bo"},
+                                     "expected": "hello Bo"}]},
             "sneaky": spec("sneaky", "Looks harmless. " + XSS, "return text;"),
             "drafty": {**spec("drafty", "Not published yet.", "return text;"), "draft": True},
         }
@@ -255,6 +258,12 @@ def test_an_operator_runs_the_daemon_from_the_console(console):
         b.get(c.base + "/ui/tools/greet")
         last = b.find_element(By.XPATH, "//table[caption[starts-with(., 'The latest calls of greet')]]")
         assert "alice" in last.text and "OK" in last.text, last.text
+        # Its test cases, run from its page: one passes, one (written to fail) does not.
+        b.find_element(By.XPATH, "//button[. = 'Run its test cases']").click()
+        heading = wait(b, EC.presence_of_element_located((By.ID, "tests")))
+        assert "1 passed, 1 failed" in heading.text, heading.text
+        assert "expects hello" in b.find_element(By.CSS_SELECTOR, "tr.failed").text
+        shot(b, "tool-tests")
 
         # The audit page follows the log: a call made while it is open appears in it.
         b.get(c.base + "/ui/audit?tool=greet")

@@ -16,6 +16,7 @@
 //! | `stsd/tools/show` | `{name}` | one tool: the list entry plus its spec and inputSchema |
 //! | `stsd/approvals/list` | none | `{"pending": [{id, tool, arguments, prompt, peerUid, ageMs}], "expired": [{callId, tool, reason, ...}]}` |
 //! | `stsd/approvals/decide` | `{id, approve: bool, reason?}` | `{"id": id, "approved": bool}` |
+//! | `stsd/tools/test` | `{name}` | its test cases run now, in scratch: `{passed, failed, cases}` |
 //! | `stsd/audit/list` | `{tool?, principal?, outcome?, limit?}` | `{"records": [...]}`, newest first |
 //! | `stsd/upstream/preview` | `{upstream: <[[upstream]] entry>}` | its server risk from the configuration alone |
 //! | `stsd/upstream/add`, `update` | `{upstream: <[[upstream]] entry>}` | `{id, upstream: <as listed>}` |
@@ -146,6 +147,50 @@ impl Admin {
             }),
             "sandbox": {"landlockAbi": sandbox, "seccomp": true},
         })
+    }
+
+    /// `stsd/tools/test`: a served tool's test cases (its `testCases`, else its params'
+    /// `testValue`s) run now, each through the call pipeline in a fresh worker and a scratch
+    /// copy of its base path, as the Local Pass runs them (admins only: it runs code). A tool
+    /// that needs approval is not answered for here: its case says APPROVAL_REQUIRED.
+    async fn run_tests(&self, who: &Subject, params: &Value) -> Result<Value, (i32, String)> {
+        if !self.is_admin(who) {
+            return Err((
+                NOT_ALLOWED,
+                format!("{who} may not run tests (it is not in {})", admin_list(who)),
+            ));
+        }
+        let name = name_param(params)?;
+        let tool = self
+            .service
+            .published()
+            .get(name.as_str())
+            .cloned()
+            .ok_or((NO_SUCH, format!("no served tool named {name}")))?;
+        let cases = crate::local_pass::cases_of(&tool).map_err(|e| (GATE_FAILED, e))?;
+        let (config, opts) = (self.service.config(), self.service.exec_options());
+        let results = tokio::task::spawn_blocking(move || {
+            let env = config.baseline.env();
+            cases
+                .iter()
+                .map(|c| {
+                    crate::local_pass::run_case(
+                        &tool.spec,
+                        &config,
+                        &env,
+                        &opts,
+                        c,
+                        crate::local_pass::PassPlace::Scratch,
+                        None,
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| (GATE_FAILED, e.to_string()))?;
+        let passed = results.iter().filter(|r| r.success).count();
+        Ok(json!({"name": name.as_str(), "passed": passed,
+                  "failed": results.len() - passed, "cases": results}))
     }
 
     /// `stsd/approvals/decide`: an operator's answer to a waiting call.
@@ -291,6 +336,8 @@ impl AdminHandler for Admin {
         Box::pin(async move {
             let r = if WRITES.contains(&method.as_str()) {
                 self.write(&who, &method, &params).await
+            } else if method == "stsd/tools/test" {
+                self.run_tests(&who, &params).await
             } else if gateway::CHANGES.contains(&method.as_str()) {
                 match self.is_admin(&who) {
                     true => gateway::change(&self.service, &method, &params).await,

@@ -352,12 +352,11 @@ fn publish_catalog(
                  [approval] allow_override_required is false: approval stays required"
             );
         }
-        out.tools.push(PublishedTool::new(
-            spec.clone(),
-            e.tool_id.clone(),
-            resolved,
-            approval,
-        ));
+        let mut tool = PublishedTool::new(spec.clone(), e.tool_id.clone(), resolved, approval);
+        tool.test_cases = crate::local_pass::document(cat, e)
+            .and_then(|d| d.get("testCases").cloned())
+            .unwrap_or(Value::Null);
+        out.tools.push(tool);
     }
     out.tools.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
     out

@@ -21,6 +21,9 @@ pub struct PublishedTool {
     pub approval: Requirement,
     /// The enforced toolSafety as JSON, made once (every call's audit record carries it).
     pub tool_safety_json: Value,
+    /// The spec's `testCases` as written (an extension field, §14), for a test run on demand
+    /// (the console's Tools page); null when it has none.
+    pub test_cases: Value,
 }
 
 impl PublishedTool {
@@ -43,6 +46,7 @@ impl PublishedTool {
             tool_id,
             spec,
             resolved,
+            test_cases: Value::Null,
         }
     }
 

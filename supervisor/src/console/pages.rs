@@ -155,6 +155,15 @@ impl Pages {
         }
         let (method, params, back) = if let Some(rest) = path.strip_prefix("/ui/tools/") {
             let (name, what) = rest.rsplit_once('/').unwrap_or((rest, ""));
+            if what == "test" {
+                let run = c
+                    .act(&ask.principal, "stsd/tools/test", json!({"name": name}))
+                    .await;
+                return match run {
+                    Ok(results) => self.tool_page(c, ask, name, results).await,
+                    Err(e) => self.refused(c, ask, "tools", e),
+                };
+            }
             let method = match what {
                 "enable" => "stsd/tools/enable",
                 "disable" => "stsd/tools/disable",
@@ -209,6 +218,11 @@ impl Pages {
     }
 
     async fn tool(&self, c: &dyn Door, ask: &Ask, name: &str) -> Response<Body> {
+        self.tool_page(c, ask, name, Value::Null).await
+    }
+
+    /// A tool's page, with the results of a test run when there was one.
+    async fn tool_page(&self, c: &dyn Door, ask: &Ask, name: &str, tests: Value) -> Response<Body> {
         // Its last calls, when the person may read the audit.
         let calls = c
             .call(
@@ -235,6 +249,7 @@ impl Pages {
                 "tool.html",
                 context! { ..self.base(c, ask, "tools"), ..context! {
                     tool => Jv::from_serialize(&t), calls => Jv::from_serialize(&calls),
+                    tests => Jv::from_serialize(&tests),
                 } },
             ),
             Err(e) => self.refused(c, ask, "tools", e),
