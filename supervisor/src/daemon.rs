@@ -403,6 +403,12 @@ async fn bind_endpoints(
         Some(addr) => Some(crate::http::bind(&o.config.http, addr).await?),
         None => None,
     };
+    // The console's listener too, before the socket: a bad [console] fails the start before
+    // the socket appears (a client that sees the socket sees a daemon that started).
+    let console = match &o.config.console.listen {
+        Some(addr) => Some(crate::http::bind_console(&o.config.http, addr).await?),
+        None => None,
+    };
     let socket = match listen {
         Some(fd) => listener::from_systemd(fd)?,
         None => listener::bind(&o.socket, o.config.daemon.socket_group)?,
@@ -416,10 +422,6 @@ async fn bind_endpoints(
                 .await
                 .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?,
         )),
-        None => None,
-    };
-    let console = match &o.config.console.listen {
-        Some(addr) => Some(crate::http::bind_console(&o.config.http, addr).await?),
         None => None,
     };
     Ok(Endpoints {

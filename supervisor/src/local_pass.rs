@@ -228,17 +228,16 @@ pub fn test_cases(doc: &Value) -> Result<Vec<TestCase>, Diagnostic> {
 /// The cases a test run on demand runs: the spec's `testCases`, else one made of its
 /// params' `testValue`s (as the Local Pass does). Err: why there are none.
 pub fn cases_of(tool: &PublishedTool) -> Result<Vec<TestCase>, String> {
-    let written = test_cases(&serde_json::json!({"testCases": tool.test_cases}))
-        .map_err(|d| d.to_string())?;
-    if !written.is_empty() {
-        return Ok(written);
-    }
-    let mut arguments = serde_json::Map::new();
-    for p in &tool.spec.params {
-        if let Some(v) = &p.test_value {
-            arguments.insert(p.name.clone(), p.ty.parse_text(v)?);
+    // A spec without `testCases` has none written (null is not "an array that is wrong").
+    if !tool.test_cases.is_null() {
+        let written = test_cases(&serde_json::json!({"testCases": tool.test_cases}))
+            .map_err(|d| d.to_string())?;
+        if !written.is_empty() {
+            return Ok(written);
         }
     }
+    // The Local Pass's own arguments: its params' non-blank `testValue`s.
+    let arguments = crate::exec::job::test_arguments(&tool.spec).map_err(|d| d.to_string())?;
     Ok(vec![TestCase {
         name: "test values".into(),
         arguments,

@@ -264,6 +264,14 @@ def test_an_operator_runs_the_daemon_from_the_console(console):
         assert "1 passed, 1 failed" in heading.text, heading.text
         assert "expects hello" in b.find_element(By.CSS_SELECTOR, "tr.failed").text
         shot(b, "tool-tests")
+        # A tool without testCases runs its params' testValues.
+        b.get(c.base + "/ui/tools/sneaky")
+        b.find_element(By.XPATH, "//button[. = 'Run its test cases']").click()
+        heading = wait(b, EC.presence_of_element_located((By.ID, "tests")))
+        assert "1 passed, 0 failed" in heading.text, heading.text
+        # One served with approval required is not run unattended.
+        gated = rpc(c.daemon, "stsd/tools/test", {"name": "guarded"})
+        assert "needs approval" in gated["error"]["message"], gated
 
         # The audit page follows the log: a call made while it is open appears in it.
         b.get(c.base + "/ui/audit?tool=greet")

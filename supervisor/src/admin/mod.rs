@@ -152,7 +152,7 @@ impl Admin {
     /// `stsd/tools/test`: a served tool's test cases (its `testCases`, else its params'
     /// `testValue`s) run now, each through the call pipeline in a fresh worker and a scratch
     /// copy of its base path, as the Local Pass runs them (admins only: it runs code). A tool
-    /// that needs approval is not answered for here: its case says APPROVAL_REQUIRED.
+    /// served with approval required is refused: nobody answers for it here.
     async fn run_tests(&self, who: &Subject, params: &Value) -> Result<Value, (i32, String)> {
         if !self.is_admin(who) {
             return Err((
@@ -167,6 +167,17 @@ impl Admin {
             .get(name.as_str())
             .cloned()
             .ok_or((NO_SUCH, format!("no served tool named {name}")))?;
+        // A tool served with approval required is not run unattended, whatever its spec alone
+        // would say (an admin-published tool that writes is gated by default).
+        if tool.approval.required {
+            return Err((
+                GATE_FAILED,
+                format!(
+                    "{name} needs approval to run, so its test cases are not run unattended \
+                     here: run `stsd test --approve FILE` where you can answer for it"
+                ),
+            ));
+        }
         let cases = crate::local_pass::cases_of(&tool).map_err(|e| (GATE_FAILED, e))?;
         let (config, opts) = (self.service.config(), self.service.exec_options());
         let results = tokio::task::spawn_blocking(move || {

@@ -268,7 +268,7 @@ impl Console {
             let (sessions, login, sid) = (sessions.clone(), login.clone(), sid.clone());
             let (name, credential, cert) = (name.clone(), credential.clone(), cert.clone());
             Box::pin(async move {
-                if sessions.get(&sid).is_none() {
+                if !sessions.live(&sid) {
                     return false;
                 }
                 match credential {

@@ -82,6 +82,15 @@ impl Sessions {
         Some(s.clone())
     }
 
+    /// Whether the session is live, without restarting its idle clock (a live page's
+    /// stream checks it: an open tab is not a person using the console).
+    pub fn live(&self, id: &str) -> bool {
+        let Ok(map) = self.inner.lock() else {
+            return false;
+        };
+        map.get(id).is_some_and(|s| live(s, Instant::now()))
+    }
+
     pub fn close(&self, id: &str) {
         if let Ok(mut map) = self.inner.lock() {
             map.remove(id);
@@ -163,6 +172,30 @@ mod tests {
         assert_eq!(s.get(&id).map(|x| x.principal.name), Some("alice".into()));
         assert!(s.get("0000").is_none());
         s.close(&id);
+        assert!(s.get(&id).is_none());
+    }
+
+    #[test]
+    fn a_live_check_does_not_restart_the_idle_clock() {
+        let s = Sessions::default();
+        let (id, _) = s
+            .open(Principal::new("alice", PrincipalKind::Token), None)
+            .expect("session");
+        let age = |by: Duration| {
+            if let Ok(mut m) = s.inner.lock() {
+                if let Some(x) = m.get_mut(&id) {
+                    x.seen -= by;
+                    x.made -= by;
+                }
+            }
+        };
+        age(IDLE - Duration::from_secs(2));
+        assert!(s.live(&id));
+        age(Duration::from_secs(3));
+        assert!(
+            !s.live(&id),
+            "an open page's checks kept an idle session alive"
+        );
         assert!(s.get(&id).is_none());
     }
 

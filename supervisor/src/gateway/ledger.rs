@@ -450,10 +450,11 @@ impl Ledger {
             let e = d.tools.get_mut(id).ok_or_else(|| unknown(id))?;
             let current = e.pending.as_deref().unwrap_or(&e.approved);
             if let Some(seen) = seen.filter(|s| *s != current) {
+                let short = |s: &str| s.chars().take(16).collect::<String>();
                 return Err(format!(
                     "{id} changed again since it was reviewed (reviewed {}, now {}): review it again",
-                    &seen[..seen.len().min(16)],
-                    &current[..current.len().min(16)]
+                    short(seen),
+                    short(current)
                 ));
             }
             if let Some(p) = e.pending.take() {
@@ -661,6 +662,8 @@ mod tests {
         let err = l.approve_seen("u/t", Some("fp2")).unwrap_err();
         assert!(err.contains("changed again"), "{err}");
         assert_eq!(l.get("u/t").unwrap().state, State::AwaitingRereview);
+        // A fingerprint of any characters is refused cleanly (it is the caller's).
+        assert!(l.approve_seen("u/t", Some("ééééééééééééééééé")).is_err());
         let e = l.approve_seen("u/t", Some("fp3")).unwrap();
         assert_eq!((e.approved.as_str(), e.state), ("fp3", State::Active));
     }
