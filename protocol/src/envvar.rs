@@ -4,6 +4,9 @@
 //! The grammar is `\$\{([A-Z_]+[A-Z0-9_]*)}`: a name starts with an uppercase letter or `_` and
 //! continues with uppercase letters, digits or `_`. Anything else between `${` and `}` (for example
 //! `${api_key}`) is not a placeholder: it stays literal text and is never resolved.
+//!
+//! stsd adds one form: `${secret:NAME}` (NAME as above) names a secret of the operator's
+//! secrets directory only, never the environment. Its placeholder name is `secret:NAME`.
 
 use std::collections::BTreeSet;
 
@@ -13,6 +16,18 @@ pub struct Placeholder<'a> {
     pub name: &'a str,
     pub start: usize,
     pub end: usize,
+}
+
+/// The prefix of stsd's `${secret:NAME}` form.
+pub const SECRET_PREFIX: &str = "secret:";
+
+/// `secret:NAME` → `NAME` (a name of the secrets directory only); None for a plain name.
+pub fn secret_name(name: &str) -> Option<&str> {
+    name.strip_prefix(SECRET_PREFIX)
+}
+
+fn is_placeholder_name(s: &str) -> bool {
+    is_name(secret_name(s).unwrap_or(s))
 }
 
 fn is_name(s: &str) -> bool {
@@ -29,7 +44,7 @@ pub fn placeholders(value: &str) -> Vec<Placeholder<'_>> {
         let start = from + rel;
         let inner = start + 2;
         match value[inner..].find('}') {
-            Some(len) if is_name(&value[inner..inner + len]) => {
+            Some(len) if is_placeholder_name(&value[inner..inner + len]) => {
                 let end = inner + len + 1;
                 out.push(Placeholder {
                     name: &value[inner..inner + len],
@@ -90,6 +105,9 @@ pub struct ProcessEnv;
 
 impl EnvSource for ProcessEnv {
     fn lookup(&self, name: &str) -> Option<String> {
+        if secret_name(name).is_some() {
+            return None;
+        }
         std::env::var(name).ok()
     }
 }
@@ -114,7 +132,8 @@ impl AllowedEnv<'_> {
 
 impl EnvSource for AllowedEnv<'_> {
     fn lookup(&self, name: &str) -> Option<String> {
-        if self.allows(name) {
+        // `secret:NAME` is never an environment variable, whatever the allowlist says.
+        if secret_name(name).is_none() && self.allows(name) {
             std::env::var(name).ok()
         } else {
             None
@@ -425,6 +444,27 @@ mod tests {
         assert!(names("$API_KEY").is_empty());
         assert_eq!(names("${a${B}"), ["B"], "a later ${{ can still start one");
         assert_eq!(names("${A}${B}"), ["A", "B"]);
+    }
+
+    #[test]
+    fn the_secret_form_is_a_placeholder_that_no_environment_answers() {
+        let ps = placeholders("k=${secret:API_KEY}&x=${secret:lower}&y=${secret:}");
+        let names: Vec<&str> = ps.iter().map(|p| p.name).collect();
+        assert_eq!(names, ["secret:API_KEY"]);
+        assert_eq!(secret_name(names[0]), Some("API_KEY"));
+        assert_eq!(
+            lookalikes("${secret:API_KEY} ${secret:lower}"),
+            ["${secret:lower}"]
+        );
+        // The process environment and a `*` allowlist never answer a secret's name, even
+        // when a variable of that very name exists.
+        std::env::set_var("secret:STSD_ENVVAR_TEST", "leak");
+        let all = ["*".to_string()];
+        assert_eq!(
+            AllowedEnv { allow: &all }.lookup("secret:STSD_ENVVAR_TEST"),
+            None
+        );
+        assert_eq!(ProcessEnv.lookup("secret:STSD_ENVVAR_TEST"), None);
     }
 
     #[test]

@@ -324,6 +324,46 @@ pub enum StoreCmd {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum SecretCmd {
+    /// Store secret NAME. The value is read from standard input (typed without echo at a
+    /// terminal), never from the command line, where other users' `ps` would see it.
+    Set { name: String },
+    /// Delete secret NAME: tools that need it are withheld.
+    Rm { name: String },
+    /// The names of the secrets set (never their values) and where they live.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CatalogCmd {
+    /// Publish each spec of PATH (a file or a directory of them), or of a preset of the
+    /// catalog (`--preset ID`, from its default-tool-presets.json), that passes its Local Pass
+    /// and test cases in scratch. Tools that need approval are asked about first.
+    Add {
+        /// Spec files or directories (default with --preset: the daemon's bundled catalog).
+        paths: Vec<PathBuf>,
+        /// Only the tools of this preset (see `stsd catalog presets`).
+        #[arg(long)]
+        preset: Option<String>,
+        /// Run the Local Pass of tools that need approval without asking (their writes go
+        /// to a scratch copy of their workspace).
+        #[arg(long)]
+        approve_required: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The presets of a catalog (default: the bundled one).
+    Presets {
+        paths: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum LedgerCmd {
     /// Every fingerprint: id, state (ACTIVE, AWAITING_REREVIEW, REVOKED), when seen.
     List {
@@ -464,6 +504,22 @@ pub enum Command {
     Upstream {
         #[command(subcommand)]
         what: UpstreamCmd,
+    },
+    /// Secrets of the running daemon: what a spec's ${NAME} or ${secret:NAME} and an
+    /// upstream's ${secret:NAME} resolve to. Read at every call: no restart needed.
+    Secret {
+        #[command(subcommand)]
+        what: SecretCmd,
+        #[command(flatten)]
+        socket: SocketArg,
+    },
+    /// Publish the specs of a catalog that pass their Local Pass (run here, in scratch), and
+    /// say why each other one did not.
+    Catalog {
+        #[command(subcommand)]
+        what: CatalogCmd,
+        #[command(flatten)]
+        socket: SocketArg,
     },
     /// The fingerprint ledger of the running daemon (upstream tools and stsd's own specs).
     Ledger {

@@ -295,7 +295,7 @@ pub fn test(config: &Config, paths: &[PathBuf], a: TestArgs) -> ExitCode {
     };
     let mut cat = load_for_test(paths);
     let problems = report_file_problems(&cat, json_out);
-    let env = config.baseline.env();
+    let env = stsd::secrets::spec_env(config);
     let place = pass_place(&cat, config, in_place);
     let tester = Tester {
         config,

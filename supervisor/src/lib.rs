@@ -32,6 +32,7 @@ pub mod policy;
 pub mod rate;
 pub mod refs;
 pub mod scratch;
+pub mod secrets;
 pub mod service;
 pub mod state;
 pub mod store;

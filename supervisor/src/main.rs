@@ -7,12 +7,14 @@ use std::process::ExitCode;
 use stsd::{check, store};
 
 mod cli;
+mod cli_catalog;
 mod cli_client;
 mod cli_daemon;
 mod cli_gateway;
 mod cli_login;
 mod cli_new;
 mod cli_run;
+mod cli_secret;
 mod cli_store;
 
 /// Exit codes: 0 success, 1 the input is invalid (a spec, a tool call), 2 a usage error.
@@ -298,7 +300,7 @@ fn check_command(
         Vec::new()
     };
     let cat = store::Catalog::load_with(&paths, extra);
-    let mut report = check::build(&cat, &config, &config.baseline.env());
+    let mut report = check::build(&cat, &config, &stsd::secrets::spec_env(&config));
     match std::env::current_exe()
         .map_err(|e| e.to_string())
         .and_then(|exe| stsd::exec::ExecOptions::new(exe, &config))
@@ -763,6 +765,8 @@ fn main() -> ExitCode {
         } => export_command(paths, &format, all, config.config),
         Command::Upstream { what } => upstream_command(what),
         Command::Ledger { what, socket } => cli_gateway::ledger(&socket.path(), what),
+        Command::Secret { what, socket } => cli_secret::run(&socket.path(), what),
+        Command::Catalog { what, socket } => cli_catalog::run(&socket.path(), what),
         Command::Approvals { json, socket } => approvals_command(json, &socket.path()),
         Command::Approve { id, reason, socket } => decide(&socket.path(), id, true, &reason),
         Command::Deny { id, reason, socket } => decide(&socket.path(), id, false, &reason),

@@ -1,6 +1,6 @@
 //! `${env:NAME}` and `${secret:NAME}` references in configuration values (an upstream's
 //! env, args and headers; the state store's password), resolved when they are used: a
-//! secret from a file in `[gateway] secrets_dir`, else the environment. A leaf: the gateway
+//! secret from a file in the secrets directory (`crate::secrets::dir`), else the environment. A leaf: the gateway
 //! and the state store both read it.
 
 use std::path::Path;
@@ -68,7 +68,7 @@ fn read_secret(name: &str, dir: Option<&Path>) -> Result<String, String> {
     }
     std::env::var(name).map_err(|_| {
         format!(
-            "${{secret:{name}}}: no file {name} in [gateway] secrets_dir and no environment \
+            "${{secret:{name}}}: no secret {name} (stsd secret set {name}) and no environment \
              variable {name}"
         )
     })

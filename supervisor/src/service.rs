@@ -505,7 +505,7 @@ impl Service {
     pub fn approval_prompt(&self, tool: &PublishedTool, args: &Map<String, Value>) -> String {
         let secrets = SecretSet::collect(
             tool.spec.static_variables.iter().map(|s| s.value.as_str()),
-            &self.config().baseline.env(),
+            &crate::secrets::spec_env(&self.config()),
         );
         crate::approval::render_prompt(
             tool.spec

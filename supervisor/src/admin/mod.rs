@@ -61,6 +61,7 @@ pub struct Admin {
 mod audit;
 mod codes;
 mod gateway;
+mod secrets;
 
 impl Admin {
     pub fn new(service: Arc<Service>) -> Arc<Admin> {
@@ -181,7 +182,7 @@ impl Admin {
         let cases = crate::local_pass::cases_of(&tool).map_err(|e| (GATE_FAILED, e))?;
         let (config, opts) = (self.service.config(), self.service.exec_options());
         let results = tokio::task::spawn_blocking(move || {
-            let env = config.baseline.env();
+            let env = crate::secrets::spec_env(&config);
             cases
                 .iter()
                 .map(|c| {
@@ -349,6 +350,8 @@ impl AdminHandler for Admin {
                 self.write(&who, &method, &params).await
             } else if method == "stsd/tools/test" {
                 self.run_tests(&who, &params).await
+            } else if secrets::METHODS.contains(&method.as_str()) {
+                self.secrets(&who, &method, &params)
             } else if gateway::CHANGES.contains(&method.as_str()) {
                 match self.is_admin(&who) {
                     true => gateway::change(&self.service, &method, &params).await,
@@ -370,6 +373,10 @@ impl AdminHandler for Admin {
         })
     }
 }
+
+/// The start of the refusal of a tool that needs approval and was not answered for: the
+/// CLI asks the operator and sends it again with `approve`.
+pub const NEEDS_APPROVAL: &str = "NEEDS_APPROVAL";
 
 /// The methods that change the managed catalog.
 const WRITES: &[&str] = &[
@@ -419,6 +426,48 @@ impl Admin {
         gateway::call(&self.service, method, params, &republish)
     }
 
+    /// `stsd/secrets/*` (admins only): the change, then a re-publish, and the tools that
+    /// name the secret as they stand after it.
+    fn secrets(&self, who: &Subject, method: &str, params: &Value) -> Result<Value, (i32, String)> {
+        if !self.is_admin(who) {
+            return Err((
+                NOT_ALLOWED,
+                format!(
+                    "{who} may not read or change secrets (it is not in {})",
+                    admin_list(who)
+                ),
+            ));
+        }
+        let mut reply = secrets::call(&self.service.config(), method, params)?;
+        if secrets::changes(method) {
+            match &self.managed {
+                Some((_, changed)) => self.republish(changed)?,
+                None => {
+                    self.service.reload().map_err(|e| {
+                        (
+                            GATE_FAILED,
+                            format!("the catalog did not reload: {}", e.join("; ")),
+                        )
+                    })?;
+                }
+            }
+            let name = reply["name"].as_str().unwrap_or_default().to_string();
+            reply["tools"] = secrets::tools_using(&self.service.published(), &name);
+        }
+        Ok(reply)
+    }
+
+    /// Whether a tool named `name` is served, or withheld for anything but being a draft (a
+    /// draft of that name, as every spec of the reference catalog is, may be published over:
+    /// drafts may share a name, §4.2).
+    fn served_or_kept(&self, name: &str) -> bool {
+        let p = self.service.published();
+        p.get(name).is_some()
+            || p.withheld
+                .iter()
+                .any(|(n, why)| n == name && !why.starts_with("DRAFT"))
+    }
+
     /// Whether the catalog holds a spec named `name` (served or withheld).
     fn known(&self, name: &str) -> bool {
         let p = self.service.published();
@@ -427,7 +476,7 @@ impl Admin {
 
     /// The publish gate for a new version: valid, resolvable, its Local Pass and every test
     /// case pass under its own posture. Ok(the document as it will be stored).
-    async fn gate(&self, spec: &Value) -> Result<Value, (i32, String)> {
+    async fn gate(&self, spec: &Value, approve: bool) -> Result<Value, (i32, String)> {
         let refused = |why: String| (GATE_FAILED, why);
         let bytes = serde_json::to_vec(spec).map_err(|e| refused(e.to_string()))?;
         let file =
@@ -453,7 +502,7 @@ impl Admin {
                     ));
                 }
             }
-            let env = config.baseline.env();
+            let env = crate::secrets::spec_env(&config);
             // Nobody can answer for a tool that needs approval here: its Local Pass is the
             // one `stsd test --approve` stamped into the file, else it is refused.
             let spec = e.validated.spec.as_ref().ok_or("invalid spec")?;
@@ -471,17 +520,24 @@ impl Admin {
                     crate::lint::MIN_DESCRIPTION_CHARS
                 ));
             }
-            if gated {
-                if crate::local_pass::verified(&doc) {
-                    return Ok(doc);
-                }
+            if gated && crate::local_pass::verified(&doc) {
+                return Ok(doc);
+            }
+            if gated && !approve {
                 return Err(format!(
-                    "{} needs approval to run, so its Local Pass cannot run unattended here: \
-                     run `stsd test --write --approve FILE` where you can answer for it, then \
-                     publish the file it stamps",
+                    "{NEEDS_APPROVAL}: {} needs approval to run, so its Local Pass cannot run \
+                     unattended here: answer for it (`stsd catalog add FILE` asks, or pass \
+                     --approve-required), or run `stsd test --write --approve FILE` and publish \
+                     the file it stamps",
                     spec.name
                 ));
             }
+            // The operator answered for it ahead (`approve`): its writes go to scratch.
+            let said_yes = crate::approval::terminal::Terminal {
+                answer: Some(true),
+                command: "stsd catalog add --approve-required",
+            };
+            let approver: crate::local_pass::Approver<'_> = approve.then_some(&said_yes);
             let pass = crate::local_pass::run_entry(
                 &cat,
                 e,
@@ -489,7 +545,7 @@ impl Admin {
                 &env,
                 &opts,
                 crate::local_pass::PassPlace::Scratch,
-                None,
+                approver,
             );
             if let Err(d) = &pass.outcome {
                 return Err(format!("Local Pass: {d}"));
@@ -503,7 +559,7 @@ impl Admin {
                     &opts,
                     case,
                     crate::local_pass::PassPlace::Scratch,
-                    None,
+                    approver,
                 );
                 if !r.success {
                     return Err(format!(
@@ -580,7 +636,9 @@ impl Admin {
                     .ok_or((-32602, "params: {\"spec\": <a spec document>}".to_string()))?;
                 let name =
                     checked_name(spec.get("name").and_then(Value::as_str).unwrap_or_default())?;
-                if method == "stsd/tools/add" && (self.known(name.as_str()) || managed.has(&name)) {
+                if method == "stsd/tools/add"
+                    && (self.served_or_kept(name.as_str()) || managed.has(&name))
+                {
                     return Err((
                         GATE_FAILED,
                         format!("a tool named {name} exists already (use update)"),
@@ -601,7 +659,8 @@ impl Admin {
                         ));
                     }
                 }
-                let doc = self.gate(spec).await?;
+                let approve = params.get("approve").and_then(Value::as_bool) == Some(true);
+                let doc = self.gate(spec, approve).await?;
                 // The document and the ledger's approval of it: one transaction, so a kill
                 // at any point leaves the old version served or the new one, never the new
                 // one withheld for re-review.

@@ -34,7 +34,7 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
     let t0 = Instant::now();
     let started = crate::store::now_ms();
     let config = door.config.clone();
-    let own_env = config.baseline.env();
+    let own_env = crate::secrets::spec_env(&config);
     let env: &(dyn stsd_protocol::envvar::EnvSource + Sync) = match door.env {
         Some(e) => e,
         None => &own_env,

@@ -94,7 +94,11 @@ pub fn publish_with_toolsets(
         }
     }
     if let Some(id) = &config.daemon.preset {
-        toolsets.only = Some((id.clone(), preset_tools(sources, config, id)?));
+        let tools = preset_tools(sources, config, id)?;
+        // A preset that lists no tool (the reference's "everything") is every tool.
+        if !tools.is_empty() {
+            toolsets.only = Some((id.clone(), tools));
+        }
     }
     Ok(publish_catalog(
         &cat,
@@ -144,7 +148,8 @@ fn served(
         ));
     }
     let resolved = resolve(spec, config).map_err(|d| format!("invalid: {d}"))?;
-    match state_of(spec, &config.baseline.env()) {
+    let env = crate::secrets::spec_env(config);
+    match state_of(spec, &env) {
         (State::Active, _)
             if config.daemon.require_local_pass
                 && !any_state
@@ -160,20 +165,10 @@ fn served(
         (State::Active, _) => {}
         _ if any_state => {}
         (State::MissingRequirements, missing) => {
-            let env = config.baseline.env();
-            let why: Vec<String> = missing
-                .iter()
-                .map(|m| {
-                    if std::env::var_os(m).is_some() && !env.allows(m) {
-                        format!("{m} (set, but not in [baseline] env_allow)")
-                    } else {
-                        m.clone()
-                    }
-                })
-                .collect();
+            let why: Vec<String> = missing.iter().map(|m| env.why_missing(m)).collect();
             return Err(format!(
-                "MISSING_REQUIREMENTS: {}: set it in the daemon's environment, \
-                 named in [baseline] env_allow, then SIGHUP",
+                "MISSING_REQUIREMENTS: {} (a secret is read at once; the environment after a \
+                 SIGHUP)",
                 why.join(", ")
             ));
         }

@@ -71,7 +71,9 @@ pub struct Withholding<'a> {
 impl EnvSource for Withholding<'_> {
     fn lookup(&self, name: &str) -> Option<String> {
         let value = self.env.lookup(name)?;
-        let conf = self.config.get(name);
+        // `${NAME}` and `${secret:NAME}` are one secret to `[secrets.NAME]`.
+        let bare = stsd_protocol::envvar::secret_name(name).unwrap_or(name);
+        let conf = self.config.get(bare);
         if value.trim().is_empty() || conf.is_some_and(|c| c.expose_to_code) {
             return Some(value);
         }

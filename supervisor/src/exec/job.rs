@@ -150,8 +150,14 @@ pub fn prepare(
                     Code::MissingRequirements,
                     "/staticVariables",
                     format!(
-                        "environment variable(s) {} must be set (non-blank) for this tool to run (§11.2)",
-                        missing.join(", ")
+                        "{} not set (non-blank) for this tool to run (§11.2): stsd secret set \
+                         {} (read at the next call), or name it in [baseline] env_allow and set it \
+                         in the daemon's environment",
+                        missing.join(", "),
+                        missing
+                            .first()
+                            .map(|m| stsd_protocol::envvar::secret_name(m).unwrap_or(m))
+                            .unwrap_or("NAME")
                     ),
                 ))
             }

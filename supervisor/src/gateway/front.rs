@@ -667,7 +667,7 @@ fn prepare(
     sink: &EventSink,
 ) -> Result<Prepared, (String, SecretSet)> {
     let gw = &config.gateway;
-    let resolved = match sources::resolve_upstream(cfg, gw.secrets_dir.as_deref()) {
+    let resolved = match sources::resolve_upstream(cfg, Some(&crate::secrets::dir(config))) {
         Ok(r) => r,
         Err(e) => return Err((e, SecretSet::default())),
     };

@@ -35,6 +35,16 @@ pub fn dir(config: &stsd_profiles::Config) -> PathBuf {
     crate::paths::default_state_dir()
 }
 
+/// The secrets directory (`crate::secrets`): `[gateway] secrets_dir`, else `secrets` in
+/// the state directory.
+pub fn secrets_dir(config: &stsd_profiles::Config) -> PathBuf {
+    config
+        .gateway
+        .secrets_dir
+        .clone()
+        .unwrap_or_else(|| dir(config).join("secrets"))
+}
+
 /// The store of a config: `stsd.db` in the state directory.
 pub fn path(config: &stsd_profiles::Config) -> PathBuf {
     dir(config).join("stsd.db")
@@ -75,7 +85,7 @@ fn password(config: &stsd_profiles::Config) -> Result<Option<String>, String> {
                     .into());
             }
             let mut found = crate::refs::Resolved::default();
-            crate::refs::resolve_refs(p, config.gateway.secrets_dir.as_deref(), &mut found)
+            crate::refs::resolve_refs(p, Some(&secrets_dir(config)), &mut found)
                 .map(Some)
                 .map_err(|e| format!("[store] password: {e}"))
         }

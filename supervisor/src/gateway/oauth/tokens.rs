@@ -10,9 +10,7 @@
 use rmcp::transport::auth::{
     AuthError, CredentialRefreshGuard, CredentialStore, StoredCredentials,
 };
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use stsd_protocol::envvar::SecretSet;
@@ -108,14 +106,7 @@ impl Tokens {
         };
         let bytes = serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?;
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
-        // A directory made earlier with a wider mode is narrowed.
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        crate::secrets::private_dir(dir)?;
         write_private(&self.path, &bytes).map_err(|e| format!("{}: {e}", self.path.display()))
     }
 
@@ -152,36 +143,8 @@ struct FileRef<'a> {
     credentials: &'a StoredCredentials,
 }
 
-/// Writes `bytes` to `path` as a file only its owner reads: created 0600 (no moment at a
-/// wider mode), synced, renamed over `path`, the directory synced.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // Unique per write: two writers (a login and a refresh) never share a temp file.
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.{}.{seq}.tmp", std::process::id()));
-    let result = (|| {
-        let _ = fs::remove_file(&tmp);
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        crate::state::crash_point("oauth-token-written");
-        fs::rename(&tmp, path)?;
-        fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    crate::secrets::write_private(path, bytes, "oauth-token-written")
 }
 
 fn store_error(e: String) -> AuthError {
@@ -257,6 +220,7 @@ impl CredentialStore for Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     fn creds(access: &str) -> StoredCredentials {
         let response: rmcp::transport::auth::OAuthTokenResponse = serde_json::from_value(
