@@ -2,8 +2,8 @@
 //! (arguments checked against the params as a caller's are, then a sandboxed worker) and
 //! through node (`tests/fidelity_oracle.js`), and the outcomes must be equal: the result's JSON
 //! text as JSON.stringify wrote it, or the error as the caller reads it (`Name: message`). A
-//! set marked `"differs": "KEY"` is a known difference: README.md must list `KEY` with its
-//! reason, and the two must still differ (a fixed difference fails until its mark is removed).
+//! set marked `"differs": "KEY"` is a known difference: the book's chapter on them
+//! (`docs/src/fidelity.md`) must list `KEY` with its reason, and the two must still differ (a fixed difference fails until its mark is removed).
 //!
 //! A group is a catalog tool (`file` + `tool`) or a snippet over the runtime globals (`code` +
 //! `params`).
@@ -147,14 +147,18 @@ fn theirs(cases: &[Case]) -> Vec<(bool, String)> {
         .collect()
 }
 
-/// The keys README.md lists under "Known differences from node" (`- \`KEY\`: reason`).
+/// Where the known differences are listed, with their reasons.
+const DIFFERENCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/fidelity.md");
+
+/// The keys `docs/src/fidelity.md` lists under "Known differences from node"
+/// (`- \`KEY\`: reason`).
 fn listed_differences() -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .unwrap_or_else(|e| panic!("README.md: {e}"));
-    let section = readme
+    let chapter =
+        std::fs::read_to_string(DIFFERENCES).unwrap_or_else(|e| panic!("{DIFFERENCES}: {e}"));
+    let section = chapter
         .split("Known differences from node")
         .nth(1)
-        .unwrap_or_else(|| panic!("README.md has no \"Known differences from node\" list"));
+        .unwrap_or_else(|| panic!("{DIFFERENCES} has no \"Known differences from node\" list"));
     section
         .lines()
         .skip(1)
@@ -188,7 +192,7 @@ fn stsd_gives_nodes_result_for_every_argument_set() {
             None if &o == n => equal += 1,
             None => wrong.push(format!("{}\n    stsd {o:?}\n    node {n:?}", c.label)),
             Some(key) if !listed.contains(key) => wrong.push(format!(
-                "{}: difference {key:?} is not listed in README.md",
+                "{}: difference {key:?} is not listed in {DIFFERENCES}",
                 c.label
             )),
             // Both engines refuse the input with the same error class, in their own words.

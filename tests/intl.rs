@@ -1,7 +1,8 @@
 //! Intl on ICU4X compared with node (full ICU) as an oracle: every Intl option stsd
 //! implements, over the locales it promises (en, ko, ja, zh, de, fr, es), plus the catalog's
 //! sortLines and a Korean tool's dates. Each case is one expression; stsd and node evaluate the
-//! same list and must agree on each, except the differences listed in `KNOWN` (and the README).
+//! same list and must agree on each, except the differences listed in `KNOWN` (and in
+//! `docs/src/fidelity.md`).
 
 use serde_json::{json, Value};
 use std::io::Write;
@@ -69,7 +70,7 @@ fn both(exprs: &[&str]) -> (Vec<Value>, Vec<Value>) {
 
 /// Where ICU4X (CLDR 48.2 through ICU4X's semantic skeletons) and node's ICU4C legitimately
 /// differ: (expression, stsd's output, node's output), both checked exactly, so a change on
-/// either side shows here. The README lists each with its reason.
+/// either side shows here. `docs/src/fidelity.md` lists each with its reason.
 const KNOWN: &[(&str, &str, &str)] = &[
     // Korean day periods: ICU4X's CLDR 48.2 data has 오전/오후 where ICU 78's has AM/PM.
     ("new Intl.DateTimeFormat('ko-KR', {timeStyle: 'medium', timeZone: 'Asia/Seoul'}).format(new Date(Date.UTC(2024, 0, 5, 15, 4, 5, 123)))", "오전 12:04:05", "AM 12:04:05"),

@@ -442,7 +442,7 @@ fn a_job_without_seccomp_programs_is_refused() {
 /// Host-side allocations a tool can cause are charged to the same budget as the QuickJS heap:
 /// each of these used to hold a gigabyte or abort the worker (WORKER_CRASHED). They end in
 /// MEMORY_LIMIT, and the worker's peak RSS stays under the budget plus a documented margin
-/// (README, Limits: the binary, the runtime and one transient host copy).
+/// (docs/src/limits.md: the binary, the runtime and one transient host copy).
 #[test]
 fn host_allocations_count_against_the_memory_limit() {
     const BUDGET: u64 = 128 << 20;

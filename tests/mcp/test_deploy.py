@@ -1,7 +1,7 @@
 """deploy/: the Kubernetes manifests validate offline against the Kubernetes schemas
 (kubernetes-validate, strict: an unknown field fails), the ConfigMap's config and catalog are
 accepted by stsd itself, and the Secret's placeholder values make stsd refuse to start
-rather than run with a known key. Nothing here runs a cluster: see the README."""
+rather than run with a known key. Nothing here runs a cluster: see docs/src/deployment.md."""
 
 from __future__ import annotations
 
