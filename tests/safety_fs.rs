@@ -141,6 +141,8 @@ fn a_path_the_engine_accepts_still_cannot_leave_the_base() {
         ws.path(),
     );
     match r {
+        // The worker alone cannot tell Landlock from permissions: the call pipeline says
+        // which (tests/workspace.rs).
         Err((Code::Security, m)) => assert!(m.contains("access denied by the sandbox"), "{m}"),
         other => panic!("{other:?}"),
     }

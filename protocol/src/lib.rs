@@ -5,6 +5,7 @@
 pub mod diag;
 pub mod envvar;
 pub mod frames;
+pub mod fs_denial;
 pub mod ids;
 pub mod json;
 pub mod names;

@@ -134,3 +134,99 @@ fn create_owned(workspace: &Path, path: &Path, config: &Config) -> Result<(), St
     }
     Ok(())
 }
+
+/// Which layer refused a file operation the worker reported as denied
+/// (`stsd_protocol::fs_denial`): the file system's own permissions for the worker's uid and
+/// gid (the operator's fix: the owner or the mode), or Landlock. Ok(code, message) for the
+/// caller; None when `message` is no such report. The base path is the one the call ran in;
+/// a path that resolves outside it is Landlock's refusal, and nothing about what lies outside
+/// is said.
+pub fn explain_denial(
+    message: &str,
+    base: &Path,
+    uid: u32,
+    gid: u32,
+) -> Option<(stsd_protocol::Code, String)> {
+    use std::os::unix::fs::MetadataExt;
+    use stsd_protocol::fs_denial::{parse, Need};
+    let (rel, need) = parse(message)?;
+    // A daemon that is not root cannot change a worker's uid: its workers run as it does.
+    let (uid, gid) = if nix::unistd::geteuid().is_root() {
+        (uid, gid)
+    } else {
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+    };
+    let landlock = || {
+        Some((
+            stsd_protocol::Code::Security,
+            format!(
+                "access denied by the sandbox (Landlock): {rel} resolves outside what this \
+                 tool's toolSafety grants"
+            ),
+        ))
+    };
+    let base = std::fs::canonicalize(base).ok()?;
+    let at = base.join(rel);
+    let parent = at.parent().unwrap_or(&base).to_path_buf();
+    // The file itself (read it; write it when it exists), else its directory: search to
+    // reach a name, search and write to add or remove one.
+    let (target, bits) = match (need, at.exists()) {
+        (Need::Read, true) => (at.clone(), 0o4),
+        (Need::Write, true) => (at.clone(), 0o2),
+        (Need::Read, false) => (parent, 0o1),
+        _ => (parent, 0o3),
+    };
+    let Ok(real) = std::fs::canonicalize(&target) else {
+        return landlock();
+    };
+    if !real.starts_with(&base) {
+        return landlock();
+    }
+    // Every directory from the base down must be searchable, then the target grant `bits`.
+    let grants = |p: &Path, want: u32| {
+        std::fs::metadata(p).is_ok_and(|m| {
+            let mode = m.mode();
+            let class = if m.uid() == uid {
+                mode >> 6
+            } else if m.gid() == gid {
+                mode >> 3
+            } else {
+                mode
+            };
+            uid == 0 || class & want == want
+        })
+    };
+    let mut refused = None;
+    for dir in real.ancestors().skip(1).filter(|d| d.starts_with(&base)) {
+        if !grants(dir, 0o1) {
+            refused = Some(dir.to_path_buf());
+        }
+    }
+    if refused.is_none() && !grants(&real, bits) {
+        refused = Some(real.clone());
+    }
+    let Some(refused) = refused else {
+        return landlock();
+    };
+    let meta = std::fs::metadata(&refused).ok()?;
+    let shown = match refused.strip_prefix(&base) {
+        Ok(r) if r.as_os_str().is_empty() => "the workspace".to_string(),
+        Ok(r) => r.display().to_string(),
+        Err(_) => refused.display().to_string(),
+    };
+    Some((
+        stsd_protocol::Code::HelperRuntime,
+        format!(
+            "permission denied by the file system, not the sandbox: {rel}: {shown} is owned by \
+             uid {} gid {} with mode {:03o}, and tools run as uid {uid} gid {gid}: give them \
+             access (chown -R {uid}:{gid} on the workspace, as stsd does for the one it makes), \
+             or set [worker] uid",
+            meta.uid(),
+            meta.gid(),
+            meta.mode() & 0o777
+        ),
+    ))
+}

@@ -12,6 +12,7 @@ use crate::exec::{self, job};
 use crate::gateway::Gateway;
 use crate::gateway::WrappedTool;
 use serde_json::{Map, Value};
+use std::path::Path;
 use std::sync::Arc;
 use stsd_profiles::Config;
 use stsd_protocol::envvar::{EnvSource, SecretSet};
@@ -278,6 +279,7 @@ async fn run_own(
         }
     };
     let job = prepared.job;
+    let sandbox = job.sandbox.clone();
     let outcome = match door.executor {
         Executor::Pool {
             pool,
@@ -335,7 +337,19 @@ async fn run_own(
                     ) {
                         record.limits_hit.push(e.code.to_string());
                     }
-                    let mut r = ToolReply::error(e.code, &e.message);
+                    // A file refusal says which layer refused (the worker cannot tell).
+                    let (code, message) = (e.code == Code::Security)
+                        .then(|| {
+                            crate::workspace::explain_denial(
+                                &e.message,
+                                Path::new(&sandbox.base_path),
+                                sandbox.uid,
+                                sandbox.gid,
+                            )
+                        })
+                        .flatten()
+                        .unwrap_or((e.code, e.message));
+                    let mut r = ToolReply::error(code, &message);
                     r.stack = e.stack;
                     r
                 }

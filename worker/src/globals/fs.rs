@@ -13,17 +13,17 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use super::helper_error as fail;
+use stsd_protocol::fs_denial::{self, Need};
 
 fn security(ctx: &Ctx<'_>, msg: impl AsRef<str>) -> rquickjs::Error {
     fail(ctx, "SECURITY", msg)
 }
 
-fn io_err(ctx: &Ctx<'_>, path: &str, e: std::io::Error) -> rquickjs::Error {
+fn io_err(ctx: &Ctx<'_>, path: &str, need: Need, e: std::io::Error) -> rquickjs::Error {
     match e.kind() {
-        // Landlock (or DAC) refused: the path resolved outside what the posture grants.
-        ErrorKind::PermissionDenied => {
-            security(ctx, format!("access denied by the sandbox: {path}"))
-        }
+        // Landlock or the file system's permissions refused; which one, only the supervisor
+        // can tell (it reads the message back: `stsd_protocol::fs_denial`).
+        ErrorKind::PermissionDenied => security(ctx, fs_denial::message(path, need)),
         ErrorKind::NotFound => fail(
             ctx,
             "INVALID_INPUT",
@@ -254,7 +254,7 @@ impl Fs {
 
     fn read_text(&self, ctx: &Ctx<'_>, p: &str) -> rquickjs::Result<String> {
         let path = self.resolve(ctx, p)?;
-        let bytes = read_capped(&path).map_err(|e| io_err(ctx, p, e))?;
+        let bytes = read_capped(&path).map_err(|e| io_err(ctx, p, Need::Read, e))?;
         String::from_utf8(bytes)
             .map_err(|_| fail(ctx, "HELPER_RUNTIME", format!("{p} is not UTF-8 text")))
     }
@@ -302,7 +302,7 @@ impl Fs {
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_err(ctx, p, e)),
+                Err(e) => return Err(io_err(ctx, p, Need::Entry, e)),
             }
         }
         Ok(())
@@ -321,9 +321,9 @@ impl Fs {
             } else {
                 fs::remove_file(&path)
             };
-            r.map_err(|e| io_err(ctx, p, e))?;
+            r.map_err(|e| io_err(ctx, p, Need::Entry, e))?;
         }
-        fs::remove_dir(root).map_err(|e| io_err(ctx, p, e))?;
+        fs::remove_dir(root).map_err(|e| io_err(ctx, p, Need::Entry, e))?;
         Ok(count)
     }
 
@@ -359,7 +359,7 @@ impl Fs {
                     format!("writes may not target a symbolic link: {p}"),
                 ))
             }
-            Err(e) => return Err(io_err(ctx, p, e)),
+            Err(e) => return Err(io_err(ctx, p, Need::Write, e)),
         }
         OpenOptions::new()
             .write(true)
@@ -372,7 +372,7 @@ impl Fs {
                 if e.raw_os_error() == Some(libc::ELOOP) {
                     security(ctx, format!("writes may not target a symbolic link: {p}"))
                 } else {
-                    io_err(ctx, p, e)
+                    io_err(ctx, p, Need::Write, e)
                 }
             })
     }
@@ -430,7 +430,7 @@ pub fn host_object<'js>(
             None => Ok(Vec::new()),
             Some(false) => Err(fail(&ctx, "INVALID_INPUT", format!("not a directory: {p}"))),
             Some(true) => {
-                let entries = read_dir(&path).map_err(|e| io_err(&ctx, &p, e))?;
+                let entries = read_dir(&path).map_err(|e| io_err(&ctx, &p, Need::Read, e))?;
                 Ok(entries
                     .into_iter()
                     .map(|(n, _, _)| fs.rel(&path.join(n)))
@@ -453,7 +453,7 @@ pub fn host_object<'js>(
         let path = fs.resolve(&ctx, &p)?;
         let m = File::open(&path)
             .and_then(|f| fd_stat(&f))
-            .map_err(|e| io_err(&ctx, &p, e))?;
+            .map_err(|e| io_err(&ctx, &p, Need::Read, e))?;
         let out = Object::new(ctx.clone())?;
         out.set("size", m.size as f64)?;
         out.set("mtime", m.mtime_ms)?;
@@ -564,7 +564,7 @@ pub fn host_object<'js>(
             fs.budget.bytes(&ctx, content.len())?;
             let mut f = fs.open_for_write(&ctx, &p, &path, append)?;
             f.write_all(content.as_bytes())
-                .map_err(|e| io_err(&ctx, &p, e))?;
+                .map_err(|e| io_err(&ctx, &p, Need::Write, e))?;
             Ok(path.display().to_string())
         }
     });
@@ -576,10 +576,11 @@ pub fn host_object<'js>(
     > {
         let src = fs.resolve(&ctx, &from)?;
         let dst = fs.resolve(&ctx, &to)?;
-        let bytes = read_capped(&src).map_err(|e| io_err(&ctx, &from, e))?;
+        let bytes = read_capped(&src).map_err(|e| io_err(&ctx, &from, Need::Read, e))?;
         fs.budget.bytes(&ctx, bytes.len())?;
         let mut f = fs.open_for_write(&ctx, &to, &dst, false)?;
-        f.write_all(&bytes).map_err(|e| io_err(&ctx, &to, e))?;
+        f.write_all(&bytes)
+            .map_err(|e| io_err(&ctx, &to, Need::Write, e))?;
         Ok(dst.display().to_string())
     });
     f!("move", |fs: std::rc::Rc<Fs>| move |ctx: Ctx<'js>,
@@ -593,7 +594,7 @@ pub fn host_object<'js>(
         if let Some(parent) = dst.parent() {
             fs.mkdir_p(&ctx, &to, parent)?;
         }
-        fs::rename(&src, &dst).map_err(|e| io_err(&ctx, &from, e))?;
+        fs::rename(&src, &dst).map_err(|e| io_err(&ctx, &from, Need::Entry, e))?;
         Ok(dst.display().to_string())
     });
     f!("delete", |fs: std::rc::Rc<Fs>| {
@@ -608,7 +609,7 @@ pub fn host_object<'js>(
                 _ => match fs::remove_file(&path) {
                     Ok(()) => Ok(true),
                     Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
-                    Err(e) => Err(io_err(&ctx, &p, e)),
+                    Err(e) => Err(io_err(&ctx, &p, Need::Entry, e)),
                 },
             }
         }
