@@ -77,7 +77,7 @@ fn any() -> String {
     "*".into()
 }
 
-/// `[policy]`: who may call what, as Cedar policies (see the README's "Policy"). The default
+/// `[policy]`: who may call what, as Cedar policies (see docs/src/policy.md). The default
 /// policy is made from `[daemon] admin_uids`, `[approval] operator_uids`, `[http]
 /// admin_principals` and `approver_principals`: anyone may list and call the served tools,
 /// admins administer and read, operators approve and read.

@@ -55,7 +55,7 @@ fn runtime(config: &stsd_profiles::Config) -> Result<tokio::runtime::Runtime, St
 /// the workers'. tokio wakes an idle runtime thread for every task it queues, and that thread
 /// takes a CPU a call's worker wants: on 2 CPUs, one runtime thread instead of two took 6
 /// context switches off each call, one-shot p50 0.472 -> 0.411 ms and reuse 0.215 -> 0.191
-/// (`scripts/ab`, README Performance).
+/// (`scripts/ab`, docs/src/performance.md).
 fn runtime_threads(configured: usize, cpus: usize) -> usize {
     match configured {
         0 => (cpus / 2).max(1),

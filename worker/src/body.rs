@@ -10,7 +10,7 @@
 //! toString` and sloppy-mode semantics are those of a parse. Like the runtime globals'
 //! bytecode (`globals::script_function`), it is state a call leaves in its process: a
 //! compromised call could already change the next call of the same tool in the same worker
-//! (see the README's Reuse), and a reused worker only ever serves one tool and posture.
+//! (see docs/src/performance.md, Reuse), and a reused worker only ever serves one tool and posture.
 
 use rquickjs::{qjs, Ctx, Value};
 use std::cell::RefCell;

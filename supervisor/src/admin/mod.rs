@@ -34,7 +34,7 @@ pub fn own_uid_warning(admin_uids: &[u32]) -> Option<String> {
         format!(
             "WARN: uid {own} runs this daemon and is an admin ([daemon] admin_uids or the \
              {ADMIN_GROUP} group): any process of that uid, an agent host too, may add, \
-             change and re-approve tools. See \"Deployment and trust\" in the README"
+             change and re-approve tools. See \"Deployment and trust\" in docs/src/security.md"
         )
     })
 }

@@ -3,7 +3,7 @@
 //! Inputs: the spec's `humanInTheLoop.mode`, the operator's toolsets switch for the tool (seed
 //! 003), and the first matching `[[approval.rule]]`. The operator can always tighten; lifting
 //! a spec's REQUIRED needs `allow_override_required`. Among the operator's own switches a
-//! `true` wins over a `false`. The README's precedence table is this function; each row has a
+//! `true` wins over a `false`. The precedence table in docs/src/approval.md is this function; each row has a
 //! test below.
 
 use stsd_profiles::approval::{ApprovalConfig, ApprovalRule, StrategyKind};
@@ -221,7 +221,7 @@ mod tests {
     }
 
     /// (spec REQUIRED, toolset, rule, allow_override_required) -> (required, source,
-    /// overrode, refused). One line per row of the README's table.
+    /// overrode, refused). One line per row of that table.
     type Row = (
         bool,
         Option<bool>,

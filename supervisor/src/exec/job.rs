@@ -10,7 +10,7 @@ use stsd_protocol::{Code, Diagnostic, NetworkMode, ToolSpec};
 /// Checks arguments against the params (§6): unknown names, missing required ones and wrong
 /// types are INVALID_INPUT with a pointer (`/arguments/NAME`). Only absent and `null` arguments
 /// are missing: `""` and whitespace are strings like any other, as the advertised inputSchema
-/// says (the reference runtime drops blank strings; README, "Arguments").
+/// says (the reference runtime drops blank strings; docs/src/fidelity.md, "Arguments follow the inputSchema").
 pub fn check_arguments(
     spec: &ToolSpec,
     args: &Map<String, Value>,
