@@ -70,7 +70,7 @@ fn lines(path: &Path) -> Vec<Value> {
 /// One of `stsd metrics`'s audit counters.
 fn metric(d: &Daemon, name: &str) -> u64 {
     let out = Command::new(stsd_tests::stsd_bin())
-        .args(["metrics", "--socket"])
+        .args(["metrics", "--json", "--socket"])
         .arg(&d.socket)
         .output()
         .unwrap_or_else(|e| panic!("{e}"));

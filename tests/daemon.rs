@@ -495,7 +495,7 @@ fn calls_to_a_published_tool_ask_nothing_of_the_state_store() {
     let d = Daemon::start(1, "");
     let ops = || -> u64 {
         let out = Command::new(stsd_tests::stsd_bin())
-            .args(["metrics", "--socket"])
+            .args(["metrics", "--json", "--socket"])
             .arg(&d.socket)
             .output()
             .unwrap_or_else(|e| panic!("{e}"));

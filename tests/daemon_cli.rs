@@ -88,8 +88,26 @@ fn status_and_tools_list_describe_the_running_daemon() {
         (draft["state"].clone(), draft["reason"].clone()),
         (json!("WITHHELD"), json!("DRAFT: run stsd test --write (records a Local Pass and sets draft: false), or stsd tools add"))
     );
-    let show = json_of(&cli(&d, &["tools", "show", "slow"]));
+    let show = json_of(&cli(&d, &["tools", "show", "slow", "--json"]));
     assert_eq!(show["inputSchema"]["properties"]["ms"]["type"], "integer");
+    // Text by default (issue 38 item 9): a person reads it; --json is for programs.
+    let text = String::from_utf8_lossy(&cli(&d, &["tools", "show", "slow"]).stdout).into_owned();
+    assert!(text.starts_with("slow  ACTIVE"), "{text}");
+    assert!(
+        text.contains("  approval: ") && text.contains("  param ms: integer"),
+        "{text}"
+    );
+    let text = String::from_utf8_lossy(&cli(&d, &["metrics"]).stdout).into_owned();
+    let own = t["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["state"] == "ACTIVE")
+        .count();
+    assert!(
+        text.starts_with(&format!("tools served: {own} own, 0 upstream")),
+        "{text}"
+    );
 }
 
 #[test]
@@ -219,7 +237,7 @@ fn every_call_reports_its_metrics_in_meta_and_the_audit_record() {
     assert!(cpu_us <= wall_ms * 1000 + 20_000, "{m}");
     let recs = d.audit_records();
     assert_eq!(recs[0]["metrics"]["cpuUs"], m["cpuUs"]);
-    let daemon_metrics = json_of(&cli(&d, &["metrics"]));
+    let daemon_metrics = json_of(&cli(&d, &["metrics", "--json"]));
     assert!(
         daemon_metrics["calls"]
             .as_array()
@@ -452,7 +470,7 @@ fn a_tool_the_operator_disabled_says_so() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let show = cli(&d, &["tools", "show", "echo-console"]);
+    let show = cli(&d, &["tools", "show", "echo-console", "--json"]);
     let v = json_of(&show);
     assert_eq!(v["state"], "WITHHELD", "{v}");
     let reason = v["reason"].as_str().unwrap_or_default();

@@ -488,7 +488,7 @@ fn three_replicas_on_one_postgresql_share_the_catalog_and_survive_a_kill() {
 /// `stsd metrics`: whether the daemon's state store answers.
 fn store_up(d: &Daemon) -> bool {
     let out = Command::new(stsd_bin())
-        .args(["metrics", "--socket"])
+        .args(["metrics", "--json", "--socket"])
         .arg(&d.socket)
         .output()
         .unwrap_or_else(|e| panic!("{e}"));

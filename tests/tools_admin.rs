@@ -352,7 +352,7 @@ fn a_tool_published_through_the_admin_channel_that_writes_starts_gated() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let show = tools_cli(&d, &["show", "writer-copy"], None);
+    let show = tools_cli(&d, &["show", "writer-copy", "--json"], None);
     let v: Value = serde_json::from_slice(&show.stdout).unwrap_or_default();
     assert_eq!(v["approval"]["required"], true, "{v}");
     assert_eq!(v["approval"]["source"], "admin-published", "{v}");

@@ -173,19 +173,64 @@ pub enum ToolsCmd {
         json: bool,
     },
     /// One tool: its entry, description, inputSchema and toolSafety.
-    Show { name: String },
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Publish a new tool: validate, resolve, Local Pass, test cases, then serve it.
-    Add { file: PathBuf },
+    Add {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// Publish a new version of a managed tool through the same gate; the old one is kept.
-    Update { name: String, file: PathBuf },
+    Update {
+        name: String,
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the previous version of a managed tool again.
-    Rollback { name: String },
+    Rollback {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Retire a managed tool (rollback brings it back).
-    Rm { name: String },
+    Rm {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve a tool the operator disabled.
-    Enable { name: String },
+    Enable {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Stop serving a tool (it stays in the catalog).
-    Disable { name: String },
+    Disable {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl ToolsCmd {
+    /// `--json`: the daemon's answer as JSON instead of text.
+    pub fn json(&self) -> bool {
+        match self {
+            ToolsCmd::List { json }
+            | ToolsCmd::Show { json, .. }
+            | ToolsCmd::Add { json, .. }
+            | ToolsCmd::Update { json, .. }
+            | ToolsCmd::Rollback { json, .. }
+            | ToolsCmd::Rm { json, .. }
+            | ToolsCmd::Enable { json, .. }
+            | ToolsCmd::Disable { json, .. } => *json,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -487,8 +532,11 @@ pub enum Command {
         #[command(flatten)]
         socket: SocketArg,
     },
-    /// The running daemon's metrics as JSON (calls by tool and outcome, pool, queue).
+    /// The running daemon's metrics: calls by tool and outcome, pool, queue, tools served
+    /// (own and upstream), store, audit log. `--json` for the document.
     Metrics {
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         socket: SocketArg,
     },

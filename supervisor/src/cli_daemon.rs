@@ -185,13 +185,120 @@ pub fn status(socket: &Path, json_out: bool) -> ExitCode {
 }
 
 /// `stsd metrics`: the admin channel's `stsd/metrics`, as JSON.
-pub fn metrics(socket: &Path) -> ExitCode {
-    match client::call(socket, "stsd/metrics", json!({})) {
-        Ok(v) => {
-            println!("{v}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => fail(e),
+pub fn metrics(socket: &Path, json_out: bool) -> ExitCode {
+    let v = match client::call(socket, "stsd/metrics", json!({})) {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    if json_out {
+        println!("{v}");
+        return ExitCode::SUCCESS;
+    }
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    println!(
+        "tools served: {} own, {} upstream",
+        n(&v["toolsServed"]),
+        n(&v["upstreamToolsServed"])
+    );
+    println!(
+        "pool: {} workers, {} ready; calls in flight {}, waiting {}; approvals pending {}",
+        n(&v["pool"]["size"]),
+        n(&v["pool"]["ready"]),
+        n(&v["inFlight"]),
+        n(&v["waiting"]),
+        n(&v["approvalsPending"])
+    );
+    println!(
+        "store: {}, {} operations; audit log: {} bytes, {} rotations, {} failures, {} refused",
+        if v["storeUp"] == true { "up" } else { "DOWN" },
+        n(&v["storeOps"]),
+        n(&v["audit"]["bytes"]),
+        n(&v["audit"]["rotations"]),
+        n(&v["audit"]["failures"]),
+        n(&v["audit"]["refused"])
+    );
+    let calls = v["calls"].as_array().cloned().unwrap_or_default();
+    println!(
+        "calls: {}",
+        calls.iter().map(|c| n(&c["count"])).sum::<u64>()
+    );
+    for c in &calls {
+        println!(
+            "  {:<28} {:<22} {}",
+            c["tool"].as_str().unwrap_or("-"),
+            c["outcome"].as_str().unwrap_or("-"),
+            n(&c["count"])
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+/// `stsd tools show NAME` as text: its state, posture and parameters.
+fn print_tool(v: &Value) {
+    let s = |v: &Value| v.as_str().unwrap_or("-").to_string();
+    println!(
+        "{}  {}  {}",
+        s(&v["name"]),
+        s(&v["state"]),
+        s(&v["riskLevel"])
+    );
+    if let Some(why) = v["reason"].as_str() {
+        println!("  withheld: {why}");
+        return;
+    }
+    if let Some(d) = v["description"].as_str() {
+        println!("  {d}");
+    }
+    let a = &v["approval"];
+    if a["required"] == true {
+        println!(
+            "  approval: required ({}, {})",
+            s(&a["strategy"]),
+            s(&a["source"])
+        );
+    } else {
+        println!("  approval: none");
+    }
+    let caps = &v["toolSafety"]["capabilities"];
+    let hosts: Vec<String> = caps["network"]["hosts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|h| h.as_str().map(String::from))
+        .collect();
+    println!(
+        "  network: {}{}; files: read {}, write {}",
+        s(&caps["network"]["mode"]),
+        if hosts.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", hosts.join(", "))
+        },
+        caps["fileRead"] == true,
+        caps["fileWrite"] == true
+    );
+    let schema = &v["inputSchema"];
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    for (name, p) in schema["properties"].as_object().into_iter().flatten() {
+        println!(
+            "  param {name}: {}{}{}",
+            s(&p["type"]),
+            if required.contains(&name.as_str()) {
+                ", required"
+            } else {
+                ""
+            },
+            p["description"]
+                .as_str()
+                .filter(|d| !d.is_empty())
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
+        );
     }
 }
 
@@ -205,8 +312,12 @@ pub fn tools(socket: &Path, show: Option<&str>, json_out: bool) -> ExitCode {
         Ok(v) => v,
         Err(e) => return fail(e),
     };
-    if json_out || show.is_some() {
+    if json_out {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    if show.is_some() {
+        print_tool(&v);
         return ExitCode::SUCCESS;
     }
     for t in v["tools"].as_array().into_iter().flatten() {
@@ -264,7 +375,7 @@ fn one_spec(file: &Path) -> Result<Value, String> {
     }
 }
 
-pub fn tools_write(socket: &Path, w: ToolsWrite) -> ExitCode {
+pub fn tools_write(socket: &Path, w: ToolsWrite, json_out: bool) -> ExitCode {
     let (method, params) = match w {
         ToolsWrite::Add(f) => match one_spec(&f) {
             Ok(spec) => ("stsd/tools/add", json!({"spec": spec})),
@@ -281,8 +392,21 @@ pub fn tools_write(socket: &Path, w: ToolsWrite) -> ExitCode {
         ToolsWrite::None => return ExitCode::from(EXIT_USAGE),
     };
     match client::call(socket, method, params) {
-        Ok(v) => {
+        Ok(v) if json_out => {
             println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Ok(v) => {
+            let name = v["name"].as_str().unwrap_or("-");
+            let done = match method {
+                "stsd/tools/add" => "published",
+                "stsd/tools/update" => "updated (the new version is served)",
+                "stsd/tools/rollback" => "rolled back (the previous version is served)",
+                "stsd/tools/remove" => "removed (rollback brings it back)",
+                "stsd/tools/enable" => "enabled",
+                _ => "disabled (stsd tools enable brings it back)",
+            };
+            println!("{name}: {done}");
             ExitCode::SUCCESS
         }
         Err(e) => fail(e),

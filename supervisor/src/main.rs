@@ -171,12 +171,12 @@ impl From<ToolsCmd> for cli_daemon::ToolsWrite {
     fn from(c: ToolsCmd) -> Self {
         use cli_daemon::ToolsWrite as W;
         match c {
-            ToolsCmd::Add { file } => W::Add(file),
-            ToolsCmd::Update { name, file } => W::Update(name, file),
-            ToolsCmd::Rollback { name } => W::Rollback(name),
-            ToolsCmd::Rm { name } => W::Remove(name),
-            ToolsCmd::Enable { name } => W::Enable(name),
-            ToolsCmd::Disable { name } => W::Disable(name),
+            ToolsCmd::Add { file, .. } => W::Add(file),
+            ToolsCmd::Update { name, file, .. } => W::Update(name, file),
+            ToolsCmd::Rollback { name, .. } => W::Rollback(name),
+            ToolsCmd::Rm { name, .. } => W::Remove(name),
+            ToolsCmd::Enable { name, .. } => W::Enable(name),
+            ToolsCmd::Disable { name, .. } => W::Disable(name),
             ToolsCmd::List { .. } | ToolsCmd::Show { .. } => W::None,
         }
     }
@@ -274,8 +274,11 @@ fn generate_assets_command(dir: &std::path::Path) -> ExitCode {
 fn tools_command(what: ToolsCmd, socket: &std::path::Path) -> ExitCode {
     match what {
         ToolsCmd::List { json } => cli_daemon::tools(socket, None, json),
-        ToolsCmd::Show { name } => cli_daemon::tools(socket, Some(&name), true),
-        other => cli_daemon::tools_write(socket, other.into()),
+        ToolsCmd::Show { name, json } => cli_daemon::tools(socket, Some(&name), json),
+        other => {
+            let json = other.json();
+            cli_daemon::tools_write(socket, other.into(), json)
+        }
     }
 }
 
@@ -755,7 +758,7 @@ fn main() -> ExitCode {
             socket,
         } => cli_daemon::call(&socket.path(), &tool, &args, args_json.as_deref(), json),
         Command::Status { json, socket } => cli_daemon::status(&socket.path(), json),
-        Command::Metrics { socket } => cli_daemon::metrics(&socket.path()),
+        Command::Metrics { json, socket } => cli_daemon::metrics(&socket.path(), json),
         Command::Tools { what, socket } => tools_command(what, &socket.path()),
         Command::Export {
             paths,

@@ -40,6 +40,8 @@ pub struct Gauges {
     pub waiting: usize,
     pub approvals_pending: usize,
     pub tools_served: usize,
+    /// Upstream tools the gateway serves (wrapped, exposed).
+    pub upstream_tools_served: usize,
     /// The audit log's size and rotations since start.
     pub audit: crate::audit::AuditStats,
     /// Whether the state store answers (1) or not (0); always 1 for the embedded one.
@@ -88,6 +90,7 @@ impl Metrics {
             "waiting": g.waiting,
             "approvalsPending": g.approvals_pending,
             "toolsServed": g.tools_served,
+            "upstreamToolsServed": g.upstream_tools_served,
             "storeUp": g.store_up,
             "storeOps": g.store_ops,
             "audit": {"bytes": g.audit.bytes, "rotations": g.audit.rotations,
@@ -140,80 +143,90 @@ impl Metrics {
                 "stsd_call_duration_seconds_count{{tool=\"{t}\"}} {count}"
             );
         }
-        for (name, help, v) in [
-            (
-                "stsd_pool_workers",
-                "Workers the pool keeps warm.",
-                g.pool_size,
-            ),
-            (
-                "stsd_pool_ready",
-                "Workers warm and waiting now.",
-                g.pool_ready,
-            ),
-            (
-                "stsd_calls_in_flight",
-                "Calls arrived and not yet answered.",
-                g.in_flight,
-            ),
-            (
-                "stsd_calls_waiting",
-                "Calls waiting for a worker slot.",
-                g.waiting,
-            ),
-            (
-                "stsd_approvals_pending",
-                "Calls waiting for an operator's approval.",
-                g.approvals_pending,
-            ),
-            ("stsd_tools_served", "Tools published.", g.tools_served),
-            (
-                "stsd_store_up",
-                "Whether the state store answers (a shared PostgreSQL can be unreachable).",
-                usize::from(g.store_up),
-            ),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} gauge");
-            let _ = writeln!(out, "{name} {v}");
-        }
-        for (name, kind, help, v) in [
-            (
-                "stsd_audit_log_bytes",
-                "gauge",
-                "Bytes in the audit log file now.",
-                g.audit.bytes,
-            ),
-            (
-                "stsd_audit_log_rotations_total",
-                "counter",
-                "Audit log rotations since start ([daemon] audit_max_bytes).",
-                g.audit.rotations,
-            ),
-            (
-                "stsd_store_operations_total",
-                "counter",
-                "Operations asked of the state store since start (none on a published tool's call).",
-                g.store_ops,
-            ),
-            (
-                "stsd_audit_failures_total",
-                "counter",
-                "Audit records that could not be written since start (a full or failing disk).",
-                g.audit.failures,
-            ),
-            (
-                "stsd_audit_refused_total",
-                "counter",
-                "Calls refused AUDIT_UNAVAILABLE since start ([daemon] audit_on_failure).",
-                g.audit.refused,
-            ),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            let _ = writeln!(out, "{name} {v}");
-        }
+        write_gauges(&mut out, g);
         out
+    }
+}
+
+/// The gauges and counters that are not per tool, in the exposition format.
+fn write_gauges(out: &mut String, g: &Gauges) {
+    for (name, help, v) in [
+        (
+            "stsd_pool_workers",
+            "Workers the pool keeps warm.",
+            g.pool_size,
+        ),
+        (
+            "stsd_pool_ready",
+            "Workers warm and waiting now.",
+            g.pool_ready,
+        ),
+        (
+            "stsd_calls_in_flight",
+            "Calls arrived and not yet answered.",
+            g.in_flight,
+        ),
+        (
+            "stsd_calls_waiting",
+            "Calls waiting for a worker slot.",
+            g.waiting,
+        ),
+        (
+            "stsd_approvals_pending",
+            "Calls waiting for an operator's approval.",
+            g.approvals_pending,
+        ),
+        ("stsd_tools_served", "Tools published.", g.tools_served),
+        (
+            "stsd_upstream_tools_served",
+            "Upstream tools the gateway serves.",
+            g.upstream_tools_served,
+        ),
+        (
+            "stsd_store_up",
+            "Whether the state store answers (a shared PostgreSQL can be unreachable).",
+            usize::from(g.store_up),
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        let _ = writeln!(out, "{name} {v}");
+    }
+    for (name, kind, help, v) in [
+        (
+            "stsd_audit_log_bytes",
+            "gauge",
+            "Bytes in the audit log file now.",
+            g.audit.bytes,
+        ),
+        (
+            "stsd_audit_log_rotations_total",
+            "counter",
+            "Audit log rotations since start ([daemon] audit_max_bytes).",
+            g.audit.rotations,
+        ),
+        (
+            "stsd_store_operations_total",
+            "counter",
+            "Operations asked of the state store since start (none on a published tool's call).",
+            g.store_ops,
+        ),
+        (
+            "stsd_audit_failures_total",
+            "counter",
+            "Audit records that could not be written since start (a full or failing disk).",
+            g.audit.failures,
+        ),
+        (
+            "stsd_audit_refused_total",
+            "counter",
+            "Calls refused AUDIT_UNAVAILABLE since start ([daemon] audit_on_failure).",
+            g.audit.refused,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        let _ = writeln!(out, "{name} {v}");
     }
 }
 
@@ -234,6 +247,7 @@ mod tests {
             waiting: 0,
             approvals_pending: 0,
             tools_served: 1,
+            upstream_tools_served: 0,
             audit: crate::audit::AuditStats::default(),
             store_up: true,
             store_ops: 0,

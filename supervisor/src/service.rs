@@ -799,6 +799,7 @@ impl Service {
             waiting: self.waiting(),
             approvals_pending: self.gate.pending().len(),
             tools_served: self.published().tools.len(),
+            upstream_tools_served: self.gateway().map_or(0, |g| g.exposed().tools.len()),
             audit: self.audit.as_ref().map(AuditLog::stats).unwrap_or_default(),
             store_up: self.store().is_none_or(|s| s.reachable()),
             store_ops: self.store().map_or(0, |s| s.operations()),

@@ -174,6 +174,9 @@ def test_two_third_party_servers_are_reexposed_confined(tmp_path):
         status = admin(d, "status", "--json")["gateway"]
         assert status["upstreams"] == 2 and status["connected"] == 2, status
         assert status["toolsServed"] == 5, status
+        # `stsd metrics` counts them too (issue 38 item 9), in JSON and in its text.
+        assert admin(d, "metrics", "--json")["upstreamToolsServed"] == 5
+        assert ", 5 upstream" in admin(d, "metrics")["text"].splitlines()[0]
         pid = upstream_list(d)["fs"]["pid"]
         st = status_of(pid)
         assert st["NoNewPrivs"] == "1" and st["Seccomp"] == "2", st
