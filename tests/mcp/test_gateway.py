@@ -191,6 +191,17 @@ def test_two_third_party_servers_are_reexposed_confined(tmp_path):
         assert denied and denied[0]["outcome"] == "ERROR"
         events = {r["event"] for r in audit_lines(d) if "event" in r}
         assert {"ServerRiskComputed", "ToolPublishRiskComputed", "CompositionLifecycle"} <= events
+        # A re-publish that changes no score records no risk event again (issue 38 item 9:
+        # each `tools update` re-emitted every tool's events). Each admin command below
+        # re-publishes and recomputes before it answers. The first round may record what
+        # the calls above changed (a server used since it started loses its doc point).
+        admin(d, "tools", "disable", "echo-console")
+        admin(d, "tools", "enable", "echo-console")
+        before = [r for r in audit_lines(d) if "event" in r]
+        admin(d, "tools", "disable", "echo-console")
+        admin(d, "tools", "enable", "echo-console")
+        after = [r for r in audit_lines(d) if "event" in r]
+        assert after == before, [r["event"] for r in after[len(before):]]
     finally:
         d.stop()
 

@@ -81,8 +81,10 @@ pub struct Gateway {
     changed: broadcast::Sender<()>,
     /// Resource and prompt list changes, resource updates (see [`ItemEvent`]).
     pub(super) item_events: broadcast::Sender<ItemEvent>,
-    /// One recompute at a time: two that overlapped could swap in the older snapshot last.
-    recomputing: std::sync::Mutex<()>,
+    /// One recompute at a time (two that overlapped could swap in the older snapshot last);
+    /// it holds the risk events the last one found (as JSON), so
+    /// an event is logged and audited when a result changes, not on every recompute.
+    recomputing: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Resource subscriptions across every session: URI -> how many.
     pub(super) subscribed: std::sync::Mutex<std::collections::BTreeMap<String, usize>>,
     pub(super) sink: EventSink,
@@ -145,7 +147,7 @@ impl Gateway {
             own: RwLock::new(Vec::new()),
             changed,
             item_events: broadcast::channel(256).0,
-            recomputing: std::sync::Mutex::new(()),
+            recomputing: std::sync::Mutex::new(Default::default()),
             subscribed: Default::default(),
             sink,
             observe,
@@ -230,7 +232,7 @@ impl Gateway {
         // Seed 001's risk events are span events of this span in a trace.
         let span = crate::telemetry::child("gateway.recompute");
         let _in = span.enter();
-        let _one = self.recomputing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last_events = self.recomputing.lock().unwrap_or_else(|e| e.into_inner());
         let config = self
             .config
             .read()
@@ -267,12 +269,17 @@ impl Gateway {
             self.observe,
             crate::store::now_ms(),
         );
-        for ev in &events {
+        let found: std::collections::HashSet<String> = events.iter().map(|e| e.to_json()).collect();
+        for ev in events
+            .iter()
+            .filter(|e| !last_events.contains(&e.to_json()))
+        {
             ev.emit();
             if let Ok(v) = serde_json::to_value(ev) {
                 (self.sink)(&v);
             }
         }
+        *last_events = found;
         let mut slot = self.exposed.write().unwrap_or_else(|e| e.into_inner());
         let names = |e: &Exposed| {
             e.tools
