@@ -647,3 +647,53 @@ fn client_setup_points_each_client_at_stsd_mcp_and_keeps_the_file() {
         "{ // a comment\n}"
     );
 }
+
+/// Issue 38 item 9: the socket is settable in the config, and the client commands find the
+/// daemon by the same config (no --socket on either side).
+#[test]
+fn the_socket_set_in_the_config_serves_the_daemon_and_its_clients() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let d = dir.path();
+    let socket = d.join("from-config.sock");
+    let config = d.join("stsd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[daemon]\nsocket = \"{}\"\naudit_log = \"{}\"\ncatalog_dir = \"{}\"\n",
+            socket.display(),
+            d.join("audit.jsonl").display(),
+            d.join("managed").display()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let clean = |c: &mut Command| {
+        c.env_remove("STSD_SOCKET")
+            .env("STSD_CONFIG", &config)
+            .env("STSD_STATE_DIR", d.join("state"));
+    };
+    let mut daemon = Command::new(stsd_bin());
+    clean(&mut daemon);
+    daemon
+        .args(["--pool", "1", "--catalog", CATALOG])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = daemon.spawn().unwrap_or_else(|e| panic!("{e}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon never listened on the configured socket"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut status = Command::new(stsd_bin());
+    clean(&mut status);
+    let out = status
+        .args(["status", "--json"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let v = json_of(&out);
+    assert_eq!(v["pool"]["size"], 1, "{v}");
+}

@@ -397,6 +397,10 @@ pub struct DaemonConfig {
     pub allowed_uids: Vec<u32>,
     /// A group given read/write on the socket (mode 0660 instead of 0600).
     pub socket_group: Option<u32>,
+    /// The Unix socket, when `--socket` / `STSD_SOCKET` do not say (the client commands
+    /// read it too, from the same config file). Unset: `$RUNTIME_DIRECTORY/stsd.sock`,
+    /// `$XDG_RUNTIME_DIR/stsd.sock`, or `/run/stsd/stsd.sock` as root.
+    pub socket: Option<PathBuf>,
     /// The audit log; unset: `$XDG_STATE_HOME/stsd/audit.jsonl`, `~/.local/state/stsd/...`,
     /// or `/var/log/stsd/audit.jsonl` when root.
     pub audit_log: Option<PathBuf>,
@@ -479,6 +483,7 @@ impl Default for DaemonConfig {
             queue_limit: 1024,
             allowed_uids: Vec::new(),
             socket_group: None,
+            socket: None,
             audit_log: None,
             shutdown_grace_seconds: 10,
             max_connections: 1024,

@@ -42,9 +42,20 @@ pub struct SocketArg {
 }
 
 impl SocketArg {
+    /// `--socket` / `STSD_SOCKET`, else `[daemon] socket` of the config file the daemon
+    /// would read (`STSD_CONFIG`, else the default lookup), else the default path.
     pub fn path(&self) -> PathBuf {
         self.socket
             .clone()
+            .or_else(|| {
+                let named = std::env::var_os("STSD_CONFIG")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from);
+                stsd::config_file::ConfigSource::new(named)
+                    .load()
+                    .ok()
+                    .and_then(|(c, _)| c.daemon.socket)
+            })
             .unwrap_or_else(stsd::paths::default_socket)
     }
 }

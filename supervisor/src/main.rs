@@ -60,10 +60,13 @@ fn daemon_options(
     if pool == 0 || pool > 1024 {
         return Err("--pool must be between 1 and 1024".into());
     }
+    let socket = socket
+        .or_else(|| config.daemon.socket.clone())
+        .unwrap_or_else(stsd::paths::default_socket);
     Ok(stsd::daemon::DaemonOptions {
         config,
         pool,
-        socket: socket.unwrap_or_else(stsd::paths::default_socket),
+        socket,
         sources,
         worker_exe,
         reuse: serve.worker_reuse.unwrap_or(1),

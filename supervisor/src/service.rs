@@ -75,7 +75,7 @@ fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
         h.approver_principals.clear();
         h
     };
-    let checks: [(&'static str, bool); 15] = [
+    let checks: [(&'static str, bool); 16] = [
         (
             "[http] (all but admin_principals, approver_principals)",
             listener(old) != listener(new),
@@ -105,6 +105,7 @@ fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
         ("[worker]", old.worker != new.worker),
         ("[metrics]", old.metrics != new.metrics),
         ("[telemetry]", old.telemetry != new.telemetry),
+        ("[console] listen", old.console.listen != new.console.listen),
         (
             "[approval] max_pending",
             old.approval.max_pending != new.approval.max_pending,
@@ -907,13 +908,17 @@ mod reload_tests {
         new.store.url = Some("postgres://db/stsd".into());
         new.cgroups.mode = stsd_profiles::baseline::CgroupMode::Off;
         new.metrics.listen = Some("127.0.0.1:9464".into());
+        new.console.listen = Some("127.0.0.1:8765".into());
+        // `[console] enabled` is read per request: applied.
+        new.console.enabled = !old.console.enabled;
         assert_eq!(
             fixed_at_start(&old, &new),
             [
                 "[http] (all but admin_principals, approver_principals)",
                 "[store]",
                 "[cgroups]",
-                "[metrics]"
+                "[metrics]",
+                "[console] listen"
             ]
         );
     }
