@@ -572,3 +572,78 @@ fn a_call_left_waiting_by_a_killed_daemon_is_recorded_expired_at_the_next_start(
         "{again:?}"
     );
 }
+
+/// Issue 38 item 9: `stsd call` answers for itself when a tool asks its caller (the elicit
+/// strategy, over 2026-07-28's input_required round trip): --approve runs it, --deny refuses
+/// it, and with neither and no terminal it says how. A call that waits for an operator says
+/// so on stderr, with the command that answers it.
+#[test]
+fn stsd_call_answers_for_itself_and_says_what_it_waits_for() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tool = |name: &str| {
+        json!({"name": name, "description": "test tool", "codeType": "Javascript", "draft": false,
+               "params": [], "code": format!("return '{name} ran';")})
+    };
+    let cat = dir.path().join("ask.json");
+    std::fs::write(&cat, json!([tool("askMe"), tool("waitMe")]).to_string())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let config = format!(
+        "[approval]\ntimeout_seconds = 20\noperator_uids = [{uid}]\n\
+         [[approval.rule]]\ntools = [\"askMe\"]\nrequire = true\nstrategy = \"elicit\"\n\
+         [[approval.rule]]\ntools = [\"waitMe\"]\nrequire = true\nstrategy = \"operator\"\n",
+        uid = own_uid()
+    );
+    let cat = cat.display().to_string();
+    let d = Daemon::start_with(dir, 1, &config, &cat, &[]);
+    let call = |extra: &[&str]| {
+        let mut args = vec!["call", "askMe"];
+        args.extend_from_slice(extra);
+        let out = d.cli(&args);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = call(&["--approve"]);
+    assert_eq!((code, out.as_str()), (Some(0), "askMe ran"), "{err}");
+    let (code, _, err) = call(&["--deny"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("APPROVAL_REJECTED"), "{err}");
+    // No answer ahead and no terminal (the test's stdin is not one): refused, with the way.
+    let (code, _, err) = call(&[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("APPROVAL_REQUIRED"), "{err}");
+
+    // The operator strategy: the line comes while the call waits; `stsd approve` answers.
+    let mut waiting = Command::new(stsd_bin())
+        .args(["call", "waitMe", "--socket"])
+        .arg(&d.socket)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = waiting.stderr.take().unwrap_or_else(|| panic!("no stderr"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("no line while the call waited: {e}"));
+    assert!(
+        line.contains("waitMe waits for an operator's approval: stsd approve "),
+        "{line}"
+    );
+    let id = d.pending()["id"].as_u64().unwrap_or(0).to_string();
+    assert!(line.contains(&format!("stsd approve {id}")), "{line}");
+    assert!(d.cli(&["approve", &id]).status.success());
+    let out = waiting.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "waitMe ran");
+}

@@ -533,6 +533,13 @@ pub enum Command {
         args_json: Option<String>,
         #[arg(long)]
         json: bool,
+        /// Answer yes ahead when the tool asks this caller for approval (elicit strategy);
+        /// without --approve or --deny the terminal is asked.
+        #[arg(long, conflicts_with = "deny")]
+        approve: bool,
+        /// Answer no ahead when the tool asks this caller for approval.
+        #[arg(long)]
+        deny: bool,
         #[command(flatten)]
         socket: SocketArg,
     },

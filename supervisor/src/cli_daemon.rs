@@ -4,6 +4,7 @@
 
 use crate::{EXIT_INVALID, EXIT_USAGE};
 use serde_json::{json, Map, Value};
+use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
 use stsd::admin::client;
@@ -14,9 +15,14 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
 }
 
 fn meta() -> Value {
+    meta_with(json!({}))
+}
+
+/// The request's `_meta`, declaring `capabilities`.
+fn meta_with(capabilities: Value) -> Value {
     json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
         "io.modelcontextprotocol/clientInfo": {"name": "stsd-call", "version": env!("CARGO_PKG_VERSION")},
         "io.modelcontextprotocol/logLevel": "debug",
     })
@@ -61,6 +67,7 @@ pub fn call(
     pairs: &[String],
     args_json: Option<&str>,
     json_out: bool,
+    answer: Option<bool>,
 ) -> ExitCode {
     let listed = match client::call(socket, "tools/list", json!({"_meta": meta()})) {
         Ok(v) => v,
@@ -94,7 +101,14 @@ pub fn call(
             }
         }
     }
-    let params = json!({"name": tool, "arguments": args, "_meta": meta()});
+    // This caller can be asked for approval when it has an answer ahead or a terminal.
+    let can_answer = answer.is_some() || std::io::stdin().is_terminal();
+    let caps = if can_answer {
+        json!({"elicitation": {}})
+    } else {
+        json!({})
+    };
+    let mut params = json!({"name": tool, "arguments": args, "_meta": meta_with(caps)});
     let mut console = |n: &Value| {
         if n["method"] == "notifications/message" {
             let data = &n["params"]["data"];
@@ -108,13 +122,35 @@ pub fn call(
             );
         }
     };
-    let r = match client::call_with(socket, "tools/call", params, &mut console) {
+    let mut r = match client::call_with(socket, "tools/call", params.clone(), &mut console) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("stsd: {e}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // MCP 2026-07-28: the tool asks this caller for approval (`input_required`); answer and
+    // call again with the sealed state.
+    if r["resultType"] == "input_required" {
+        let request = &r["inputRequests"]["stsd-approval"];
+        let message = request["params"]["message"]
+            .as_str()
+            .unwrap_or("approve this call?");
+        let action = if ask_approval(message, answer) {
+            "accept"
+        } else {
+            "decline"
+        };
+        params["inputResponses"] = json!({"stsd-approval": {"action": action}});
+        params["requestState"] = r["requestState"].clone();
+        r = match client::call_with(socket, "tools/call", params, &mut console) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("stsd: {e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        };
+    }
     let text: String = r["content"]
         .as_array()
         .into_iter()
@@ -143,6 +179,17 @@ pub fn call(
         println!("{text}");
     }
     ExitCode::SUCCESS
+}
+
+/// The answer to an approval request: given ahead, else asked at the terminal.
+fn ask_approval(message: &str, answer: Option<bool>) -> bool {
+    if let Some(a) = answer {
+        return a;
+    }
+    eprint!("{message} [y/N] ");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).is_ok()
+        && matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
 /// `stsd status`: what a health check needs.

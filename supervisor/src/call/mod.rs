@@ -255,6 +255,19 @@ async fn approve(
     if !door.operator_queue && req.strategy == StrategyKind::Operator {
         req.strategy = StrategyKind::Elicit;
     }
+    // A caller that takes console lines is told what it waits for, and who can answer.
+    if req.strategy == StrategyKind::Operator {
+        if let Some(c) = door.console.as_mut() {
+            let id = door.call_id;
+            c(
+                stsd_protocol::frames::ConsoleLevel::Info,
+                format!(
+                    "{} waits for an operator's approval: stsd approve {id} (or stsd deny {id})",
+                    target.name()
+                ),
+            );
+        }
+    }
     let ask = Ask {
         call_id: door.call_id,
         tool: target.name(),
