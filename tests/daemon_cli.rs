@@ -298,9 +298,14 @@ fn a_preset_selects_the_tools_a_daemon_serves() {
         reasons.contains("not in preset dev-essentials"),
         "{reasons}"
     );
+    // Its own config and state (the daemon's): a start that fails writes its record there,
+    // not in the machine's /var/log/stsd.
     let bad = Command::new(stsd_bin())
         .args(["--socket"])
         .arg(d.dir().join("other.sock"))
+        .arg("--config")
+        .arg(d.dir().join("stsd.toml"))
+        .env("STSD_STATE_DIR", d.dir().join("state"))
         .args(["--catalog", &c, "--preset", "no-such"])
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
