@@ -142,6 +142,10 @@ impl Daemon {
             .env("STSD_TEST_TOKEN", "supersecret-token-123")
             // Its own fingerprint ledger: tests that share tool names never see each other's.
             .env("STSD_STATE_DIR", dir.path().join("state"))
+            // The defaults that would be the machine's (/var/lib/stsd/workspace, the audit
+            // log's /var/log/stsd, /run/stsd) under the test's directory too, when the run
+            // does not already point them somewhere (scripts/test does).
+            .envs(systemd_dirs(dir.path()))
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -495,4 +499,25 @@ pub fn saw_list_changed(c: &mut Conn) -> bool {
         line.clear();
     }
     false
+}
+
+/// `STATE_DIRECTORY`, `LOGS_DIRECTORY` and `RUNTIME_DIRECTORY` under `dir` for each that the
+/// environment does not set: a test run by hand (`cargo test`) never writes the machine's
+/// stsd directories. `dir` is opened to the workers' user, who reaches the default workspace.
+pub fn systemd_dirs(dir: &Path) -> Vec<(&'static str, PathBuf)> {
+    let keys = [
+        ("STATE_DIRECTORY", "sys-state"),
+        ("LOGS_DIRECTORY", "sys-log"),
+        ("RUNTIME_DIRECTORY", "sys-run"),
+    ];
+    let unset: Vec<(&'static str, PathBuf)> = keys
+        .into_iter()
+        .filter(|(k, _)| std::env::var_os(k).is_none_or(|v| v.is_empty()))
+        .map(|(k, sub)| (k, dir.join(sub)))
+        .collect();
+    if !unset.is_empty() {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+    }
+    unset
 }
