@@ -220,9 +220,11 @@ fn proc_status_in(mode: stsd_profiles::baseline::SpawnMode) {
         let pid = rx.recv().unwrap_or(0);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while std::time::Instant::now() < deadline {
-            if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-                // Confined: its own filter installed (a forked worker also holds the zygote's).
-                if stsd_tests::harness::seccomp_filters(pid as i32) >= confined_at {
+            // Confined: its own filter installed (a forked worker also holds the zygote's).
+            // Only then is its status read: a status read before could show the moment before
+            // the filter (the flake CI saw: Seccomp 0 in a status read just before).
+            if stsd_tests::harness::seccomp_filters(pid as i32) >= confined_at {
+                if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
                     let limits =
                         std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
                     let stat =
