@@ -175,6 +175,32 @@ fn the_mcp_export_is_what_tools_list_serves_and_the_openai_export_has_its_shape(
         json_of(&out)
     };
     assert_eq!(export("mcp", CATALOG, false)["tools"], served);
+    // With no path: what the running daemon serves, read from it (issue 38 item 9: it
+    // exported the bundled catalog whatever the daemon served).
+    let out = Command::new(stsd_bin())
+        .args(["export", "--format", "mcp", "--socket"])
+        .arg(&d.socket)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(json_of(&out)["tools"], served);
+    let cjson = Command::new(stsd_bin())
+        .args(["export", "--socket"])
+        .arg(&d.socket)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<String> = json_of(&cjson)["toolsets"][0]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str().map(String::from))
+        .collect();
+    let want: Vec<String> = served
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str().map(String::from))
+        .collect();
+    assert_eq!(names, want, "{}", String::from_utf8_lossy(&cjson.stdout));
     // The whole reference catalog as OpenAI function-calling tools.
     let catalog = stsd_tests::catalog_dir().display().to_string();
     let openai = export("openai", &catalog, true);

@@ -509,7 +509,8 @@ pub enum Command {
     /// Write the served catalog as a CJSON toolsets document (seed 003), each tool with its
     /// argsSchema and approval requirement: a complete file to start --toolsets from.
     Export {
-        /// Spec files or directories (default: the bundled catalog).
+        /// Spec files or directories (default: what the running daemon serves, upstream tools
+        /// included; the bundled catalog when no daemon answers).
         paths: Vec<PathBuf>,
         /// cjson: a CJSON toolsets document; mcp: tools/list entries; openai: function-calling
         /// tools with JSON Schema parameters.
@@ -520,6 +521,8 @@ pub enum Command {
         all: bool,
         #[command(flatten)]
         config: ConfigArg,
+        #[command(flatten)]
+        socket: SocketArg,
     },
     /// Call a tool on the running daemon (MCP over its socket); exit codes as `stsd run`.
     Call {

@@ -192,6 +192,53 @@ fn ask_approval(message: &str, answer: Option<bool>) -> bool {
         && matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
+/// `stsd export` with no paths: what the running daemon serves (its own tools and the
+/// upstream tools it wraps, as its `tools/list` gives them). None when no daemon answers (the
+/// caller exports the bundled catalog instead, and says so).
+pub fn export_served(socket: &Path, format: &str) -> Option<ExitCode> {
+    let listed = match client::call(socket, "tools/list", json!({"_meta": meta()})) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("stsd: {e}: exporting the bundled catalog instead");
+            return None;
+        }
+    };
+    let tools = listed["tools"].as_array().cloned().unwrap_or_default();
+    eprintln!(
+        "stsd: {} the daemon on {} serves",
+        stsd::plural::n(tools.len(), "tool"),
+        socket.display()
+    );
+    let doc = match format {
+        "mcp" => json!({ "tools": tools }),
+        "openai" => Value::Array(
+            tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t["name"], "description": t["description"],
+                        "parameters": t["inputSchema"]}})
+                })
+                .collect(),
+        ),
+        _ => {
+            let export: Vec<stsd::approval::toolsets::ExportTool> = tools
+                .iter()
+                .map(|t| stsd::approval::toolsets::ExportTool {
+                    name: t["name"].as_str().unwrap_or_default(),
+                    summary: t["description"].as_str().unwrap_or_default(),
+                    args_schema: &t["inputSchema"],
+                    enabled: true,
+                    requires_approval: t["_meta"]["stsd/approval"]["required"] == true,
+                })
+                .collect();
+            stsd::approval::toolsets::export(&export)
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    Some(ExitCode::SUCCESS)
+}
+
 /// `stsd status`: what a health check needs.
 pub fn status(socket: &Path, json_out: bool) -> ExitCode {
     match client::call(socket, "stsd/status", json!({})) {

@@ -353,6 +353,17 @@ fn export_command(
     } else {
         stsd::service::publish(&sources, &config)
     };
+    let drafts = published
+        .withheld
+        .iter()
+        .filter(|(_, why)| why.starts_with("DRAFT"))
+        .count();
+    if drafts > 0 {
+        eprintln!(
+            "stsd: {} skipped (--all includes them)",
+            stsd::plural::n(drafts, "draft")
+        );
+    }
     let tools: Vec<_> = published
         .tools
         .iter()
@@ -777,7 +788,15 @@ fn main() -> ExitCode {
             format,
             all,
             config,
-        } => export_command(paths, &format, all, config.config),
+            socket,
+        } => {
+            if paths.is_empty() && !all {
+                if let Some(code) = cli_daemon::export_served(&socket.path(), &format) {
+                    return code;
+                }
+            }
+            export_command(paths, &format, all, config.config)
+        }
         Command::Upstream { what } => upstream_command(what),
         Command::Ledger { what, socket } => cli_gateway::ledger(&socket.path(), what),
         Command::Secret { what, socket } => cli_secret::run(&socket.path(), what),

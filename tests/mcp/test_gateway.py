@@ -177,6 +177,9 @@ def test_two_third_party_servers_are_reexposed_confined(tmp_path):
         # `stsd metrics` counts them too (issue 38 item 9), in JSON and in its text.
         assert admin(d, "metrics", "--json")["upstreamToolsServed"] == 5
         assert ", 5 upstream" in admin(d, "metrics")["text"].splitlines()[0]
+        # `stsd export` with no path exports what the daemon serves, upstream tools included.
+        exported = {t["name"] for t in admin(d, "export", "--format", "mcp")["tools"]}
+        assert {"fs__read_text_file", "time__get_current_time"} <= exported, exported
         pid = upstream_list(d)["fs"]["pid"]
         st = status_of(pid)
         assert st["NoNewPrivs"] == "1" and st["Seccomp"] == "2", st
