@@ -717,19 +717,20 @@ pub fn generate_assets(dir: &std::path::Path) -> std::io::Result<Vec<PathBuf>> {
     let comp = dir.join("completions");
     std::fs::create_dir_all(&man)?;
     std::fs::create_dir_all(&comp)?;
-    let cmd = Cli::command();
-    let mut page = |c: clap::Command, name: String| -> std::io::Result<()> {
-        let mut buf = Vec::new();
-        clap_mangen::Man::new(c.name(name.clone())).render(&mut buf)?;
-        let p = man.join(format!("{name}.1"));
-        std::fs::write(&p, buf)?;
-        written.push(p);
-        Ok(())
-    };
-    page(cmd.clone(), "stsd".into())?;
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        page(sub.clone(), format!("stsd-{}", sub.get_name()))?;
+    // The pages describe commands, not clap's `help` subcommands (`stsd help X` still works):
+    // without them no page names a `stsd-tools-help(1)` that is not there.
+    fn no_help(c: clap::Command) -> clap::Command {
+        let names: Vec<String> = c
+            .get_subcommands()
+            .map(|s| s.get_name().to_string())
+            .collect();
+        names.iter().fold(c.disable_help_subcommand(true), |c, n| {
+            c.mut_subcommand(n, no_help)
+        })
     }
+    let mut cmd = no_help(Cli::command());
+    cmd.build();
+    crate::cli_man::pages(&cmd, "stsd".into(), None, &man, &mut written)?;
     for (shell, file) in [
         (Shell::Bash, "stsd.bash"),
         (Shell::Zsh, "_stsd"),

@@ -12,6 +12,7 @@ mod cli_client;
 mod cli_daemon;
 mod cli_gateway;
 mod cli_login;
+mod cli_man;
 mod cli_new;
 mod cli_run;
 mod cli_secret;
