@@ -679,33 +679,11 @@ fn trace_bench(rounds: usize, on: Option<&str>) -> ExitCode {
     }
 }
 
-fn main() -> ExitCode {
-    // The worker must not start a logging subscriber or touch anything before its sandbox:
-    // dispatch it first.
-    if let Some(code) = child_role() {
-        return code;
-    }
-    // systemd's variables are read and removed before any thread exists (see systemd/).
-    let systemd = stsd::systemd::Systemd::from_env();
-    let cli = Cli::parse();
-    let serves = matches!(cli.command, None | Some(Command::Mcp { .. }));
-    set_up_process(serves);
-    // Whatever made cgroups (the daemon, `stsd run`, `stsd test`) removes its own directory
-    // at the end.
-    let _cgroups = stsd::cgroup::ReleaseAtExit;
-    let Some(command) = cli.command else {
-        return serve_daemon(cli.daemon, systemd);
-    };
-    match command {
-        Command::Mcp {
-            config,
-            socket,
-            serve,
-            keepalive_ms,
-        } => mcp_command(config, socket.path(), serve, keepalive_ms, systemd),
-        Command::GenerateAssets { dir } => generate_assets_command(&dir),
-        Command::SecretsBench { rounds } => secrets_bench(rounds),
-        Command::TraceBench { rounds, on } => trace_bench(rounds, on.as_deref()),
+/// The commands that work on spec files (no daemon needed, `export` aside); Err gives any
+/// other command back.
+#[allow(clippy::result_large_err)] // once per process: the size costs nothing
+fn spec_command(command: Command) -> Result<ExitCode, Command> {
+    Ok(match command {
         Command::New {
             name,
             network,
@@ -765,6 +743,55 @@ fn main() -> ExitCode {
             };
             cli_run::test(config, &paths, test)
         }),
+        Command::Export {
+            paths,
+            format,
+            all,
+            config,
+            socket,
+        } => {
+            if paths.is_empty() && !all {
+                if let Some(code) = cli_daemon::export_served(&socket.path(), &format) {
+                    return Ok(code);
+                }
+            }
+            export_command(paths, &format, all, config.config)
+        }
+        other => return Err(other),
+    })
+}
+
+fn main() -> ExitCode {
+    // The worker must not start a logging subscriber or touch anything before its sandbox:
+    // dispatch it first.
+    if let Some(code) = child_role() {
+        return code;
+    }
+    // systemd's variables are read and removed before any thread exists (see systemd/).
+    let systemd = stsd::systemd::Systemd::from_env();
+    let cli = Cli::parse();
+    let serves = matches!(cli.command, None | Some(Command::Mcp { .. }));
+    set_up_process(serves);
+    // Whatever made cgroups (the daemon, `stsd run`, `stsd test`) removes its own directory
+    // at the end.
+    let _cgroups = stsd::cgroup::ReleaseAtExit;
+    let Some(command) = cli.command else {
+        return serve_daemon(cli.daemon, systemd);
+    };
+    let command = match spec_command(command) {
+        Ok(code) => return code,
+        Err(other) => other,
+    };
+    match command {
+        Command::Mcp {
+            config,
+            socket,
+            serve,
+            keepalive_ms,
+        } => mcp_command(config, socket.path(), serve, keepalive_ms, systemd),
+        Command::GenerateAssets { dir } => generate_assets_command(&dir),
+        Command::SecretsBench { rounds } => secrets_bench(rounds),
+        Command::TraceBench { rounds, on } => trace_bench(rounds, on.as_deref()),
         Command::Call {
             tool,
             args,
@@ -784,20 +811,6 @@ fn main() -> ExitCode {
         Command::Status { json, socket } => cli_daemon::status(&socket.path(), json),
         Command::Metrics { json, socket } => cli_daemon::metrics(&socket.path(), json),
         Command::Tools { what, socket } => tools_command(what, &socket.path()),
-        Command::Export {
-            paths,
-            format,
-            all,
-            config,
-            socket,
-        } => {
-            if paths.is_empty() && !all {
-                if let Some(code) = cli_daemon::export_served(&socket.path(), &format) {
-                    return code;
-                }
-            }
-            export_command(paths, &format, all, config.config)
-        }
         Command::Upstream { what } => upstream_command(what),
         Command::Ledger { what, socket } => cli_gateway::ledger(&socket.path(), what),
         Command::Secret { what, socket } => cli_secret::run(&socket.path(), what),
@@ -809,8 +822,8 @@ fn main() -> ExitCode {
         Command::Client(what) => client_command(what),
         Command::Policy(what) => policy_command(what),
         Command::Store(what) => store_command(what),
-        Command::Worker | Command::Zygote | Command::UpstreamExec { .. } => {
-            ExitCode::from(EXIT_USAGE)
-        }
+        // The worker, zygote and upstream-exec roles, dispatched before parsing; the spec
+        // commands, handled above.
+        _ => ExitCode::from(EXIT_USAGE),
     }
 }
