@@ -700,7 +700,8 @@ fn the_socket_set_in_the_config_serves_the_daemon_and_its_clients() {
     let clean = |c: &mut Command| {
         c.env_remove("STSD_SOCKET")
             .env("STSD_CONFIG", &config)
-            .env("STSD_STATE_DIR", d.join("state"));
+            .env("STSD_STATE_DIR", d.join("state"))
+            .envs(stsd_tests::harness::systemd_dirs(d));
     };
     let mut daemon = Command::new(stsd_bin());
     clean(&mut daemon);
@@ -708,7 +709,15 @@ fn the_socket_set_in_the_config_serves_the_daemon_and_its_clients() {
         .args(["--pool", "1", "--catalog", CATALOG])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let mut child = daemon.spawn().unwrap_or_else(|e| panic!("{e}"));
+    // Killed when the test ends, a failed assertion included.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _child = Killed(daemon.spawn().unwrap_or_else(|e| panic!("{e}")));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
         assert!(
@@ -723,8 +732,6 @@ fn the_socket_set_in_the_config_serves_the_daemon_and_its_clients() {
         .args(["status", "--json"])
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
-    let _ = child.kill();
-    let _ = child.wait();
     let v = json_of(&out);
     assert_eq!(v["pool"]["size"], 1, "{v}");
 }

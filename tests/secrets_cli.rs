@@ -99,12 +99,31 @@ fn a_secret_set_at_the_cli_is_read_by_the_next_call_without_a_restart() {
     assert!(!out.status.success());
     assert!(!d.dir().join("state/escape").exists());
 
-    // One of its two secrets: still withheld, so not reported as served.
+    // Set without --host, a secret is for upstreams and the store: a spec that names it does
+    // not get it (an upstream's token is no tool's), and the reason says how to give it.
     let out = ok(&secret_cli(
         &d,
         &["set", "DEMO_TOKEN"],
         Some("tok-abcdef\n"),
     ));
+    assert!(out.contains("not for tools"), "{out}");
+    assert!(!out.contains("served, using it"), "{out}");
+    let shown = |d: &Daemon| {
+        let out = Command::new(stsd_bin())
+            .args(["tools", "show", "keyed", "--json", "--socket"])
+            .arg(&d.socket)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(shown(&d).contains("DEMO_TOKEN (secret DEMO_TOKEN is set, but not for tools"));
+    // For tools, with the hosts it may go to: one of its two secrets, still withheld.
+    let out = ok(&secret_cli(
+        &d,
+        &["set", "DEMO_TOKEN", "--host", "api.example.org"],
+        Some("tok-abcdef\n"),
+    ));
+    assert!(out.contains("sent only to api.example.org"), "{out}");
     assert!(!out.contains("served, using it"), "{out}");
     assert!(!listed(&d).contains(&"keyed".to_string()));
     let out = ok(&secret_cli(&d, &["set", "DEMO_KEY"], Some("alpha-1234\n")));
@@ -212,15 +231,22 @@ fn catalog_add_publishes_the_preset_tools_that_pass_and_explains_the_others() {
         .collect();
     assert!(!not.is_empty(), "{text}");
     for l in &not {
+        // (Where the network is reachable, a service's own refusal of a keyless call is a
+        // failing case: still a reason, with the tool's words.)
         assert!(
             l.contains("(missing secret): needs ")
                 || l.contains("(network): ")
-                || l.contains("(needs approval): "),
+                || l.contains("(needs approval): ")
+                || l.contains("(failing case): "),
             "a refusal without a reason an operator acts on: {l}"
         );
     }
+    // Where the secret would go is said before it is set: the spec's own hosts.
     assert!(
-        text.contains("searchNaver: not published (missing secret): needs NAVER_CLIENT_ID"),
+        text.contains(
+            "searchNaver: not published (missing secret): needs NAVER_CLIENT_ID: stsd secret \
+             set NAVER_CLIENT_ID --host openapi.naver.com"
+        ),
         "{text}"
     );
     assert!(

@@ -79,7 +79,15 @@ fn leaks(text: &str) -> Vec<String> {
     forms().into_iter().filter(|f| text.contains(f)).collect()
 }
 
-fn daemon(server: &FixtureServer) -> Daemon {
+/// Where the secret comes from: the environment with `[secrets.NAME] hosts` in the config,
+/// or the secrets directory, set with `stsd secret set NAME --host fixture.test`.
+#[derive(Clone, Copy, PartialEq)]
+enum From {
+    Config,
+    SecretsDir,
+}
+
+fn daemon_from(server: &FixtureServer, from: From) -> Daemon {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let catalog = dir.path().join("hostile.json");
     let spec = json!([{"name": "hostile", "description": "exfiltration attempts",
@@ -90,12 +98,39 @@ fn daemon(server: &FixtureServer) -> Daemon {
         "sandboxOverrides": {"networkMode": "allowlist", "hostsAllow": ["fixture.test", "other.test"]},
         "code": HOSTILE}]);
     std::fs::write(&catalog, spec.to_string()).unwrap_or_else(|e| panic!("{e}"));
-    let config = format!(
-        "\n[egress.host_overrides]\n\"fixture.test\" = \"127.0.0.1:{p}\"\n\"other.test\" = \"127.0.0.1:{p}\"\n\
-         [secrets.STSD_HOSTILE_SECRET]\nhosts = [\"fixture.test\"]\n",
+    let overrides = format!(
+        "\n[egress.host_overrides]\n\"fixture.test\" = \"127.0.0.1:{p}\"\n\"other.test\" = \"127.0.0.1:{p}\"\n",
         p = server.port
     );
     let c = catalog.display().to_string();
+    if from == From::SecretsDir {
+        // No environment variable and no [secrets.NAME]: the secrets directory alone.
+        let d = Daemon::launch_env(dir, 1, &overrides, Some(&c), &[], None, &[]);
+        let mut set = std::process::Command::new(stsd_tests::stsd_bin())
+            .args([
+                "secret",
+                "set",
+                "STSD_HOSTILE_SECRET",
+                "--host",
+                "fixture.test",
+                "--socket",
+            ])
+            .arg(&d.socket)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        if let Some(mut input) = set.stdin.take() {
+            use std::io::Write;
+            let _ = input.write_all(SECRET.as_bytes());
+        }
+        assert!(
+            set.wait().is_ok_and(|s| s.success()),
+            "stsd secret set failed"
+        );
+        return d;
+    }
+    let config = format!("{overrides}[secrets.STSD_HOSTILE_SECRET]\nhosts = [\"fixture.test\"]\n");
     Daemon::launch_env(
         dir,
         1,
@@ -109,8 +144,19 @@ fn daemon(server: &FixtureServer) -> Daemon {
 
 #[test]
 fn no_transformed_form_of_a_secret_leaves_but_in_the_request_to_its_own_host() {
+    only_its_own_host_gets_it(From::Config);
+}
+
+/// The same with the secret from `stsd secret set NAME --host fixture.test` (issue 38 item 8):
+/// the hosts given with the secret bound it as the config's `[secrets.NAME] hosts` does.
+#[test]
+fn a_secret_set_for_one_host_reaches_that_host_only() {
+    only_its_own_host_gets_it(From::SecretsDir);
+}
+
+fn only_its_own_host_gets_it(from: From) {
     let server = FixtureServer::start();
-    let d = daemon(&server);
+    let d = daemon_from(&server, from);
     let mut c = d.connect();
     let mut everything = String::new();
     for (id, mode) in [(1, "return"), (2, "throw")] {

@@ -161,6 +161,12 @@ fn an_access_error_says_which_layer_refused() {
             "rootdir/new.txt",
             "rootdir is owned by uid 0 gid 0 with mode 755",
         ),
+        // A directory to make below the one that refuses: the refusing one is named.
+        (
+            "writeTextFile",
+            "rootdir/sub/new.txt",
+            "rootdir is owned by uid 0 gid 0 with mode 755",
+        ),
     ] {
         let e = &run(tool, path)["error"];
         assert_eq!(e["code"], "HELPER_RUNTIME", "{tool} {path}: {e}");

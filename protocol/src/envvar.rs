@@ -97,6 +97,12 @@ pub trait EnvSource {
     fn get(&self, name: &str) -> Option<String> {
         self.lookup(name).filter(|v| !v.trim().is_empty())
     }
+
+    /// The hosts the value of `name` was given for, when its source says (a secret the
+    /// operator set for tools with `--host`); None: the source does not narrow it.
+    fn hosts(&self, _name: &str) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// The daemon's own process environment (the floor every resolver must consult, §7.2).

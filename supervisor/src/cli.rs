@@ -383,7 +383,15 @@ pub enum StoreCmd {
 pub enum SecretCmd {
     /// Store secret NAME. The value is read from standard input (typed without echo at a
     /// terminal), never from the command line, where other users' `ps` would see it.
-    Set { name: String },
+    Set {
+        name: String,
+        /// A host the secret may be sent to (repeatable; a name or *.apex). Given, the
+        /// secret is a tool's: a spec's ${NAME} or ${secret:NAME} resolves to it, and the
+        /// egress broker puts it only into requests to these hosts. Without any, it is for
+        /// upstreams and the store only (its hosts set before, if any, stay).
+        #[arg(long = "host", value_name = "HOST")]
+        hosts: Vec<String>,
+    },
     /// Delete secret NAME: tools that need it are withheld.
     Rm { name: String },
     /// The names of the secrets set (never their values) and where they live.
@@ -404,8 +412,9 @@ pub enum CatalogCmd {
         /// Only the tools of this preset (see `stsd catalog presets`).
         #[arg(long)]
         preset: Option<String>,
-        /// Run the Local Pass of tools that need approval without asking (their writes go
-        /// to a scratch copy of their workspace).
+        /// Run the Local Pass of tools that need approval without asking (their file writes
+        /// go to a scratch copy of their workspace; their network calls are real). Needs an
+        /// approver's rights.
         #[arg(long)]
         approve_required: bool,
         #[arg(long)]
@@ -574,8 +583,9 @@ pub enum Command {
         #[command(subcommand)]
         what: UpstreamCmd,
     },
-    /// Secrets of the running daemon: what a spec's ${NAME} or ${secret:NAME} and an
-    /// upstream's ${secret:NAME} resolve to. Read at every call: no restart needed.
+    /// Secrets of the running daemon: what a spec's ${NAME} or ${secret:NAME} (a secret set
+    /// with --host) and an upstream's ${secret:NAME} resolve to. A tool reads it at every call
+    /// (no restart); an upstream when it connects (stsd upstream restart ID).
     Secret {
         #[command(subcommand)]
         what: SecretCmd,

@@ -37,6 +37,8 @@ enum Class {
     NeedsApproval,
     FailingCase,
     Invalid,
+    /// A tool of that name is there but not served (disabled, awaiting re-review, ...).
+    Withheld,
 }
 
 impl Class {
@@ -49,28 +51,27 @@ impl Class {
             Class::NeedsApproval => "needs approval",
             Class::FailingCase => "failing case",
             Class::Invalid => "invalid",
+            Class::Withheld => "withheld",
         }
     }
 
-    /// The gate's refusal, classified.
+    /// The gate's refusal, classified: its own prefixes first (a tool's thrown message, which
+    /// a refusal may quote, comes after them).
     fn of(why: &str) -> Class {
         let has = |s: &str| why.contains(s);
-        if has("exists already") {
-            Class::AlreadyServed
-        } else if why.starts_with(stsd::admin::NEEDS_APPROVAL) {
+        if why.starts_with(stsd::admin::NEEDS_APPROVAL) {
             Class::NeedsApproval
-        } else if has("MISSING_REQUIREMENTS") || has("stsd secret set") {
-            Class::MissingSecret
-        } else if has("EGRESS")
-            || has("NETWORK")
-            || has("fetch")
-            || has("resolve")
-            || has("DNS")
-            || has("network")
+        } else if has("exists already") {
+            Class::AlreadyServed
+        } else if why.starts_with("invalid:")
+            || why.starts_with("the code does not parse")
+            || why.starts_with("the description needs")
         {
-            Class::Network
-        } else if has("invalid") || has("does not parse") || has("description needs") {
             Class::Invalid
+        } else if has("MISSING_REQUIREMENTS: ") {
+            Class::MissingSecret
+        } else if has("HELPER_RUNTIME: [fetch] ") || has("EGRESS") {
+            Class::Network
         } else {
             Class::FailingCase
         }
@@ -78,7 +79,7 @@ impl Class {
 }
 
 /// What to do about a refusal, in one line (the gate's full words are in `--json`).
-fn advice(class: Class, why: &str) -> String {
+fn advice(class: Class, why: &str, doc: &Value) -> String {
     let after = |tag: &str| {
         why.rfind(tag)
             .map(|i| why[i + tag.len()..].trim().to_string())
@@ -90,7 +91,18 @@ fn advice(class: Class, why: &str) -> String {
                 .unwrap_or_else(|| why.to_string());
             let first = names.split(", ").next().unwrap_or("NAME");
             let first = first.strip_prefix("secret:").unwrap_or(first);
-            format!("needs {names}: stsd secret set {first}, then run this again")
+            // The hosts the spec may reach: where the secret would go, said before it is set.
+            let caps = &doc["toolSafety"]["capabilities"]["network"]["hosts"];
+            let hosts: Vec<&str> = caps
+                .as_array()
+                .or_else(|| doc["sandboxOverrides"]["hostsAllow"].as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .filter(|h| *h != "*")
+                .collect();
+            let flags: String = hosts.iter().map(|h| format!(" --host {h}")).collect();
+            format!("needs {names}: stsd secret set {first}{flags}, then run this again")
         }
         Class::Network => format!(
             "{} (its Local Pass calls the real service: run this again where it is reachable)",
@@ -99,7 +111,8 @@ fn advice(class: Class, why: &str) -> String {
                 .unwrap_or_else(|| why.to_string())
         ),
         Class::NeedsApproval => "it needs approval to run: run this at a terminal to be asked, \
-                                 or pass --approve-required (its writes go to scratch)"
+                                 or pass --approve-required (file writes go to scratch; network \
+                                 calls are real)"
             .to_string(),
         _ => after("LOCAL_PASS_FAILED at /code: ").unwrap_or_else(|| why.to_string()),
     }
@@ -239,10 +252,18 @@ fn add(
                 );
             }
         }
-        let (class, why) = match reply {
+        let (mut class, mut why) = match reply {
             Ok(_) => (Class::Published, String::new()),
             Err(why) => (Class::of(&why), why),
         };
+        // "Exists already" is served only when the daemon serves it now.
+        if class == Class::AlreadyServed {
+            let shown = client::call(socket, "stsd/tools/show", json!({"name": name}));
+            if let Some(t) = shown.ok().filter(|t| t["state"] != "ACTIVE") {
+                class = Class::Withheld;
+                why = t["reason"].as_str().unwrap_or("not served").to_string();
+            }
+        }
         if !json {
             match class {
                 Class::Published | Class::AlreadyServed => {
@@ -251,7 +272,7 @@ fn add(
                 _ => println!(
                     "  {name}: not published ({}): {}",
                     class.word(),
-                    advice(class, &why)
+                    advice(class, &why, doc)
                 ),
             }
         }
@@ -279,8 +300,8 @@ fn answer_for(name: &str, approve_required: bool) -> bool {
         return false;
     }
     eprint!(
-        "{name} needs approval to run. Run its Local Pass now (its writes go to a scratch copy \
-         of its workspace)? [y/N] "
+        "{name} needs approval to run. Run its Local Pass now? Its file writes go to a scratch \
+         copy of its workspace; its network calls are real. [y/N] "
     );
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).is_ok()
@@ -311,6 +332,7 @@ fn summarise(results: &[(String, Class, String)], json: bool) {
         Class::NeedsApproval,
         Class::FailingCase,
         Class::Invalid,
+        Class::Withheld,
     ] {
         let k = count(c);
         if k > 0 {

@@ -108,7 +108,7 @@ pub fn call(
     } else {
         json!({})
     };
-    let mut params = json!({"name": tool, "arguments": args, "_meta": meta_with(caps)});
+    let params = json!({"name": tool, "arguments": args, "_meta": meta_with(caps)});
     let mut console = |n: &Value| {
         if n["method"] == "notifications/message" {
             let data = &n["params"]["data"];
@@ -129,26 +129,10 @@ pub fn call(
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    // MCP 2026-07-28: the tool asks this caller for approval (`input_required`); answer and
-    // call again with the sealed state.
     if r["resultType"] == "input_required" {
-        let request = &r["inputRequests"]["stsd-approval"];
-        let message = request["params"]["message"]
-            .as_str()
-            .unwrap_or("approve this call?");
-        let action = if ask_approval(message, answer) {
-            "accept"
-        } else {
-            "decline"
-        };
-        params["inputResponses"] = json!({"stsd-approval": {"action": action}});
-        params["requestState"] = r["requestState"].clone();
-        r = match client::call_with(socket, "tools/call", params, &mut console) {
+        r = match answer_and_retry(socket, params, &r, answer, &mut console) {
             Ok(r) => r,
-            Err(e) => {
-                eprintln!("stsd: {e}");
-                return ExitCode::from(EXIT_USAGE);
-            }
+            Err(code) => return code,
         };
     }
     let text: String = r["content"]
@@ -179,6 +163,37 @@ pub fn call(
         println!("{text}");
     }
     ExitCode::SUCCESS
+}
+
+/// MCP 2026-07-28: the tool asked this caller for approval (`input_required`): answer and
+/// call again with the sealed state.
+fn answer_and_retry(
+    socket: &Path,
+    mut params: Value,
+    asked: &Value,
+    answer: Option<bool>,
+    console: &mut dyn FnMut(&Value),
+) -> Result<Value, ExitCode> {
+    let request = &asked["inputRequests"]["stsd-approval"];
+    let message = request["params"]["message"]
+        .as_str()
+        .unwrap_or("approve this call?");
+    let action = if ask_approval(message, answer) {
+        "accept"
+    } else {
+        "decline"
+    };
+    params["inputResponses"] = json!({"stsd-approval": {"action": action}});
+    params["requestState"] = asked["requestState"].clone();
+    let r = client::call_with(socket, "tools/call", params, console).map_err(|e| {
+        eprintln!("stsd: {e}");
+        ExitCode::from(EXIT_USAGE)
+    })?;
+    if r["resultType"] == "input_required" {
+        eprintln!("stsd: the daemon asked again after the answer; the call did not run");
+        return Err(ExitCode::from(EXIT_INVALID));
+    }
+    Ok(r)
 }
 
 /// The answer to an approval request: given ahead, else asked at the terminal.

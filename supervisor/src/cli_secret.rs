@@ -16,15 +16,25 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
 
 pub fn run(socket: &Path, what: SecretCmd) -> ExitCode {
     let (method, params) = match &what {
-        SecretCmd::Set { name } => {
+        SecretCmd::Set { name, hosts } => {
             if let Err(e) = stsd::secrets::check_name(name) {
+                return fail(e);
+            }
+            if let Some(e) = hosts
+                .iter()
+                .find_map(|h| stsd::secrets::check_host(h).err())
+            {
                 return fail(e);
             }
             let value = match read_value(name) {
                 Ok(v) => v,
                 Err(e) => return fail(e),
             };
-            ("stsd/secrets/set", json!({"name": name, "value": value}))
+            let hosts = (!hosts.is_empty()).then_some(hosts);
+            (
+                "stsd/secrets/set",
+                json!({"name": name, "value": value, "hosts": hosts}),
+            )
         }
         SecretCmd::Rm { name } => ("stsd/secrets/remove", json!({"name": name})),
         SecretCmd::List { .. } => ("stsd/secrets/list", json!({})),
@@ -48,12 +58,36 @@ pub fn run(socket: &Path, what: SecretCmd) -> ExitCode {
                 v["dir"].as_str().unwrap_or("-")
             );
             for n in names {
-                println!("  {n}");
+                match v["hosts"][n].as_array() {
+                    Some(h) => println!(
+                        "  {n}  for tools, sent to: {}",
+                        h.iter()
+                            .filter_map(Value::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    None => println!("  {n}  for upstreams and the store only"),
+                }
             }
         }
-        SecretCmd::Set { name } => {
-            println!("secret {name} set: the next call reads it");
+        SecretCmd::Set { name, .. } => {
+            match v["hosts"].as_array() {
+                Some(h) => println!(
+                    "secret {name} set for tools, sent only to {}: the next call reads it",
+                    h.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => println!(
+                    "secret {name} set for upstreams and the store (not for tools: --host \
+                     HOST makes it one)"
+                ),
+            }
             print_tools(&v["tools"]);
+            if let Some(why) = v["republishFailed"].as_str() {
+                eprintln!("stsd: {why}");
+            }
         }
         SecretCmd::Rm { name } => {
             println!("secret {name} removed");

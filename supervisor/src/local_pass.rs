@@ -30,8 +30,9 @@ fn failed(cause: Code, message: impl AsRef<str>, pointer: &str) -> Diagnostic {
 }
 
 /// Who answers for a Local Pass of a tool that needs approval (`humanInTheLoop: REQUIRED`, a
-/// rule): `stsd test` a terminal or `--approve`/`--deny`; the publish gate nobody (a tool that
-/// needs approval is refused there unless its file carries `stsd test`'s stamp).
+/// rule): `stsd test` a terminal or `--approve`/`--deny`; the publish gate an approver who
+/// answered ahead (`stsd catalog add`), else nobody (a tool that needs approval is refused
+/// there unless its file carries `stsd test`'s stamp).
 pub type Approver<'a> = Option<&'a dyn crate::approval::Elicitor>;
 
 /// The door a Local Pass comes in by: one fresh worker, a scratch copy of the base path (or

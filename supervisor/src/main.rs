@@ -61,6 +61,12 @@ fn daemon_options(
     if pool == 0 || pool > 1024 {
         return Err("--pool must be between 1 and 1024".into());
     }
+    if let Some(p) = config.daemon.socket.as_ref().filter(|p| !p.is_absolute()) {
+        return Err(format!(
+            "[daemon] socket = {:?}: give an absolute path",
+            p.display()
+        ));
+    }
     let socket = socket
         .or_else(|| config.daemon.socket.clone())
         .unwrap_or_else(stsd::paths::default_socket);

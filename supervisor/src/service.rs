@@ -75,7 +75,7 @@ fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
         h.approver_principals.clear();
         h
     };
-    let checks: [(&'static str, bool); 16] = [
+    let checks: [(&'static str, bool); 17] = [
         (
             "[http] (all but admin_principals, approver_principals)",
             listener(old) != listener(new),
@@ -83,6 +83,7 @@ fn fixed_at_start(old: &Config, new: &Config) -> Vec<&'static str> {
         ("[store]", old.store != new.store),
         ("[cgroups]", old.cgroups != new.cgroups),
         ("[daemon] socket_group", o.socket_group != n.socket_group),
+        ("[daemon] socket", o.socket != n.socket),
         ("[[limits]]", old.limits != new.limits),
         (
             "[daemon] runtime_threads",

@@ -179,6 +179,15 @@ pub fn explain_denial(
         (Need::Read, false) => (parent, 0o1),
         _ => (parent, 0o3),
     };
+    // A target that is not there (a directory to create under it): its nearest existing
+    // ancestor is the one that must let an entry be added.
+    let (target, bits) = match std::fs::canonicalize(&target) {
+        Ok(_) => (target, bits),
+        Err(_) => match target.ancestors().skip(1).find(|a| a.exists()) {
+            Some(a) => (a.to_path_buf(), 0o3),
+            None => return landlock(),
+        },
+    };
     let Ok(real) = std::fs::canonicalize(&target) else {
         return landlock();
     };

@@ -351,7 +351,7 @@ impl AdminHandler for Admin {
             } else if method == "stsd/tools/test" {
                 self.run_tests(&who, &params).await
             } else if secrets::METHODS.contains(&method.as_str()) {
-                self.secrets(&who, &method, &params)
+                self.secrets(&who, &method, &params).await
             } else if gateway::CHANGES.contains(&method.as_str()) {
                 match self.is_admin(&who) {
                     true => gateway::change(&self.service, &method, &params).await,
@@ -427,8 +427,14 @@ impl Admin {
     }
 
     /// `stsd/secrets/*` (admins only): the change, then a re-publish, and the tools that
-    /// name the secret as they stand after it.
-    fn secrets(&self, who: &Subject, method: &str, params: &Value) -> Result<Value, (i32, String)> {
+    /// name the secret as they stand after it. File writes, fsyncs and the re-publish (which
+    /// reads every secret a spec names) run off the async threads.
+    async fn secrets(
+        &self,
+        who: &Subject,
+        method: &str,
+        params: &Value,
+    ) -> Result<Value, (i32, String)> {
         if !self.is_admin(who) {
             return Err((
                 NOT_ALLOWED,
@@ -438,23 +444,33 @@ impl Admin {
                 ),
             ));
         }
-        let mut reply = secrets::call(&self.service.config(), method, params)?;
-        if secrets::changes(method) {
-            match &self.managed {
-                Some((_, changed)) => self.republish(changed)?,
-                None => {
-                    self.service.reload().map_err(|e| {
-                        (
-                            GATE_FAILED,
-                            format!("the catalog did not reload: {}", e.join("; ")),
-                        )
-                    })?;
+        let service = self.service.clone();
+        let changed = self.managed.as_ref().map(|(_, c)| c.clone());
+        let (method, params) = (method.to_string(), params.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut reply = secrets::call(&service.config(), &method, &params)?;
+            if secrets::changes(&method) {
+                // The change is made: a re-publish that fails says so beside it, not as the
+                // failure of a change that happened.
+                match service.reload() {
+                    Ok(true) => {
+                        if let Some(c) = &changed {
+                            let _ = c.send(());
+                        }
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        reply["republishFailed"] =
+                            json!(format!("the catalog did not reload: {}", e.join("; ")));
+                    }
                 }
+                let name = reply["name"].as_str().unwrap_or_default().to_string();
+                reply["tools"] = secrets::tools_using(&service.published(), &name);
             }
-            let name = reply["name"].as_str().unwrap_or_default().to_string();
-            reply["tools"] = secrets::tools_using(&self.service.published(), &name);
-        }
-        Ok(reply)
+            Ok(reply)
+        })
+        .await
+        .map_err(|e| (GATE_FAILED, format!("the secrets request failed: {e}")))?
     }
 
     /// Whether a tool named `name` is served, or withheld for anything but being a draft (a
@@ -476,7 +492,7 @@ impl Admin {
 
     /// The publish gate for a new version: valid, resolvable, its Local Pass and every test
     /// case pass under its own posture. Ok(the document as it will be stored).
-    async fn gate(&self, spec: &Value, approve: bool) -> Result<Value, (i32, String)> {
+    async fn gate(&self, spec: &Value, answered: Option<String>) -> Result<Value, (i32, String)> {
         let refused = |why: String| (GATE_FAILED, why);
         let bytes = serde_json::to_vec(spec).map_err(|e| refused(e.to_string()))?;
         let file =
@@ -503,8 +519,8 @@ impl Admin {
                 }
             }
             let env = crate::secrets::spec_env(&config);
-            // Nobody can answer for a tool that needs approval here: its Local Pass is the
-            // one `stsd test --approve` stamped into the file, else it is refused.
+            // A tool that needs approval passes with the stamp `stsd test --approve` put in its
+            // file, or with an approver's answer given ahead (`answered`); else it is refused.
             let spec = e.validated.spec.as_ref().ok_or("invalid spec")?;
             let resolved = stsd_profiles::resolve(spec, &config).map_err(|d| d.to_string())?;
             let gated =
@@ -523,7 +539,7 @@ impl Admin {
             if gated && crate::local_pass::verified(&doc) {
                 return Ok(doc);
             }
-            if gated && !approve {
+            if gated && answered.is_none() {
                 return Err(format!(
                     "{NEEDS_APPROVAL}: {} needs approval to run, so its Local Pass cannot run \
                      unattended here: answer for it (`stsd catalog add FILE` asks, or pass \
@@ -532,12 +548,12 @@ impl Admin {
                     spec.name
                 ));
             }
-            // The operator answered for it ahead (`approve`): its writes go to scratch.
-            let said_yes = crate::approval::terminal::Terminal {
-                answer: Some(true),
-                command: "stsd catalog add --approve-required",
-            };
-            let approver: crate::local_pass::Approver<'_> = approve.then_some(&said_yes);
+            // An approver answered for it ahead: its file writes go to scratch; its network
+            // calls are real.
+            let said_yes = answered.map(|who| crate::approval::terminal::AnsweredAhead { who });
+            let approver: crate::local_pass::Approver<'_> = said_yes
+                .as_ref()
+                .map(|a| a as &dyn crate::approval::Elicitor);
             let pass = crate::local_pass::run_entry(
                 &cat,
                 e,
@@ -659,8 +675,20 @@ impl Admin {
                         ));
                     }
                 }
+                // Answering for a tool that needs approval is an approver's right, not only an
+                // admin's: its Local Pass reaches the real network with real secrets.
                 let approve = params.get("approve").and_then(Value::as_bool) == Some(true);
-                let doc = self.gate(spec, approve).await?;
+                if approve && !self.service.permits(who, crate::policy::Action::Approve) {
+                    return Err((
+                        NOT_ALLOWED,
+                        format!(
+                            "{who} may not answer for a tool that needs approval (not an \
+                             approver: [approval] operator_uids, [http] approver_principals)"
+                        ),
+                    ));
+                }
+                let answered = approve.then(|| who.to_string());
+                let doc = self.gate(spec, answered).await?;
                 // The document and the ledger's approval of it: one transaction, so a kill
                 // at any point leaves the old version served or the new one, never the new
                 // one withheld for re-review.

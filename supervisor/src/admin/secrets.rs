@@ -35,19 +35,33 @@ pub fn call(
 ) -> Result<Value, (i32, String)> {
     let dir = crate::secrets::dir(config);
     match method {
-        "stsd/secrets/list" => Ok(json!({
-            "dir": dir.display().to_string(),
-            "secrets": crate::secrets::names(&dir),
-        })),
+        "stsd/secrets/list" => {
+            let names = crate::secrets::names(&dir);
+            // The hosts each was given for (tools may use it), or null (upstreams only).
+            let hosts: serde_json::Map<String, Value> = names
+                .iter()
+                .map(|n| (n.clone(), json!(crate::secrets::granted_hosts(&dir, n))))
+                .collect();
+            Ok(json!({"dir": dir.display().to_string(), "secrets": names, "hosts": hosts}))
+        }
         "stsd/secrets/set" => {
             let name = name_param(params)?;
             let value = params.get("value").and_then(Value::as_str).ok_or((
                 -32602,
                 "params: {\"name\": .., \"value\": <string>}".to_string(),
             ))?;
-            crate::secrets::set(&dir, name, value).map_err(|e| (GATE_FAILED, e))?;
-            tracing::info!(secret = name, "secret set by an admin");
-            Ok(json!({"name": name, "set": true}))
+            let hosts: Option<Vec<String>> = match params.get("hosts") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(
+                    serde_json::from_value(v.clone())
+                        .map_err(|_| (-32602, "params.hosts: a list of host names".to_string()))?,
+                ),
+            };
+            crate::secrets::set_for(&dir, name, value, hosts.as_deref())
+                .map_err(|e| (GATE_FAILED, e))?;
+            let hosts = crate::secrets::granted_hosts(&dir, name);
+            tracing::info!(secret = name, hosts = ?hosts, "secret set by an admin");
+            Ok(json!({"name": name, "set": true, "hosts": hosts}))
         }
         "stsd/secrets/remove" => {
             let name = name_param(params)?;

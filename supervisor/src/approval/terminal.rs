@@ -48,3 +48,19 @@ impl Elicitor for Terminal {
         })
     }
 }
+
+/// An answer an approver gave ahead on the admin channel (`stsd catalog add` asked them, or
+/// `--approve-required`), named in the audit record as who gave it.
+pub struct AnsweredAhead {
+    pub who: String,
+}
+
+impl Elicitor for AnsweredAhead {
+    fn who(&self) -> String {
+        format!("{} (answered ahead on the admin channel)", self.who)
+    }
+
+    fn ask(&self, _message: String) -> Pin<Box<dyn Future<Output = Elicited> + Send + '_>> {
+        Box::pin(async { Elicited::Accepted })
+    }
+}

@@ -338,7 +338,9 @@ async fn run_own(
                         record.limits_hit.push(e.code.to_string());
                     }
                     // A file refusal says which layer refused (the worker cannot tell).
-                    let (code, message) = (e.code == Code::Security)
+                    // Only for a tool with file access: any code can throw the same text.
+                    let fs_granted = sandbox.fs != stsd_protocol::frames::FsAccess::None;
+                    let (code, message) = (e.code == Code::Security && fs_granted)
                         .then(|| {
                             crate::workspace::explain_denial(
                                 &e.message,

@@ -78,13 +78,21 @@ impl EnvSource for Withholding<'_> {
             return Some(value);
         }
         let (ph, url) = placeholder(self.tool, name, &value);
-        let hosts: Vec<String> = match conf.and_then(|c| c.hosts.clone()) {
-            // Narrowed by the operator, never widened past the tool's allowlist.
-            Some(h) => h
+        // Narrowed by the operator (the config's `[secrets.NAME] hosts`, and the hosts the
+        // secret was set for with `stsd secret set --host`), never widened past the tool's
+        // allowlist; where both say, a host must be in both.
+        let given = self.env.hosts(name);
+        let hosts: Vec<String> = match (conf.and_then(|c| c.hosts.clone()), given) {
+            (Some(h), given) => h
+                .into_iter()
+                .filter(|x| guard::host_allowed(x, self.tool_hosts))
+                .filter(|x| given.as_ref().is_none_or(|g| guard::host_allowed(x, g)))
+                .collect(),
+            (None, Some(g)) => g
                 .into_iter()
                 .filter(|x| guard::host_allowed(x, self.tool_hosts))
                 .collect(),
-            None => self.default_hosts.to_vec(),
+            (None, None) => self.default_hosts.to_vec(),
         };
         // `*` (an allowlist may hold it) names every host: no boundary for a secret.
         let hosts = hosts.into_iter().filter(|h| h.trim() != "*").collect();

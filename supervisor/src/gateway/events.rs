@@ -21,7 +21,8 @@ pub enum CompositionAction {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all_fields = "camelCase")]
 pub enum RiskEvent {
-    /// An upstream's server score (on connect and on every config reload).
+    /// An upstream's server score, when it is first computed and whenever it changes (a
+    /// recompute that finds the same score emits nothing: `Gateway::recompute`).
     ServerRiskComputed {
         upstream: String,
         host_class: HostClass,

@@ -286,7 +286,7 @@ impl Fs {
 
     /// mkdir -p for a path inside the base. std's create_dir_all stats paths, which this
     /// sandbox answers with ENOSYS; an existing component is fine here (EEXIST).
-    fn mkdir_p(&self, ctx: &Ctx<'_>, p: &str, dir: &Path) -> rquickjs::Result<()> {
+    fn mkdir_p(&self, ctx: &Ctx<'_>, dir: &Path) -> rquickjs::Result<()> {
         let mut cur = PathBuf::new();
         for c in dir.components() {
             cur.push(c);
@@ -302,7 +302,9 @@ impl Fs {
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_err(ctx, p, Need::Entry, e)),
+                // The component that failed (`rootdir/sub` of `rootdir/sub/new.txt`): the one
+                // whose directory refused.
+                Err(e) => return Err(io_err(ctx, &self.rel(&cur), Need::Entry, e)),
             }
         }
         Ok(())
@@ -321,7 +323,7 @@ impl Fs {
             } else {
                 fs::remove_file(&path)
             };
-            r.map_err(|e| io_err(ctx, p, Need::Entry, e))?;
+            r.map_err(|e| io_err(ctx, &self.rel(&path), Need::Entry, e))?;
         }
         fs::remove_dir(root).map_err(|e| io_err(ctx, p, Need::Entry, e))?;
         Ok(count)
@@ -335,7 +337,7 @@ impl Fs {
         append: bool,
     ) -> rquickjs::Result<File> {
         if let Some(parent) = path.parent() {
-            self.mkdir_p(ctx, p, parent)?;
+            self.mkdir_p(ctx, parent)?;
         }
         // A new file costs one entry of the budget: try an exclusive create first.
         let fresh = OpenOptions::new()
@@ -592,7 +594,7 @@ pub fn host_object<'js>(
         let src = fs.resolve(&ctx, &from)?;
         let dst = fs.resolve(&ctx, &to)?;
         if let Some(parent) = dst.parent() {
-            fs.mkdir_p(&ctx, &to, parent)?;
+            fs.mkdir_p(&ctx, parent)?;
         }
         fs::rename(&src, &dst).map_err(|e| io_err(&ctx, &from, Need::Entry, e))?;
         Ok(dst.display().to_string())
