@@ -195,19 +195,7 @@ pub fn explain_denial(
         return landlock();
     }
     // Every directory from the base down must be searchable, then the target grant `bits`.
-    let grants = |p: &Path, want: u32| {
-        std::fs::metadata(p).is_ok_and(|m| {
-            let mode = m.mode();
-            let class = if m.uid() == uid {
-                mode >> 6
-            } else if m.gid() == gid {
-                mode >> 3
-            } else {
-                mode
-            };
-            uid == 0 || class & want == want
-        })
-    };
+    let grants = |p: &Path, want: u32| uid == 0 || permitted(p, uid, gid, want);
     let mut refused = None;
     for dir in real.ancestors().skip(1).filter(|d| d.starts_with(&base)) {
         if !grants(dir, 0o1) {
@@ -238,4 +226,22 @@ pub fn explain_denial(
             meta.mode() & 0o777
         ),
     ))
+}
+
+/// Whether the class of `path`'s mode that applies to `uid`/`gid` has `bits` (0o4 read,
+/// 0o2 write, 0o1 execute or search). Symlinks are followed.
+pub fn permitted(path: &Path, uid: u32, gid: u32, bits: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(path) else {
+        return false;
+    };
+    let mode = m.mode();
+    let class = if m.uid() == uid {
+        mode >> 6
+    } else if m.gid() == gid {
+        mode >> 3
+    } else {
+        mode
+    };
+    class & bits == bits
 }

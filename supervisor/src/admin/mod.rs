@@ -88,6 +88,19 @@ impl Admin {
         self.service.permits(who, crate::policy::Action::Admin)
     }
 
+    /// Ok for an admin; else the refusal that names what `who` may not do and the setting
+    /// that would let it.
+    fn admin_only(&self, who: &Subject, what: &str) -> Result<(), (i32, String)> {
+        if self.is_admin(who) {
+            Ok(())
+        } else {
+            Err((
+                NOT_ALLOWED,
+                format!("{who} may not {what} (it is not in {})", admin_list(who)),
+            ))
+        }
+    }
+
     /// The policy's `read_audit` (by default: the admins and the operators).
     fn may_read(&self, who: &Subject) -> bool {
         self.service.permits(who, crate::policy::Action::ReadAudit)
@@ -155,12 +168,7 @@ impl Admin {
     /// copy of its base path, as the Local Pass runs them (admins only: it runs code). A tool
     /// served with approval required is refused: nobody answers for it here.
     async fn run_tests(&self, who: &Subject, params: &Value) -> Result<Value, (i32, String)> {
-        if !self.is_admin(who) {
-            return Err((
-                NOT_ALLOWED,
-                format!("{who} may not run tests (it is not in {})", admin_list(who)),
-            ));
-        }
+        self.admin_only(who, "run tests")?;
         let name = name_param(params)?;
         let tool = self
             .service
@@ -256,16 +264,7 @@ impl Admin {
     }
 
     fn call(&self, who: &Subject, method: &str, params: &Value) -> Result<Value, (i32, String)> {
-        let admin_only = |what: &str| {
-            if self.is_admin(who) {
-                Ok(())
-            } else {
-                Err((
-                    NOT_ALLOWED,
-                    format!("{who} may not {what} (it is not in {})", admin_list(who)),
-                ))
-            }
-        };
+        let admin_only = |what: &str| self.admin_only(who, what);
         // What the daemon serves and how it is doing: admins, and the daemon's own uid (which
         // can read the catalog files and the MCP tool list anyway). Changing anything is not.
         let observer_only = |what: &str| {
@@ -353,15 +352,9 @@ impl AdminHandler for Admin {
             } else if secrets::METHODS.contains(&method.as_str()) {
                 self.secrets(&who, &method, &params).await
             } else if gateway::CHANGES.contains(&method.as_str()) {
-                match self.is_admin(&who) {
-                    true => gateway::change(&self.service, &method, &params).await,
-                    false => Err((
-                        NOT_ALLOWED,
-                        format!(
-                            "{who} may not change upstreams (it is not in {})",
-                            admin_list(&who)
-                        ),
-                    )),
+                match self.admin_only(&who, "change upstreams") {
+                    Ok(()) => gateway::change(&self.service, &method, &params).await,
+                    Err(e) => Err(e),
                 }
             } else {
                 self.call(&who, &method, &params)
@@ -435,15 +428,7 @@ impl Admin {
         method: &str,
         params: &Value,
     ) -> Result<Value, (i32, String)> {
-        if !self.is_admin(who) {
-            return Err((
-                NOT_ALLOWED,
-                format!(
-                    "{who} may not read or change secrets (it is not in {})",
-                    admin_list(who)
-                ),
-            ));
-        }
+        self.admin_only(who, "read or change secrets")?;
         let service = self.service.clone();
         let changed = self.managed.as_ref().map(|(_, c)| c.clone());
         let (method, params) = (method.to_string(), params.clone());
@@ -632,15 +617,7 @@ impl Admin {
         method: &str,
         params: &Value,
     ) -> Result<Value, (i32, String)> {
-        if !self.is_admin(who) {
-            return Err((
-                NOT_ALLOWED,
-                format!(
-                    "{who} may not change tools (it is not in {})",
-                    admin_list(who)
-                ),
-            ));
-        }
+        self.admin_only(who, "change tools")?;
         let Some((managed, changed)) = &self.managed else {
             return Err((-32601, "this daemon has no managed catalog".into()));
         };

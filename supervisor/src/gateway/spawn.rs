@@ -315,7 +315,7 @@ pub fn program_reachable(cfg: &UpstreamConfig, uid: u32, gid: u32) -> Result<(),
             ));
         }
     }
-    if !permitted(&target, uid, gid, 0o1) {
+    if !crate::workspace::permitted(&target, uid, gid, 0o1) {
         return Err(format!(
             "program {}: not executable for user {uid}; {fix}",
             target.display()
@@ -335,28 +335,11 @@ pub fn program_reachable(cfg: &UpstreamConfig, uid: u32, gid: u32) -> Result<(),
     Ok(())
 }
 
-/// Whether the class of `path`'s mode that applies to `uid`/`gid` has `bits` (0o4 read,
-/// 0o2 write, 0o1 execute or search).
-fn permitted(path: &Path, uid: u32, gid: u32, bits: u32) -> bool {
-    let Ok(m) = std::fs::metadata(path) else {
-        return false;
-    };
-    let mode = m.mode();
-    let class = if m.uid() == uid {
-        mode >> 6
-    } else if m.gid() == gid {
-        mode >> 3
-    } else {
-        mode
-    };
-    class & bits == bits
-}
-
 fn traversable(dir: &Path, uid: u32, gid: u32) -> bool {
     let Ok(m) = std::fs::metadata(dir) else {
         return false;
     };
-    m.is_dir() && permitted(dir, uid, gid, 0o1)
+    m.is_dir() && crate::workspace::permitted(dir, uid, gid, 0o1)
 }
 
 #[cfg(test)]
