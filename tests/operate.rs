@@ -98,7 +98,7 @@ fn json_logs_are_one_object_per_line_with_a_line_per_call_and_the_banner_names_b
     assert!(
         all.contains(
             "withheld needs-env: MISSING_REQUIREMENTS: STSD_TEST_UNSET_VARIABLE (stsd secret set \
-             STSD_TEST_UNSET_VARIABLE, or name it in [baseline] env_allow"
+             STSD_TEST_UNSET_VARIABLE --host HOST, or name it in [baseline] env_allow"
         ),
         "{all}"
     );
