@@ -46,7 +46,16 @@ pub fn bind(path: &Path, group: Option<u32>) -> Result<Bound, String> {
             let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
         }
     }
-    if path.exists() {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        // Only a socket is ever reclaimed: a socket path that names some other file (a typo
+        // in `[daemon] socket`) is an error, never a deletion.
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(format!(
+                "{} exists and is not a socket: give [daemon] socket / --socket a path of its own",
+                path.display()
+            ));
+        }
         // A live daemon answers; a stale socket (kill -9) refuses and is reclaimed.
         match std::os::unix::net::UnixStream::connect(path) {
             Ok(_) => {
@@ -92,5 +101,23 @@ pub fn check_peer(stream: &UnixStream, allowed: &[u32]) -> Result<u32, String> {
         Ok(uid)
     } else {
         Err(format!("uid {uid} is not allowed to use this daemon"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A socket path that names a file (a typo in `[daemon] socket`) is refused, and the
+    /// file is left as it was: a stale socket is the only thing ever reclaimed.
+    #[test]
+    fn a_path_that_is_not_a_socket_is_refused_and_kept() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let file = d.path().join("stsd.toml");
+        std::fs::write(&file, "[daemon]\n").expect("write");
+        let err = super::bind(&file, None).err().unwrap_or_default();
+        assert!(err.contains("is not a socket"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&file).ok().as_deref(),
+            Some("[daemon]\n")
+        );
     }
 }
