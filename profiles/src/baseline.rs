@@ -420,6 +420,9 @@ pub struct DaemonConfig {
     /// Replies queued for a client that does not read them; beyond it the session stops
     /// reading its requests (backpressure).
     pub max_outbox_bytes: usize,
+    /// Tools per `tools/list` page (MCP pagination: every page but the last holds exactly
+    /// this many, `nextCursor` names the next). 0: the whole list in one page.
+    pub list_page_size: usize,
     /// How long a session's reply queue may stay over its bound before it is closed.
     pub stall_timeout_ms: u64,
     /// Requests of one session read and not yet answered; beyond it the session stops reading.
@@ -492,6 +495,7 @@ impl Default for DaemonConfig {
             first_message_timeout_ms: 10_000,
             max_request_bytes: 16 * 1024 * 1024,
             max_outbox_bytes: 8 * 1024 * 1024,
+            list_page_size: 100,
             stall_timeout_ms: 30_000,
             max_pending_requests: 256,
             max_calls_per_session: 64,

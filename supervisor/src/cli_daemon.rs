@@ -59,6 +59,28 @@ fn typed(schema: &Value, pair: &str) -> Result<(String, Value), String> {
     Ok((k.to_string(), value))
 }
 
+/// Every tool the daemon lists to this caller: all pages of `tools/list`, following
+/// `nextCursor` (bounded, against a daemon that never ends its list).
+fn served(socket: &Path) -> Result<Vec<Value>, String> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10_000 {
+        let mut params = json!({"_meta": meta()});
+        if let Some(c) = &cursor {
+            params["cursor"] = json!(c);
+        }
+        let page = client::call(socket, "tools/list", params)?;
+        if let Some(t) = page["tools"].as_array() {
+            tools.extend(t.iter().cloned());
+        }
+        match page["nextCursor"].as_str() {
+            Some(c) if !c.is_empty() => cursor = Some(c.to_string()),
+            _ => return Ok(tools),
+        }
+    }
+    Err("tools/list: more than 10000 pages".into())
+}
+
 /// `stsd call TOOL`: one tools/call on the running daemon; exit codes as `stsd run` (0 the
 /// tool succeeded, 1 it failed, 2 a usage error or arguments the tool refuses).
 pub fn call(
@@ -69,15 +91,15 @@ pub fn call(
     json_out: bool,
     answer: Option<bool>,
 ) -> ExitCode {
-    let listed = match client::call(socket, "tools/list", json!({"_meta": meta()})) {
+    let listed = match served(socket) {
         Ok(v) => v,
         Err(e) => return fail(e),
     };
     // The listed schema types `--arg` values. A tool not listed is still called: whether it
     // runs, and why not (unknown, withheld, refused), is the daemon's to say, as for any door.
-    let schema = listed["tools"]
-        .as_array()
-        .and_then(|t| t.iter().find(|t| t["name"] == tool))
+    let schema = listed
+        .iter()
+        .find(|t| t["name"] == tool)
         .map(|t| t["inputSchema"].clone())
         .unwrap_or(Value::Null);
     let mut args = Map::new();
@@ -211,14 +233,13 @@ fn ask_approval(message: &str, answer: Option<bool>) -> bool {
 /// upstream tools it wraps, as its `tools/list` gives them). None when no daemon answers (the
 /// caller exports the bundled catalog instead, and says so).
 pub fn export_served(socket: &Path, format: &str) -> Option<ExitCode> {
-    let listed = match client::call(socket, "tools/list", json!({"_meta": meta()})) {
+    let tools = match served(socket) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("stsd: {e}: exporting the bundled catalog instead");
             return None;
         }
     };
-    let tools = listed["tools"].as_array().cloned().unwrap_or_default();
     eprintln!(
         "stsd: {} the daemon on {} serves",
         stsd::plural::n(tools.len(), "tool"),

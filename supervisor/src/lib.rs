@@ -20,6 +20,7 @@ pub mod http;
 pub mod lifecycle;
 pub mod lint;
 pub mod listener;
+pub mod listing;
 pub mod local_pass;
 pub mod logs;
 pub mod managed;

@@ -384,7 +384,7 @@ fn export_command(
         .collect();
     let doc = match format {
         "mcp" => {
-            serde_json::json!({"tools": published.tools.iter().map(stsd::mcp::tool_json).collect::<Vec<_>>()})
+            serde_json::json!({"tools": published.tools.iter().map(stsd::listing::tool::tool_json).collect::<Vec<_>>()})
         }
         "openai" => serde_json::json!(published
             .tools

@@ -6,15 +6,15 @@
 #![allow(deprecated)] // MCP logging notifications are deprecated (SEP-2577) but still the way
 
 use crate::approval::mcp::{McpElicitor, StateBook};
-use crate::approval::{mitigated, Elicited, Elicitor};
+use crate::approval::{Elicited, Elicitor};
 use crate::call::{CallFailure, Caller};
-use crate::service::{PublishedTool, Service};
+use crate::service::Service;
 use crate::transport::{Activity, AdminHandler, Limits, Outbox, SessionTransport};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, MetaObject,
     PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, SubscriptionFilter, Tool, ToolAnnotations,
+    SetLevelRequestParams, SubscriptionFilter, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -83,109 +83,6 @@ fn level_of(c: ConsoleLevel) -> LoggingLevel {
         ConsoleLevel::Warn => LoggingLevel::Warning,
         ConsoleLevel::Error => LoggingLevel::Error,
     }
-}
-
-/// A published tool as `tools/list` serves it, as JSON (for `stsd export --format mcp`).
-pub fn tool_json(t: &PublishedTool) -> Value {
-    serde_json::to_value(to_tool(t)).unwrap_or(Value::Null)
-}
-
-fn to_tool(t: &PublishedTool) -> Tool {
-    let schema: JsonObject = match &t.input_schema {
-        Value::Object(m) => m.clone(),
-        _ => JsonObject::new(),
-    };
-    let mut meta = MetaObject::new();
-    meta.0
-        .insert("stsd/riskLevel".into(), json!(t.resolved.risk.as_str()));
-    meta.0.insert("stsd/toolId".into(), json!(t.tool_id));
-    let a = &t.approval;
-    meta.0.insert(
-        "stsd/approval".into(),
-        json!({
-            "required": a.required,
-            "source": a.source.as_str(),
-            "strategy": a.required.then(|| a.strategy.as_str()),
-            "riskLevelWithApproval": a.required.then(|| mitigated(t.resolved.risk).as_str()),
-        }),
-    );
-    let mut ann = ToolAnnotations::new()
-        .read_only(t.read_only)
-        .open_world(t.open_world);
-    if !t.read_only {
-        ann = ann.destructive(t.destructive);
-    }
-    Tool::new(
-        t.spec.name.clone(),
-        t.spec.description.clone(),
-        Arc::new(schema),
-    )
-    .with_annotations(ann)
-    .with_meta(meta)
-}
-
-/// Every tool served now: stsd's own, then the wrapped upstream tools (per the exposure).
-pub fn served_tools(service: &Service) -> Vec<Tool> {
-    listed(service, |_| true)
-}
-
-/// The tools `caller` may see (`tools/list`): those the policy lets it `list`.
-pub fn served_tools_for(service: &Service, caller: &Caller) -> Vec<Tool> {
-    use crate::policy::{Action, Who};
-    let policy = service.policy();
-    let who = Who::of_caller(caller);
-    listed(service, |a| {
-        policy.decide(&who, Action::List, Some(a)).allowed
-    })
-}
-
-fn listed(service: &Service, may: impl Fn(&crate::policy::ToolAttrs) -> bool) -> Vec<Tool> {
-    use crate::policy::ToolAttrs;
-    let mut out: Vec<Tool> =
-        if service.config().gateway.exposure == stsd_profiles::upstream::Exposure::Upstream {
-            Vec::new()
-        } else {
-            service
-                .published()
-                .tools
-                .iter()
-                .filter(|t| may(&ToolAttrs::own(t)))
-                .map(to_tool)
-                .collect()
-        };
-    out.extend(
-        service
-            .wrapped()
-            .iter()
-            .filter(|t| may(&ToolAttrs::wrapped(t)))
-            .map(wrapped_tool),
-    );
-    out
-}
-
-/// A wrapped upstream tool as `tools/list` serves it: its alias, its (possibly overridden)
-/// description, its input schema unchanged, its annotations, and stsd's scores in `_meta`.
-pub fn wrapped_tool(t: &crate::gateway::WrappedTool) -> Tool {
-    let schema: JsonObject = match &t.input_schema {
-        Value::Object(m) => m.clone(),
-        _ => JsonObject::new(),
-    };
-    let mut tool = Tool::new(t.alias.clone(), t.description.clone(), Arc::new(schema));
-    if let Some(a) = t
-        .annotations
-        .as_ref()
-        .and_then(|a| serde_json::from_value::<ToolAnnotations>(a.clone()).ok())
-    {
-        tool = tool.with_annotations(a);
-    }
-    if let Some(Value::Object(o)) = &t.output_schema {
-        tool.output_schema = Some(Arc::new(o.clone()));
-    }
-    let mut meta = MetaObject::new();
-    if let Value::Object(m) = crate::gateway::tool_meta(t) {
-        meta.0.extend(m);
-    }
-    tool.with_meta(meta)
 }
 
 impl Handler {
@@ -453,20 +350,24 @@ impl ServerHandler for Handler {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let caller = self.caller(&ctx)?;
-        Ok(ListToolsResult::with_all_items(served_tools_for(
-            &self.service,
-            &caller,
-        )))
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let size = self.service.config().daemon.list_page_size;
+        let page = self
+            .service
+            .listing()
+            .page(&crate::policy::Who::of_caller(&caller), cursor, size)
+            .map_err(|e| ErrorData::invalid_params(e, None))?;
+        let mut result = ListToolsResult::with_all_items(page.tools);
+        result.next_cursor = page.next_cursor;
+        Ok(result)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        served_tools(&self.service)
-            .into_iter()
-            .find(|t| t.name == name)
+        self.service.listing().get(name).cloned()
     }
 
     async fn call_tool(

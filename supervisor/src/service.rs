@@ -51,6 +51,8 @@ pub struct Service {
     ledger: Option<Arc<crate::gateway::Ledger>>,
     /// Who may do what (`[policy]`); a reload swaps it whole.
     policy: RwLock<Arc<crate::policy::Policy>>,
+    /// `tools/list`, made once per change of what it is made from.
+    listing: crate::listing::Cache,
 }
 
 /// What a config reload did.
@@ -177,6 +179,7 @@ impl Service {
             cut: Default::default(),
             gateway: RwLock::new(None),
             config: RwLock::new(Arc::new(config)),
+            listing: Default::default(),
         });
         let filtered = Arc::new(service.ledger_filter(service.published().as_ref().clone()));
         service.swap_published_raw(filtered);
@@ -188,6 +191,21 @@ impl Service {
                 .keep_waiting_in(crate::approval::operator::Journal { store, instance });
         }
         Ok(service)
+    }
+
+    /// The tools served now, as `tools/list` gives them (made once per change).
+    pub fn listing(&self) -> Arc<crate::listing::Listing> {
+        let exposure = self.config().gateway.exposure;
+        let exposed = match exposure {
+            Exposure::Both | Exposure::Upstream => self.gateway().map(|g| g.exposed()),
+            Exposure::Own => None,
+        };
+        self.listing.get(crate::listing::Sources {
+            published: self.published(),
+            exposed,
+            own: exposure != Exposure::Upstream,
+            policy: self.policy(),
+        })
     }
 
     /// The policy in force.
