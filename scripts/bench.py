@@ -23,19 +23,21 @@ TRIVIAL = {"name": "trivial", "description": "Returns one; the floor of a call w
            "params": [], "codeType": "Javascript", "code": "return 1;", "draft": False}
 
 
-def stsd_daemon(reuse, spawn):
+def stsd_daemon(reuse, spawn, specs=None, pool=None, extra=""):
     d = tempfile.mkdtemp(prefix="stsd-bench-")
     sock = os.path.join(d, "s.sock")
     cfg = os.path.join(d, "c.toml")
     cat = os.path.join(d, "catalog.json")
-    stats = next(s for s in json.load(open(SPEC)) if s["name"] == "stats-summary")
-    json.dump([stats, TRIVIAL], open(cat, "w"))
+    if specs is None:
+        stats = next(s for s in json.load(open(SPEC)) if s["name"] == "stats-summary")
+        specs = [stats, TRIVIAL]
+    json.dump(specs, open(cat, "w"))
     # Its own state directory: the fingerprint ledger of the daemon's own specs is kept there,
     # not in the machine's (where another catalog's tool of the same name would withhold it).
-    open(cfg, "w").write(f'[daemon]\naudit_log = "{d}/audit.jsonl"\nrequire_local_pass = false\n'
+    open(cfg, "w").write(f'[daemon]\naudit_log = "{d}/audit.jsonl"\nrequire_local_pass = false\n{extra}'
                          f'[worker]\nspawn = "{spawn}"\n[gateway]\nstate_dir = "{d}/state"\n')
     p = subprocess.Popen([STSD, "--config", cfg, "--socket", sock, "--catalog", cat,
-                          "--pool", str(os.cpu_count() or 2), "--worker-reuse", str(reuse)],
+                          "--pool", str(pool or os.cpu_count() or 2), "--worker-reuse", str(reuse)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(500):
         try:
@@ -53,7 +55,8 @@ def die(msg):
     os._exit(1)
 
 
-def stsd_client(sock, n, lat, i0=0, tool="stats-summary", args=ARGS, method="tools/call", cpu=None):
+def stsd_client(sock, n, lat, i0=0, tool="stats-summary", args=ARGS, method="tools/call", cpu=None,
+                extra=None, gov=None):
     s = socket.socket(socket.AF_UNIX)
     s.connect(sock)
     f = s.makefile("rb")
@@ -61,6 +64,7 @@ def stsd_client(sock, n, lat, i0=0, tool="stats-summary", args=ARGS, method="too
         params = {"_meta": META}
         if method == "tools/call":
             params.update({"name": tool, "arguments": args})
+        params.update(extra or {})
         msg = {"jsonrpc": "2.0", "id": i0 + i, "method": method, "params": params}
         t = time.perf_counter()
         s.sendall((json.dumps(msg) + "\n").encode())
@@ -73,6 +77,10 @@ def stsd_client(sock, n, lat, i0=0, tool="stats-summary", args=ARGS, method="too
                 m = re.search(rb'"spawnCpuUs":(\d+)', line)
                 if m and int(m.group(1)) > 0:
                     cpu.append(int(m.group(1)))
+            if gov is not None:
+                m = re.search(rb'"governanceUs":(\d+)', line)
+                if m:
+                    gov.append(int(m.group(1)))
         elif b'"result"' not in line:
             die(f"stsd {method} failed: {line[:300]}")
     s.close()
@@ -145,6 +153,22 @@ def idle_memory(daemon_pid):
     return workers, zygote
 
 
+def tree_cpu_us(daemon_pid):
+    """CPU time (user + system, microseconds) of the daemon, the workers it has reaped, and
+    its living children (the zygote, idle workers): every process a call costs."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def own(pid, reaped):
+        try:
+            f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0
+        t = int(f[11]) + int(f[12]) + (int(f[13]) + int(f[14]) if reaped else 0)
+        return t * 1e6 / tick
+
+    return own(daemon_pid, True) + sum(own(pid, False) for pid, _ in children(daemon_pid))
+
+
 def bench_stsd(reuse, spawn):
     p, sock = stsd_daemon(reuse, spawn)
     r = {}
@@ -153,8 +177,12 @@ def bench_stsd(reuse, spawn):
         # As isolated-vm's script does: 20 calls before the measured ones (of each tool, right
         # before its own: the pool primes workers for the tool called last).
         stsd_client(sock, WARMUP, [], cpu=cpu)  # a reused worker reports its creation once
-        r["lat1"], _ = run_conc(lambda n, lat: stsd_client(sock, n, lat, cpu=cpu), 1, N1)
-        _, r["rate8"] = run_conc(lambda n, lat: stsd_client(sock, n, lat), 8, N8)
+        gov = []
+        r["lat1"], _ = run_conc(lambda n, lat: stsd_client(sock, n, lat, cpu=cpu, gov=gov), 1, N1)
+        r["gov"] = gov
+        cpu0 = tree_cpu_us(p.pid)
+        r["lat8"], r["rate8"] = run_conc(lambda n, lat: stsd_client(sock, n, lat), 8, N8)
+        r["cpu_per_call"] = (tree_cpu_us(p.pid) - cpu0) / (8 * N8)
         stsd_client(sock, WARMUP, [], tool="trivial", args={})
         r["trivial"], _ = run_conc(lambda n, lat: stsd_client(sock, n, lat, tool="trivial", args={}), 1, N1)
         r["floor"], _ = run_conc(lambda n, lat: stsd_client(sock, n, lat, method="tools/list"), 1, N1)
@@ -279,6 +307,12 @@ def run_breakdown():
 
 
 def main():
+    if os.environ.get("ONLY") == "listing":
+        return run_listing()
+    if os.environ.get("ONLY") == "intl":
+        return run_intl()
+    if os.environ.get("ONLY") == "scale":
+        return run_scale()
     print(f"machine: {os.cpu_count()} cores; calls: {N1} at concurrency 1, 8 x {N8} at concurrency 8")
     rows = [
         ("stsd one-shot, zygote (socket)", bench_stsd(1, "zygote")),
@@ -305,6 +339,18 @@ def main():
         print(f"  one-shot p50 / isolated-vm fresh p50           {ms(one['lat1']) / ms(ivm_f['lat1']):6.2f}  (<= 0.25)")
         print(f"  one-shot calls/s c=8 / isolated-vm fresh        {one['rate8'] / ivm_f['rate8']:6.2f}  (>= 2)")
         print(f"  reuse p50 / isolated-vm reused p50              {ms(reuse['lat1']) / ms(ivm_r['lat1']):6.2f}  (< 1)")
+        print("ratios and figures (goals of issue 39)")
+        print(f"  one-shot calls/s c=8 / isolated-vm reused       {one['rate8'] / ivm_r['rate8']:6.2f}  (>= 1)")
+    print(f"  CPU per one-shot call, all processes, c=8 (us)  {one['cpu_per_call']:6.0f}  (<= 400)")
+    print(f"  one-shot p99 / p50, c=1                         {ms(one['lat1'], 0.99) / ms(one['lat1']):6.2f}  (<= 3)")
+    print(f"  one-shot p99 / p50, c=8                         {ms(one['lat8'], 0.99) / ms(one['lat8']):6.2f}  (<= 3)")
+    print(f"  reuse p50 (ms)                                  {ms(reuse['lat1']):6.3f}  (<= 0.1)")
+    print("\ngovernance on the call path (policy, rate, approval lookup, admission, audit write), c=1, median")
+    for name in ["stsd one-shot, zygote (socket)", "stsd reuse (socket)"]:
+        r = named[name]
+        if r["gov"]:
+            g = statistics.median(r["gov"])
+            print(f"  {name:<32} {g:6.0f} us = {g / 1000 / ms(r['lat1']) * 100:4.1f}% of the p50 (goal: <= 5% one-shot)")
     print("\nper spawn mode (medians)")
     print(f"{'':<32} {'trivial p50':>12} {'list p50':>9} {'gap ms':>7} {'spawn CPU us':>13} {'idle PSS MiB':>13} {'RSS MiB':>8}")
     for name in ["stsd one-shot, zygote (socket)", "stsd one-shot, exec (socket)", "stsd reuse (socket)"]:
@@ -317,12 +363,148 @@ def main():
         print(f"{name:<32} {ms(r['trivial']):12.3f} {ms(r['floor']):9.3f} {gap:7.3f} {cpu:13.0f} {pss:13.2f} {rss:8.1f}")
         if zygote:
             print(f"{'  (the zygote itself)':<32} {'':>12} {'':>9} {'':>7} {'':>13} {zygote[1]/1024:13.2f} {zygote[0]/1024:8.1f}")
+    run_listing()
+    run_intl()
     run_policy_cost()
     run_secrets_cost()
     run_trace_cost()
+    if os.environ.get("SCALE") == "1":
+        run_scale()
     if os.environ.get("ONLY") != "stsd":
         run_breakdown()
         run_machine_costs()
+
+
+def rss_kib(pid):
+    return int(re.search(r"^VmRSS:\s+(\d+)", open(f"/proc/{pid}/status").read(), re.M).group(1))
+
+
+def list_walk(sock):
+    """Every page of tools/list on one connection: (pages, tools, seconds)."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sock)
+    f = s.makefile("rb")
+    cursor, pages, tools, t0 = None, 0, 0, time.perf_counter()
+    while True:
+        params = {"_meta": META}
+        if cursor:
+            params["cursor"] = cursor
+        s.sendall((json.dumps({"jsonrpc": "2.0", "id": pages, "method": "tools/list", "params": params}) + "\n").encode())
+        r = json.loads(f.readline())["result"]
+        pages, tools = pages + 1, tools + len(r["tools"])
+        cursor = r.get("nextCursor")
+        if not cursor:
+            break
+    s.close()
+    return pages, tools, time.perf_counter() - t0
+
+
+def run_listing(n_tools=5000):
+    """Issue 39: tools/list at 5,000 tools (the first page, as a client asks it, and every page),
+    and what the daemon keeps per served tool beyond its spec text. The tools are the bundled
+    examples over and over under new names."""
+    examples = json.load(open(SPEC))
+    specs = []
+    for i in range(n_tools):
+        s = dict(examples[i % len(examples)])
+        s["name"] = f"{s['name']}-{i:05}"
+        s["toolId"] = f"{s['toolId'][:-5]}{i:05}"  # each its own id (one id is one tool)
+        specs.append(s)
+    text = sum(len(json.dumps(s)) for s in specs) / n_tools
+    small, ssock = stsd_daemon(1, "zygote", specs=[TRIVIAL])
+    big, bsock = stsd_daemon(1, "zygote", specs=specs)
+    try:
+        for _ in range(300):  # the catalog is published before the socket answers; wait for it
+            if list_walk(bsock)[1] >= n_tools:
+                break
+            time.sleep(0.1)
+        stsd_client(ssock, WARMUP, [], method="tools/list")
+        stsd_client(bsock, WARMUP, [], method="tools/list")
+        lat = []
+        stsd_client(bsock, N1, lat, method="tools/list")
+        walks = [list_walk(bsock) for _ in range(20)]
+        pages, tools = walks[0][0], walks[0][1]
+        walk_ms = statistics.median(w[2] for w in walks) * 1000
+        per_tool = (rss_kib(big.pid) - rss_kib(small.pid)) * 1024 / n_tools
+    finally:
+        for p in (small, big):
+            p.terminate()
+            p.wait()
+    ms = lambda q: pct(lat, q) * 1000
+    print(f"\ntools/list at {tools} tools: first page p50 {ms(0.5):.3f} ms, p99 {ms(0.99):.3f} ms (goal: p50 <= 2 ms); "
+          f"all {pages} pages {walk_ms:.1f} ms")
+    print(f"daemon memory per served tool: {per_tool / 1024:.1f} KiB RSS, spec text {text / 1024:.1f} KiB, "
+          f"beyond the text {(per_tool - text) / 1024:.1f} KiB (goal: <= 4 KiB)")
+
+
+INTL = [
+    ("base", "return 1;"),
+    ("Intl.NumberFormat('de')", "return new Intl.NumberFormat('de').format(1234567.891);"),
+    ("localeCompare sort", "return ['z','\u00e4','a','\u00d6','o'].sort((a, b) => a.localeCompare(b)).join(',');"),
+    ("ko-KR full date", "return new Date(Date.UTC(2024, 0, 15)).toLocaleDateString('ko-KR', {dateStyle: 'full'});"),
+]
+
+
+def run_intl():
+    """Issue 39: a fresh worker's first use of Intl (`stsd run --timings`: the body's time,
+    less that of a body that returns 1), median of 9 one-shot processes each."""
+    d = tempfile.mkdtemp(prefix="stsd-bench-intl-")
+    spec = os.path.join(d, "intl.json")
+    json.dump([{"name": f"t{i}", "description": "Intl first use", "params": [], "code": code,
+                "codeType": "Javascript", "draft": False} for i, (_, code) in enumerate(INTL)], open(spec, "w"))
+    body = {}
+    for i, (label, _) in enumerate(INTL):
+        xs = []
+        for _ in range(9):
+            p = subprocess.run([STSD, "run", spec, "--tool", f"t{i}", "--timings"], capture_output=True, text=True)
+            m = re.search(r"body (\d+) us", p.stderr)
+            if m:
+                xs.append(int(m.group(1)))
+        body[label] = statistics.median(xs) if xs else float("nan")
+    print("\na fresh worker's first Intl use (body time less a `return 1` body's, median of 9, us; goal: <= 200 each)")
+    for label, _ in INTL[1:]:
+        print(f"  {label:<28} {body[label] - body['base']:6.0f}")
+
+
+def run_scale():
+    """Issue 39: one-shot calls (stats-summary) at 1, 8, 64 and 512 clients against pools of
+    2, 8 and 64 workers: p50/p99 and calls/s; and the daemon's memory per idle connection.
+    The clients are this script's threads, on the same two cores as the daemon."""
+    print("\nscale: one-shot calls (zygote), the clients on the same machine")
+    print(f"{'pool':>5} {'clients':>8} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>8}")
+    roomy = "max_connections = 2048\nmax_connections_per_uid = 2048\nqueue_limit = 4096\n"
+    for pool in ([] if os.environ.get("IDLE_ONLY") else (2, 8, 64)):
+        p, sock = stsd_daemon(1, "zygote", pool=pool, extra=roomy)
+        try:
+            stsd_client(sock, WARMUP, [])
+            for conc in (1, 8, 64, 512):
+                n = max(2, 800 // conc)
+                lat, rate = run_conc(lambda k, lat: stsd_client(sock, k, lat), conc, n)
+                print(f"{pool:5d} {conc:8d} {len(lat):6d} {pct(lat, 0.5) * 1000:8.2f} {pct(lat, 0.99) * 1000:8.2f} {rate:8.0f}")
+        finally:
+            p.terminate()
+            p.wait()
+    p, sock = stsd_daemon(1, "zygote", extra=roomy)
+    try:
+        stsd_client(sock, WARMUP, [])
+        time.sleep(0.5)
+        before = rss_kib(p.pid)
+        conns = []
+        for i in range(1000):
+            c = socket.socket(socket.AF_UNIX)
+            c.connect(sock)
+            f = c.makefile("rb")
+            c.sendall((json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/list", "params": {"_meta": META}}) + "\n").encode())
+            f.readline()
+            conns.append((c, f))
+        time.sleep(0.5)
+        per = (rss_kib(p.pid) - before) / len(conns)
+        print(f"daemon memory per idle connection (1,000 open, each after one request): {per:.1f} KiB RSS (goal: <= 64 KiB)")
+        for c, _ in conns:
+            c.close()
+    finally:
+        p.terminate()
+        p.wait()
 
 
 def run_internal_bench(args, label, goal):

@@ -91,6 +91,7 @@ pub fn run() -> i32 {
     // never uses it: no tool code ever runs here. What a context would otherwise get fresh
     // per worker, Math.random's state, is seeded per call (see engine::Engine::prepare).
     let warm = super::engine::Warm::new();
+    crate::globals::precompile_intl();
     // The getrandom crate looks up libc's getrandom(2) wrapper (dlsym) on its first use, a
     // walk of the shared libraries' symbol tables that faulted about 40 pages into each
     // worker. Resolved here, each worker inherits the function pointer: no random bytes, no

@@ -31,7 +31,7 @@ use stsd_protocol::Code;
 
 /// One call through the pipeline; the reply is masked and the call audited.
 pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Value>) -> ToolReply {
-    let t0 = Instant::now();
+    let mut clock = Clock::start();
     let started = crate::store::now_ms();
     let config = door.config.clone();
     let own_env = crate::secrets::spec_env(&config);
@@ -44,24 +44,31 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
     record.ts = started;
     trace_risk(&record);
     // Authorise: a call the policy forbids goes no further, before approval is ever asked.
-    if let Some(reply) = authorise(door, &target, &mut record) {
-        return finish(door, record, &secrets, t0, reply);
+    let authorised = clock.governed(|| authorise(door, &target, &mut record));
+    if let Some(reply) = authorised {
+        return finish(door, record, &secrets, &clock, reply);
     }
     // Rate: a principal past its calls a second goes no further.
     if let Some(rate) = door.rate {
         let who = door.caller.principal_key();
-        if let Err(wait) = rate.admit(&who) {
+        if let Err(wait) = clock.governed(|| rate.admit(&who)) {
             let reply = ToolReply::limited(&rate.message(&who, wait), wait);
-            return finish(door, record, &secrets, t0, reply);
+            return finish(door, record, &secrets, &clock, reply);
         }
     }
     // Limits: `[[limits]]` rates, concurrent calls and CPU quotas, per principal and tool;
     // held (concurrency) until the call ends.
     let held = match door.quotas {
-        Some(q) => match q.admit(&door.caller.principal_key(), target.name()) {
+        Some(q) => match clock.governed(|| q.admit(&door.caller.principal_key(), target.name())) {
             Ok(h) => Some(h),
             Err((wait, why)) => {
-                return finish(door, record, &secrets, t0, ToolReply::limited(&why, wait))
+                return finish(
+                    door,
+                    record,
+                    &secrets,
+                    &clock,
+                    ToolReply::limited(&why, wait),
+                )
             }
         },
         None => None,
@@ -69,7 +76,7 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
     // Check: arguments against the schema before any worker or upstream is touched.
     let mut checked = match target.check(door.call_id, args, &config, env, door.timeout_ms) {
         Ok(c) => c,
-        Err(reply) => return finish(door, record, &secrets, t0, reply),
+        Err(reply) => return finish(door, record, &secrets, &clock, reply),
     };
     if let Some(s) = checked.secrets() {
         secrets = s.clone();
@@ -80,27 +87,37 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
         approve(door, &target, &mut record),
         crate::telemetry::child("approval.wait"),
     );
-    if let Some(reply) = approved.await {
-        return finish(door, record, &secrets, t0, reply);
+    let g = Instant::now();
+    let approved = approved.await;
+    clock.governance += g.elapsed();
+    if let Some(reply) = approved {
+        return finish(door, record, &secrets, &clock, reply);
     }
     // Place: where an own tool's files are.
     if let Err(reply) = checked.place(door.place, &config) {
-        return finish(door, record, &secrets, t0, reply);
+        return finish(door, record, &secrets, &clock, reply);
     }
     // Admit: running calls are bounded by the pool size, waiting ones by the queue limit
     // and per session; slots go round-robin across sessions. Own tools only (a wrapped
     // call holds no worker).
-    let _permit = match door.admission.filter(|_| target.is_own()) {
-        Some(a) => match tracing::Instrument::instrument(
-            a.acquire(door.caller.session),
-            crate::telemetry::child("admission"),
-        )
-        .await
-        {
+    let g = Instant::now();
+    let admitted = match door.admission.filter(|_| target.is_own()) {
+        Some(a) => Some(
+            tracing::Instrument::instrument(
+                a.acquire(door.caller.session),
+                crate::telemetry::child("admission"),
+            )
+            .await,
+        ),
+        None => None,
+    };
+    clock.governance += g.elapsed();
+    let _permit = match admitted {
+        Some(admitted) => match admitted {
             Ok(p) => Some(p),
             Err(refused) => {
                 let reply = ToolReply::error(Code::Overloaded, &refused.message());
-                return finish(door, record, &secrets, t0, reply);
+                return finish(door, record, &secrets, &clock, reply);
             }
         },
         None => None,
@@ -110,11 +127,11 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
             Code::Cancelled,
             "the caller went away before the call started",
         );
-        return finish(door, record, &secrets, t0, reply);
+        return finish(door, record, &secrets, &clock, reply);
     }
     // Record: a call that must be recorded runs only while its record can be written.
-    if let Some(reply) = unrecordable(door, &target) {
-        return finish(door, record, &secrets, t0, reply);
+    if let Some(reply) = clock.governed(|| unrecordable(door, &target)) {
+        return finish(door, record, &secrets, &clock, reply);
     }
     // Execute.
     let run = crate::telemetry::child(if target.is_own() {
@@ -129,7 +146,7 @@ pub async fn run(door: &mut Door<'_>, target: Target<'_>, args: Map<String, Valu
     if let (Some(h), Some(m)) = (&held, &record.metrics) {
         h.charge(m.cpu_us);
     }
-    finish(door, record, &secrets, t0, reply)
+    finish(door, record, &secrets, &clock, reply)
 }
 
 /// The call's risk on its trace span (seed 001's `mcp.risk.*`, `mcp.upstream.*`,
@@ -292,12 +309,37 @@ async fn approve(
         .map(|(code, message)| ToolReply::error(code, &message))
 }
 
+/// A call's time: since it arrived, and how much of it the pipeline's own governing steps
+/// took (the policy decision, rate and limits, the approval lookup, admission, the audit
+/// record's check and write), as `governanceUs` in the result's metrics. An approver's or
+/// the queue's wait counts in it (at concurrency 1 with no approval asked, neither waits).
+struct Clock {
+    t0: Instant,
+    governance: std::time::Duration,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            t0: Instant::now(),
+            governance: std::time::Duration::ZERO,
+        }
+    }
+
+    fn governed<T>(&mut self, step: impl FnOnce() -> T) -> T {
+        let g = Instant::now();
+        let out = step();
+        self.governance += g.elapsed();
+        out
+    }
+}
+
 /// Masks the reply, writes the audit record, then hands the reply back.
 fn finish(
     door: &Door<'_>,
     mut record: AuditRecord,
     secrets: &SecretSet,
-    t0: Instant,
+    clock: &Clock,
     mut reply: ToolReply,
 ) -> ToolReply {
     if door.cut.is_some_and(|c| c.is_cancelled()) && reply.code == Some(Code::Cancelled) {
@@ -320,10 +362,10 @@ fn finish(
         .map(|c| c.iter().map(|v| mask_value(v, secrets)).collect());
     reply.raw = reply.raw.map(|r| secrets.mask(&r));
     reply.stack = reply.stack.map(|s| secrets.mask(&s));
-    record.elapsed_ms = t0.elapsed().as_millis() as u64;
+    record.elapsed_ms = clock.t0.elapsed().as_millis() as u64;
     if let Some(m) = &mut record.metrics {
         m.wall_ms = record.elapsed_ms;
-        reply.metrics = Some(*m);
+        m.governance_us = clock.governance.as_micros() as u64;
     }
     for hop in &mut record.egress {
         // Masked in decoded form too: a secret sent through encodeURIComponent is
@@ -357,6 +399,8 @@ fn finish(
     if let Some(m) = door.metrics {
         m.observe(&record.name, outcome, record.elapsed_ms);
     }
+    // The record carries the governance before its own write; the reply's figure adds it.
+    let g = Instant::now();
     match door.audit {
         Audit::Log(Some(log)) => {
             if let Err(e) = log.append(&record) {
@@ -365,6 +409,11 @@ fn finish(
         }
         Audit::Log(None) => {}
         Audit::Configured => crate::audit::append_configured(&door.config, &record),
+    }
+    if let Some(m) = &record.metrics {
+        let mut m = *m;
+        m.governance_us += g.elapsed().as_micros() as u64;
+        reply.metrics = Some(m);
     }
     // One INFO line per call: what an operator greps for. Arguments and results stay in
     // the audit log, never in the logs.

@@ -327,6 +327,7 @@ async fn run_own(
                 spawn_cpu_us: out.timings.spawn_cpu_us,
                 heap_bytes: out.timings.worker.heap_bytes,
                 console_lines: out.console_lines,
+                governance_us: 0,
             });
             match out.result {
                 Ok(v) => ToolReply::success(&v, secrets),

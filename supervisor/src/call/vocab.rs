@@ -23,6 +23,9 @@ pub struct CallMetrics {
     /// The QuickJS heap when the body ended, bytes.
     pub heap_bytes: u64,
     pub console_lines: u64,
+    /// The call pipeline's own steps (policy, rate and limits, approval lookup, admission,
+    /// the audit write), microseconds: what governing a call costs beside running it.
+    pub governance_us: u64,
 }
 
 /// What a caller gets back for a known tool (failures included, as `is_error`).

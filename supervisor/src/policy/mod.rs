@@ -39,7 +39,12 @@ pub struct Policy {
     groups: groups::Groups,
     /// Where each policy came from, by id: "the default policy" or a file.
     origin: std::collections::BTreeMap<String, String>,
+    /// Decisions made, by everything a decision reads (see [`Policy::decide`]).
+    decided: std::sync::Mutex<std::collections::HashMap<String, Decision>>,
 }
+
+/// Decisions kept per policy; past it the cache starts over.
+const DECISIONS_KEPT: usize = 4096;
 
 impl std::fmt::Debug for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -65,22 +70,69 @@ impl Policy {
             authorizer: Authorizer::new(),
             groups: groups::Groups::of_config(config),
             origin,
+            decided: Default::default(),
         })
     }
 
-    /// May `who` do `action` (to `tool`, for `list` and `call`)?
+    /// May `who` do `action` (to `tool`, for `list` and `call`)? A decision reads nothing
+    /// but the principal, its groups, the action, the tool's attributes and the policies
+    /// (the request's context is empty), so it is made once per such tuple and kept for the
+    /// life of this policy (a reload makes a new one): the Cedar evaluation was most of a
+    /// call's governing time. The groups are looked up each time (a uid's Unix groups are
+    /// cached for `UNIX_GROUPS_TTL`), so a change of group still applies.
     pub fn decide(&self, who: &Who, action: Action, tool: Option<&ToolAttrs>) -> Decision {
+        let groups = self.groups.of(who);
+        let key = format!(
+            "{}\u{0}{}\u{0}{}\u{0}{}\u{0}{:?}\u{0}{}\u{0}{}\u{0}{:?}",
+            who.id,
+            who.kind,
+            who.credential,
+            who.transport,
+            who.uid,
+            groups.join("\u{1}"),
+            action.as_str(),
+            tool
+        );
+        let kept = self
+            .decided
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        if let Some(d) = kept {
+            return d;
+        }
+        let d = self.evaluate(who, &groups, action, tool);
+        let mut decided = self.decided.lock().unwrap_or_else(|e| e.into_inner());
+        if decided.len() >= DECISIONS_KEPT {
+            decided.clear();
+        }
+        decided.insert(key, d.clone());
+        d
+    }
+
+    /// [`Policy::decide`] evaluated by Cedar every time (`stsd policy bench`).
+    pub fn decide_uncached(&self, who: &Who, action: Action, tool: Option<&ToolAttrs>) -> Decision {
+        self.evaluate(who, &self.groups.of(who), action, tool)
+    }
+
+    fn evaluate(
+        &self,
+        who: &Who,
+        groups: &[String],
+        action: Action,
+        tool: Option<&ToolAttrs>,
+    ) -> Decision {
         let refused = |why: String| Decision {
             allowed: false,
             policies: Vec::new(),
             errors: vec![why],
         };
-        let groups = self.groups.of(who);
         // Debug builds (the tests) check every request's entities against the schema; a
         // release build trusts `entities.rs`, which those tests keep in line with it.
         let schema = cfg!(debug_assertions).then_some(&self.schema);
         let (entities, principal, resource) =
-            match entities::build(who, &groups, action, tool, schema) {
+            match entities::build(who, groups, action, tool, schema) {
                 Ok(x) => x,
                 Err(e) => return refused(e),
             };

@@ -222,7 +222,7 @@ pub fn bench(policies: usize, rounds: usize) -> Result<(f64, f64), String> {
     let mut us: Vec<f64> = Vec::with_capacity(rounds);
     for _ in 0..rounds.max(1) {
         let t0 = std::time::Instant::now();
-        let d = policy.decide(&who, Action::Call, Some(&tool));
+        let d = policy.decide_uncached(&who, Action::Call, Some(&tool));
         us.push(t0.elapsed().as_secs_f64() * 1e6);
         std::hint::black_box(d);
     }

@@ -215,3 +215,49 @@ unless { principal in Stsd::Group::"oauth:ops" && principal.credential == "oauth
     assert_eq!(Who::parse("ci-bot").credential, "token");
     assert_eq!(Who::parse("ci-bot").kind, "http");
 }
+
+/// Decisions are kept per policy, keyed by all they read: the same name with other
+/// attributes, another principal, another group or action is decided afresh, and a kept
+/// decision is the one Cedar would make now.
+#[test]
+fn a_kept_decision_is_never_another_requests() {
+    let (_d, c) = with_file(
+        r#"@id("no-risky")
+forbid (principal in Stsd::Group::"agents", action == Stsd::Action::"call", resource)
+when { resource.riskLevel >= 4 };
+"#,
+        |c| {
+            c.policy
+                .groups
+                .insert("agents".into(), vec!["alice".into()]);
+        },
+    );
+    let p = Policy::from_config(&c).unwrap();
+    let alice = Who::http("alice", "http");
+    let mut t = tool("same-name", false);
+    t.risk_level = 1;
+    for _ in 0..3 {
+        assert!(p.decide(&alice, Action::Call, Some(&t)).allowed);
+    }
+    // Re-published with a higher risk under the same name: decided again.
+    t.risk_level = 4;
+    for _ in 0..3 {
+        let d = p.decide(&alice, Action::Call, Some(&t));
+        assert!(!d.allowed);
+        assert_eq!(d, p.decide_uncached(&alice, Action::Call, Some(&t)));
+    }
+    // Another principal, and alice through a credential group of its own.
+    assert!(
+        p.decide(&Who::http("bob", "http"), Action::Call, Some(&t))
+            .allowed
+    );
+    let mut carol = Who::http("carol", "http");
+    assert!(p.decide(&carol, Action::Call, Some(&t)).allowed);
+    carol.credential_groups = vec!["agents".into()];
+    assert_eq!(
+        p.decide(&carol, Action::Call, Some(&t)),
+        p.decide_uncached(&carol, Action::Call, Some(&t))
+    );
+    // Another action on the same tool.
+    assert!(p.decide(&alice, Action::List, Some(&t)).allowed);
+}

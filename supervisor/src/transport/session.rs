@@ -126,7 +126,9 @@ impl<R: AsyncRead + Unpin + Send> SessionTransport<R> {
         activity: Arc<Activity>,
     ) -> Self {
         SessionTransport {
-            read: BufReader::with_capacity(64 * 1024, read),
+            // 8 KiB: an idle session holds this buffer for its life (64 KiB was half of an
+            // idle connection's memory); a longer line is read in more calls, not cut.
+            read: BufReader::with_capacity(8 * 1024, read),
             line: LineBuf::default(),
             out,
             closed,

@@ -178,6 +178,35 @@ pub(crate) fn script_function<'js>(
     module.get("default")
 }
 
+/// The zygote, once: compiles the Intl groups to bytecode, so a worker's first Intl use
+/// loads them rather than parsing them (the parse was most of that first use).
+pub fn precompile_intl() {
+    let Ok(rt) = rquickjs::Runtime::new() else {
+        return;
+    };
+    let Ok(cx) = rquickjs::Context::full(&rt) else {
+        return;
+    };
+    cx.with(|ctx| {
+        for name in INTL_GROUPS {
+            if let Some((src, file)) = script(name) {
+                let _ = declare(&ctx, file, src);
+            }
+        }
+    });
+}
+
+const INTL_GROUPS: &[&str] = &[
+    "intl",
+    "intl-datetime",
+    "intl-number",
+    "intl-collator",
+    "intl-plural",
+    "intl-list",
+    "intl-relative",
+    "intl-segmenter",
+];
+
 /// Compiles `src` as a module (keeping its bytecode), without evaluating it.
 fn declare<'js>(
     ctx: &Ctx<'js>,
