@@ -237,8 +237,9 @@ fn the_mcp_export_is_what_tools_list_serves_and_the_openai_export_has_its_shape(
 }
 
 /// Seed 004's execution metrics for every call a worker ran: wall and CPU time, the worker's
-/// peak RSS, the QuickJS heap at the end, console lines, the pipeline's own governing time;
-/// in the result's `_meta` and the audit record alike.
+/// peak RSS, the QuickJS heap at the end, console lines, the pipeline's own governing time
+/// (the reply's figure includes the audit write, the record's cannot); in the result's
+/// `_meta` and the audit record alike.
 #[test]
 fn every_call_reports_its_metrics_in_meta_and_the_audit_record() {
     let d = Daemon::start(1, "");
@@ -252,9 +253,9 @@ fn every_call_reports_its_metrics_in_meta_and_the_audit_record() {
     assert!(m["peakRssKib"].as_u64().unwrap_or(0) > 1000, "{m}");
     assert!(m["heapBytes"].as_u64().unwrap_or(0) > 0, "{m}");
     // What governing the call cost (policy, rate, approval lookup, admission, the audit
-    // write): some, and far less than the call (which slept 80 ms).
+    // write): some, and less than the whole call, which slept 80 ms of it in the worker.
     let governance_us = m["governanceUs"].as_u64().unwrap_or(u64::MAX);
-    assert!(governance_us > 0 && governance_us < 40_000, "{m}");
+    assert!(governance_us > 0 && governance_us < wall_ms * 1000, "{m}");
     c.call(2, "echo-console", json!({"text": "x"}));
     let r = c.response();
     let echo = r["result"]["_meta"]["stsd/metrics"].clone();

@@ -70,8 +70,8 @@ pub struct Listing {
     from: Sources,
     tools: Vec<Entry>,
     by_name: HashMap<String, usize>,
-    /// Per caller (by [`caller_key`]): the positions in `tools` the policy lets it list.
-    visible: Mutex<HashMap<String, Arc<[u32]>>>,
+    /// Per caller: the positions in `tools` the policy lets it list.
+    visible: Mutex<HashMap<CallerKey, Arc<[u32]>>>,
 }
 
 struct Entry {
@@ -170,12 +170,17 @@ impl Listing {
     }
 
     fn visible_to(&self, who: &Who) -> Arc<[u32]> {
-        let key = caller_key(who);
-        let mut kept = self.visible.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(v) = kept.get(&key) {
+        // The groups are looked up per request: a uid that joins or leaves a Unix group
+        // sees the list of its groups now, not of when its set was made.
+        let policy = &self.from.policy;
+        let key = CallerKey {
+            who: who.clone(),
+            groups: policy.groups_of(who),
+        };
+        if let Some(v) = self.kept().get(&key) {
             return v.clone();
         }
-        let policy = &self.from.policy;
+        // Decided without the lock held: other callers' lists are not held up meanwhile.
         let v: Arc<[u32]> = self
             .tools
             .iter()
@@ -183,25 +188,24 @@ impl Listing {
             .filter(|(_, e)| policy.decide(who, Action::List, Some(&e.attrs)).allowed)
             .map(|(i, _)| i as u32)
             .collect();
+        let mut kept = self.kept();
         if kept.len() >= CALLERS_KEPT {
             kept.clear();
         }
         kept.insert(key, v.clone());
         v
     }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, HashMap<CallerKey, Arc<[u32]>>> {
+        self.visible.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
-/// Everything of a caller a policy decision reads (the groups come from the policy itself).
-fn caller_key(who: &Who) -> String {
-    format!(
-        "{}\u{0}{}\u{0}{}\u{0}{}\u{0}{:?}\u{0}{}",
-        who.id,
-        who.kind,
-        who.credential,
-        who.transport,
-        who.uid,
-        who.credential_groups.join("\u{1}")
-    )
+/// Everything of a caller a list decision reads besides the tool and the policies.
+#[derive(PartialEq, Eq, Hash)]
+struct CallerKey {
+    who: Who,
+    groups: Vec<String>,
 }
 
 /// The cursor: the offset of the next page and the name of the last tool given, hex-coded

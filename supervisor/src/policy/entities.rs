@@ -10,7 +10,7 @@ use std::str::FromStr;
 use crate::call::vocab::{Principal, PrincipalKind};
 
 /// What a principal asks to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
     List,
     Call,
@@ -50,7 +50,7 @@ impl Action {
 
 /// Who asks: `uid:N` on the socket, an HTTP principal by its name (`oauth:<subject>` for an
 /// OAuth token's).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Who {
     /// The principal's id in policies: `Stsd::Principal::"<id>"`.
     pub id: String,
@@ -124,7 +124,7 @@ impl Who {
 }
 
 /// A tool as policies see it (the schema's `Stsd::Tool`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ToolAttrs {
     pub name: String,
     pub category: String,

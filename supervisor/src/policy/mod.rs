@@ -40,7 +40,16 @@ pub struct Policy {
     /// Where each policy came from, by id: "the default policy" or a file.
     origin: std::collections::BTreeMap<String, String>,
     /// Decisions made, by everything a decision reads (see [`Policy::decide`]).
-    decided: std::sync::Mutex<std::collections::HashMap<String, Decision>>,
+    decided: std::sync::Mutex<std::collections::HashMap<DecisionKey, Decision>>,
+}
+
+/// Everything a decision reads besides the policies (the request's context is empty).
+#[derive(PartialEq, Eq, Hash)]
+struct DecisionKey {
+    who: Who,
+    groups: Vec<String>,
+    action: Action,
+    tool: Option<ToolAttrs>,
 }
 
 /// Decisions kept per policy; past it the cache starts over.
@@ -82,17 +91,12 @@ impl Policy {
     /// cached for `UNIX_GROUPS_TTL`), so a change of group still applies.
     pub fn decide(&self, who: &Who, action: Action, tool: Option<&ToolAttrs>) -> Decision {
         let groups = self.groups.of(who);
-        let key = format!(
-            "{}\u{0}{}\u{0}{}\u{0}{}\u{0}{:?}\u{0}{}\u{0}{}\u{0}{:?}",
-            who.id,
-            who.kind,
-            who.credential,
-            who.transport,
-            who.uid,
-            groups.join("\u{1}"),
-            action.as_str(),
-            tool
-        );
+        let key = DecisionKey {
+            who: who.clone(),
+            groups,
+            action,
+            tool: tool.cloned(),
+        };
         let kept = self
             .decided
             .lock()
@@ -102,7 +106,7 @@ impl Policy {
         if let Some(d) = kept {
             return d;
         }
-        let d = self.evaluate(who, &groups, action, tool);
+        let d = self.evaluate(who, &key.groups, action, tool);
         let mut decided = self.decided.lock().unwrap_or_else(|e| e.into_inner());
         if decided.len() >= DECISIONS_KEPT {
             decided.clear();

@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 /// a result that is itself within the limit.
 const LINE_SLACK: u64 = 64 * 1024;
 /// A tool list longer than this (pages or tools) is refused: a hostile server could page
-/// forever.
-const MAX_PAGES: usize = 64;
+/// forever. (A stsd upstream pages 100 tools: its 10,000 tools are 100 pages.)
+const MAX_PAGES: usize = 1_000;
 const MAX_TOOLS: usize = 10_000;
 
 /// The rmcp client handler: wakes the supervisor on a list change (tools, resources,
