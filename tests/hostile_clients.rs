@@ -381,7 +381,10 @@ fn two_thousand_idle_connections_neither_block_a_new_client_nor_spin() {
 #[test]
 fn an_idle_session_after_one_request_holds_at_most_64_kib() {
     raise_own_nofile();
-    let mut d = chatty_daemon(1, "max_connections = 1024\nmax_connections_per_uid = 1024\n");
+    let mut d = chatty_daemon(
+        1,
+        "max_connections = 1024\nmax_connections_per_uid = 1024\n",
+    );
     assert_serving(&mut d);
     let before = d.rss_kib();
     let n = 400u64;

@@ -203,7 +203,15 @@ fn declare<'js>(
     src: &str,
 ) -> rquickjs::Result<Module<'js, rquickjs::module::Declared>> {
     let m = Module::declare(ctx.clone(), file, format!("export default {src}"))?;
-    if let Ok(bytes) = m.write(WriteOptions::default()) {
+    // Without each function's source text (kept for Function.prototype.toString, which then
+    // says `[native code]`, as a built-in's does): the Intl groups' bytecode, held by the
+    // zygote and so in every worker's heap, 90 -> 27 KiB. (Load time did not measurably
+    // change: 41 us for the Intl core either way.) Line numbers stay, for stack traces.
+    let opts = WriteOptions {
+        strip_source: true,
+        ..WriteOptions::default()
+    };
+    if let Ok(bytes) = m.write(opts) {
         COMPILED.with(|c| c.borrow_mut().insert(file, Compiled::Bytecode(bytes)));
     }
     Ok(m)
