@@ -250,7 +250,7 @@ fn the_argument_check_and_the_advertised_schema_agree_on_blank_strings() {
     for file in stsd_tests::catalog_spec_files() {
         let cat = stsd::store::Catalog::load(&[file]);
         for spec in cat.entries.iter().filter_map(|e| e.validated.spec.as_ref()) {
-            let schema = stsd::service::input_schema(spec);
+            let schema = serde_json::Value::Object(stsd::service::input_schema(spec));
             let validator = jsonschema::draft202012::new(&schema).unwrap_or_else(|e| panic!("{e}"));
             let base = stsd::exec::job::test_arguments(spec).unwrap_or_default();
             for p in spec

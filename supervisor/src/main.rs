@@ -371,13 +371,19 @@ fn export_command(
             stsd::plural::n(drafts, "draft")
         );
     }
+    let schemas: Vec<serde_json::Value> = published
+        .tools
+        .iter()
+        .map(|t| serde_json::Value::Object((*t.input_schema).clone()))
+        .collect();
     let tools: Vec<_> = published
         .tools
         .iter()
-        .map(|t| stsd::approval::toolsets::ExportTool {
+        .zip(&schemas)
+        .map(|(t, schema)| stsd::approval::toolsets::ExportTool {
             name: &t.spec.name,
             summary: &t.spec.description,
-            args_schema: &t.input_schema,
+            args_schema: schema,
             enabled: true,
             requires_approval: t.approval.required,
         })

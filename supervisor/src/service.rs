@@ -868,10 +868,11 @@ fn own_fingerprint(t: &PublishedTool) -> (String, Value) {
         "openWorldHint": t.open_world,
         "stsd/toolSafety": t.tool_safety_json.clone(),
     });
+    let schema = Value::Object((*t.input_schema).clone());
     let fp = crate::gateway::fingerprint(
         &t.spec.name,
         Some(&t.spec.description),
-        Some(&t.input_schema),
+        Some(&schema),
         Some(&annotations),
     );
     let served = json!({
@@ -940,5 +941,40 @@ mod reload_tests {
                 "[console] listen"
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod fingerprint_tests {
+    use super::*;
+
+    /// The ledger's fingerprint of each bundled tool is what it was when the toolSafety was a
+    /// `Value` tree and the schema a `Value`: a ledger written by an earlier stsd still
+    /// vouches for the same tools (a change here would withhold every approved tool).
+    #[test]
+    fn own_fingerprints_are_those_of_the_value_trees() {
+        let mut config = Config::default();
+        config.daemon.require_local_pass = false;
+        let examples =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("catalog/examples.json");
+        let published = crate::catalog::publish(&[crate::catalog::Source::Path(examples)], &config);
+        assert_eq!(published.tools.len(), 4, "{:?}", published.withheld);
+        for t in &published.tools {
+            let annotations = json!({
+                "readOnlyHint": t.read_only,
+                "destructiveHint": t.destructive,
+                "openWorldHint": t.open_world,
+                "stsd/toolSafety": serde_json::to_value(&t.resolved.tool_safety)
+                    .unwrap_or_else(|e| panic!("{e}")),
+            });
+            let schema = Value::Object((*t.input_schema).clone());
+            let old = crate::gateway::fingerprint(
+                &t.spec.name,
+                Some(&t.spec.description),
+                Some(&schema),
+                Some(&annotations),
+            );
+            assert_eq!(own_fingerprint(t).0, old, "{}", t.spec.name);
+        }
     }
 }

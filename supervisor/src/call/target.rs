@@ -109,7 +109,7 @@ impl Target<'_> {
                     mask_value(&Value::Object(args.clone()), &secrets),
                 );
                 r.category = t.spec.category.clone();
-                r.tool_safety = t.tool_safety_json.clone();
+                r.tool_safety = Some(t.tool_safety_json.clone());
                 (r, secrets)
             }
             Target::Wrapped { gw, tool } => {

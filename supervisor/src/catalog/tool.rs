@@ -12,15 +12,18 @@ pub struct PublishedTool {
     pub spec: ToolSpec,
     pub tool_id: String,
     pub resolved: Resolved,
-    /// §6.2: the params lowered to a JSON Schema object.
-    pub input_schema: Value,
+    /// §6.2: the params lowered to a JSON Schema object; shared with the tool as `tools/list`
+    /// serves it (one copy per tool, not one per listing made).
+    pub input_schema: std::sync::Arc<Map<String, Value>>,
     pub read_only: bool,
     pub destructive: bool,
     pub open_world: bool,
     /// Whether a call needs approval first, why, and which strategy decides.
     pub approval: Requirement,
-    /// The enforced toolSafety as JSON, made once (every call's audit record carries it).
-    pub tool_safety_json: Value,
+    /// The enforced toolSafety as JSON text, made once and shared (every call's audit record
+    /// carries it): as a `Value` tree it was several KiB per served tool, and a deep copy per
+    /// call.
+    pub tool_safety_json: SafetyJson,
     /// The spec's `testCases` as written (an extension field, §14), for a test run on demand
     /// (the console's Tools page); null when it has none.
     pub test_cases: Value,
@@ -38,8 +41,8 @@ impl PublishedTool {
         let network = caps.network.mode != NetworkMode::Blocked;
         PublishedTool {
             approval,
-            tool_safety_json: serde_json::to_value(&resolved.tool_safety).unwrap_or(Value::Null),
-            input_schema: input_schema(&spec),
+            tool_safety_json: safety_json(&resolved.tool_safety),
+            input_schema: std::sync::Arc::new(input_schema(&spec)),
             read_only: !caps.file_write && !network,
             destructive: caps.destructive,
             open_world: network,
@@ -89,7 +92,7 @@ fn toolsets_flag(name: &str, config: &Config) -> Option<bool> {
 }
 
 /// §6.2 lowering: uppercase types to JSON Schema spellings, required list, no extra keys.
-pub fn input_schema(spec: &ToolSpec) -> Value {
+pub fn input_schema(spec: &ToolSpec) -> Map<String, Value> {
     let mut props = Map::new();
     for p in &spec.params {
         let mut prop = Map::new();
@@ -105,9 +108,23 @@ pub fn input_schema(spec: &ToolSpec) -> Value {
         .filter(|p| p.required)
         .map(|p| p.name.as_str())
         .collect();
-    let mut schema = json!({"type": "object", "properties": props, "additionalProperties": false});
+    let mut schema = Map::new();
+    schema.insert("type".into(), json!("object"));
+    schema.insert("properties".into(), Value::Object(props));
+    schema.insert("additionalProperties".into(), json!(false));
     if !required.is_empty() {
-        schema["required"] = json!(required);
+        schema.insert("required".into(), json!(required));
     }
     schema
+}
+
+/// JSON text written once and shared (serialised as it is, without a parse).
+pub type SafetyJson = std::sync::Arc<serde_json::value::RawValue>;
+
+/// A toolSafety as [`SafetyJson`] (`null` if it could not be written, which a plain struct
+/// of strings, numbers and lists never fails to be).
+pub fn safety_json(ts: &stsd_profiles::ToolSafety) -> SafetyJson {
+    let raw = serde_json::value::to_raw_value(ts)
+        .unwrap_or_else(|_| serde_json::value::RawValue::NULL.to_owned());
+    std::sync::Arc::from(raw)
 }

@@ -14,10 +14,6 @@ pub fn tool_json(t: &PublishedTool) -> Value {
 
 /// One of stsd's own tools: its schema, annotations, and stsd's risk and approval in `_meta`.
 pub fn own(t: &PublishedTool) -> Tool {
-    let schema: JsonObject = match &t.input_schema {
-        Value::Object(m) => m.clone(),
-        _ => JsonObject::new(),
-    };
     let mut meta = MetaObject::new();
     meta.0
         .insert("stsd/riskLevel".into(), json!(t.resolved.risk.as_str()));
@@ -41,7 +37,7 @@ pub fn own(t: &PublishedTool) -> Tool {
     Tool::new(
         t.spec.name.clone(),
         t.spec.description.clone(),
-        Arc::new(schema),
+        t.input_schema.clone(),
     )
     .with_annotations(ann)
     .with_meta(meta)
