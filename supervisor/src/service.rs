@@ -967,6 +967,13 @@ mod fingerprint_tests {
                 "stsd/toolSafety": serde_json::to_value(&t.resolved.tool_safety)
                     .unwrap_or_else(|e| panic!("{e}")),
             });
+            // The schema's keys in the order §6.2's lowering always wrote them.
+            let keys: Vec<&str> = t.input_schema.keys().map(String::as_str).collect();
+            let mut want = vec!["type", "properties", "additionalProperties"];
+            if t.spec.params.iter().any(|p| p.required) {
+                want.push("required");
+            }
+            assert_eq!(keys, want, "{}", t.spec.name);
             let schema = Value::Object((*t.input_schema).clone());
             let old = crate::gateway::fingerprint(
                 &t.spec.name,
