@@ -240,3 +240,15 @@ mod js_json_tests {
         assert!(parse_js_json("nope").is_err());
     }
 }
+
+/// JSON text written once and shared: a clone is a reference count, and it is serialised as
+/// it is, without a parse (a served tool's toolSafety, which every call's audit record
+/// carries, was a `Value` tree per tool and a deep copy per call).
+pub type SharedJson = std::sync::Arc<serde_json::value::RawValue>;
+
+/// `v` as [`SharedJson`]; `null` if it cannot be written (a map with non-string keys).
+pub fn shared_json<T: serde::Serialize + ?Sized>(v: &T) -> SharedJson {
+    let raw = serde_json::value::to_raw_value(v)
+        .unwrap_or_else(|_| serde_json::value::RawValue::NULL.to_owned());
+    std::sync::Arc::from(raw)
+}

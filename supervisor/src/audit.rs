@@ -23,7 +23,7 @@ pub struct AuditRecord {
     pub name: String,
     pub category: Option<String>,
     /// The resolved toolSafety block, verbatim.
-    pub tool_safety: Option<crate::catalog::tool::SafetyJson>,
+    pub tool_safety: Option<stsd_protocol::json::SharedJson>,
     pub risk_level: String,
     /// Arguments as received (after validation), secrets masked.
     pub params: Value,
@@ -646,7 +646,7 @@ pub fn outside_record(
         tool_id,
         name: spec.name.clone(),
         category: spec.category.clone(),
-        tool_safety: Some(crate::catalog::tool::safety_json(&resolved.tool_safety)),
+        tool_safety: Some(stsd_protocol::json::shared_json(&resolved.tool_safety)),
         risk_level: resolved.risk.to_string(),
         params: bounded_params(&params, 4096, 65536),
         outcome: if error.is_some() { "ERROR" } else { "OK" },

@@ -23,7 +23,7 @@ pub struct PublishedTool {
     /// The enforced toolSafety as JSON text, made once and shared (every call's audit record
     /// carries it): as a `Value` tree it was several KiB per served tool, and a deep copy per
     /// call.
-    pub tool_safety_json: SafetyJson,
+    pub tool_safety_json: stsd_protocol::json::SharedJson,
     /// The spec's `testCases` as written (an extension field, §14), for a test run on demand
     /// (the console's Tools page); null when it has none.
     pub test_cases: Value,
@@ -41,7 +41,7 @@ impl PublishedTool {
         let network = caps.network.mode != NetworkMode::Blocked;
         PublishedTool {
             approval,
-            tool_safety_json: safety_json(&resolved.tool_safety),
+            tool_safety_json: stsd_protocol::json::shared_json(&resolved.tool_safety),
             input_schema: std::sync::Arc::new(input_schema(&spec)),
             read_only: !caps.file_write && !network,
             destructive: caps.destructive,
@@ -116,15 +116,4 @@ pub fn input_schema(spec: &ToolSpec) -> Map<String, Value> {
         schema.insert("required".into(), json!(required));
     }
     schema
-}
-
-/// JSON text written once and shared (serialised as it is, without a parse).
-pub type SafetyJson = std::sync::Arc<serde_json::value::RawValue>;
-
-/// A toolSafety as [`SafetyJson`] (`null` if it could not be written, which a plain struct
-/// of strings, numbers and lists never fails to be).
-pub fn safety_json(ts: &stsd_profiles::ToolSafety) -> SafetyJson {
-    let raw = serde_json::value::to_raw_value(ts)
-        .unwrap_or_else(|_| serde_json::value::RawValue::NULL.to_owned());
-    std::sync::Arc::from(raw)
 }
