@@ -354,5 +354,7 @@ fn publish_catalog(
         out.tools.push(tool);
     }
     out.tools.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    // Served for as long as the daemon runs: no room for tools that are not there.
+    out.tools.shrink_to_fit();
     out
 }
