@@ -39,6 +39,7 @@ def stsd_daemon(reuse, spawn, specs=None, pool=None, extra=""):
     p = subprocess.Popen([STSD, "--config", cfg, "--socket", sock, "--catalog", cat,
                           "--pool", str(pool or os.cpu_count() or 2), "--worker-reuse", str(reuse)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    DAEMONS.append(p)
     for _ in range(500):
         try:
             socket.socket(socket.AF_UNIX).connect(sock)
@@ -49,9 +50,16 @@ def stsd_daemon(reuse, spawn, specs=None, pool=None, extra=""):
     return p, sock
 
 
+DAEMONS = []
+
+
 def die(msg):
-    """Ends the whole run (sys.exit in a client thread would end only that thread)."""
+    """Ends the whole run (sys.exit in a client thread would end only that thread), and the
+    daemons it started (os._exit skips their `finally`)."""
     print(msg, file=sys.stderr, flush=True)
+    for p in DAEMONS:
+        if p.poll() is None:
+            p.terminate()
     os._exit(1)
 
 

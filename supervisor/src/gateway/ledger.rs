@@ -171,6 +171,7 @@ impl ObjectText {
         serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
     }
 
+    /// The object's compact JSON text.
     pub fn text(&self) -> &str {
         self.0.get()
     }
