@@ -381,47 +381,6 @@ fn a_forked_worker_finds_its_pages_in_place() {
     );
 }
 
-/// A primed worker (a one-shot call's, under a steady load) makes the heap pages it shares
-/// with the zygote its own while it waits for its call (worker/src/inherit.rs,
-/// `own_heap_until`): given time, its body then takes fewer page faults than one whose call
-/// came at once.
-#[test]
-fn a_primed_worker_owns_its_heap_before_its_call() {
-    let opts = stsd_tests::exec_options_in(stsd_profiles::baseline::SpawnMode::Zygote);
-    let base = stsd_tests::scratch_base();
-    let code = "const xs = [3, 1, 4, 1, 5, 9, 2, 6].map((x) => x * 2);\n\
-                const o = {}; for (let i = 0; i < 200; i++) o['k' + i] = String(i).repeat(8);\n\
-                return { n: xs.length, s: JSON.stringify(xs.sort((a, b) => a - b)) };";
-    let faults = |idle: Duration| {
-        let mut f: Vec<u64> = (0..5)
-            .map(|_| {
-                let j = stsd_tests::job(code, stsd_protocol::frames::FsAccess::None, base.path());
-                let mut w = stsd::exec::spawn_ready(&opts, true)
-                    .unwrap_or_else(|e| panic!("no worker: {}", e.message));
-                let prime = stsd_protocol::frames::Prime {
-                    job: j.template(),
-                    expect_args: j.arg_names(),
-                };
-                w.prime(std::sync::Arc::new(prime))
-                    .unwrap_or_else(|e| panic!("not primed: {e}"));
-                std::thread::sleep(idle);
-                let out = stsd::exec::run_on(w, &j, &opts, None, &mut |_| {});
-                assert!(out.result.is_ok(), "{:?}", out.result);
-                out.timings.worker.faults[2]
-            })
-            .collect();
-        f.sort();
-        (f[2], f)
-    };
-    let (waited, all_waited) = faults(Duration::from_millis(300));
-    let (at_once, all_at_once) = faults(Duration::ZERO);
-    assert!(
-        waited < at_once,
-        "a primed worker that waited took as many faults in its body as one called at once: \
-         {all_waited:?} vs {all_at_once:?}"
-    );
-}
-
 /// A call wakes the supervisor once per thing it has to act on: the worker sends its
 /// confinement and its timings in the record of its result (worker/src/channel.rs), so a
 /// call that prints nothing arrives in one record, with its timings; one console line adds

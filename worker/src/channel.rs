@@ -169,22 +169,6 @@ impl Channel {
         }
     }
 
-    /// Whether a record is waiting now (a peek that does not block: recvfrom, which a
-    /// confined worker may use, where poll is not in its filter).
-    pub fn has_record_now(&self) -> bool {
-        let mut b = [0u8; 1];
-        match recv(
-            self.fd.as_raw_fd(),
-            &mut b,
-            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
-        ) {
-            Ok(_) => true,
-            Err(nix::errno::Errno::EAGAIN) => false,
-            // Closed or broken: say work is there, and let the receive find out.
-            Err(_) => true,
-        }
-    }
-
     /// Waits until the supervisor closes the socket (or kills this process); anything it
     /// sends meanwhile is ignored.
     pub fn await_close(&self) {
@@ -257,22 +241,6 @@ mod tests {
 
     fn put(fd: &OwnedFd, bytes: &[u8]) {
         send(fd.as_raw_fd(), bytes, MsgFlags::empty()).unwrap_or_else(|e| panic!("{e}"));
-    }
-
-    /// A record waiting is seen without blocking and without being taken (the receive still
-    /// gets it whole); none waiting is said at once; a closed peer says work is there.
-    #[test]
-    fn a_waiting_record_is_seen_without_taking_it() {
-        let (ch, peer) = pair();
-        assert!(!ch.has_record_now());
-        let cont = frames::encode(&ToWorker::Continue).unwrap_or_else(|e| panic!("{e}"));
-        put(&peer, &cont);
-        assert!(ch.has_record_now());
-        assert!(ch.has_record_now());
-        assert!(matches!(ch.recv(), Ok(ToWorker::Continue)));
-        assert!(!ch.has_record_now());
-        drop(peer);
-        assert!(ch.has_record_now());
     }
 
     /// The receive buffer is reused without being zeroed: each record is read whole, a record

@@ -24,8 +24,7 @@
 //!   holds, no new memory.
 //! - [`own_heap_while_idle`] (each forked worker, after Ready, until work comes): makes its
 //!   own copy of every heap page (`MADV_POPULATE_WRITE`, a chunk at a time), so the copies
-//!   are made while nobody waits rather than inside the call; and [`own_heap_until`] (a
-//!   primed worker, between its prime and its call) the same, without the wait first.
+//!   are made while nobody waits rather than inside the call.
 //!
 //! None of these changes what a worker can do or see: the same bytes at the same addresses, with
 //! the same protections, before any job exists.
@@ -429,8 +428,7 @@ pub const IDLE_BEFORE_OWNING: i32 = 10;
 /// has; it is asked before each chunk, so work never waits for more than one chunk.
 ///
 /// A worker given work soon after its start (under load every one is: an urgent fork, or a
-/// pool worker primed straight away; a primed one then owns its heap while it waits for its
-/// call, see [`own_heap_until`]) copies just the pages it writes, when it writes them:
+/// pool worker primed straight away) copies just the pages it writes, when it writes them:
 /// copying every page before Ready, whether the worker would write it or not, cost each worker
 /// about 150 µs of CPU here, which calls at one after another paid for in primed workers that
 /// were not ready yet (one-shot, interleaved: `stats-summary` p50 0.647 -> 0.595 ms, CPU per
@@ -442,29 +440,14 @@ pub fn own_heap_while_idle(start: Option<usize>, work_within: impl Fn(i32) -> bo
     if work_within(IDLE_BEFORE_OWNING) {
         return;
     }
-    own_heap_until(Some(start), 16, || work_within(0));
-}
-
-/// [`own_heap_while_idle`]'s copying without the wait first: each heap page written once,
-/// `chunk` pages at a time, until `work_waiting` says work has come (asked before each chunk:
-/// work waits for one chunk at most).
-///
-/// A primed worker (each one-shot call's, under a steady load) does this between its prime
-/// and its call, at the policy priming runs at: its call then takes no copy-on-write faults
-/// on the heap it shares with the zygote. Alternating with a daemon without it, one call
-/// after another (`/tmp` A/B script, two runs): `Intl.NumberFormat('de')` 741 -> 576 and
-/// 738 -> 603 µs, a ko-KR full date 1075 -> 945 and 813 -> 666 µs, the worker's CPU in the
-/// call 120-150 µs less; a `return 1` body unchanged (354 -> 345, 380 -> 417 µs); calls/s at
-/// c=8 and CPU per call within run-to-run noise (3 runs each).
-pub fn own_heap_until(start: Option<usize>, chunk: usize, work_waiting: impl Fn() -> bool) {
-    let Some(start) = start else { return };
+    let work_waiting = || work_within(0);
     // SAFETY: sbrk(0) only reads the current break.
     let end = unsafe { libc::sbrk(0) } as usize;
     const PAGE: usize = 4096;
-    let chunk = chunk.max(1) * PAGE;
+    const CHUNK: usize = 16 * PAGE;
     let mut at = start;
     while at < end && !work_waiting() {
-        let len = chunk.min(end - at);
+        let len = CHUNK.min(end - at);
         // One call makes the chunk's private copies without a page-fault exception per
         // page. Kernels before 5.14 answer EINVAL: then one write per page does the same.
         // SAFETY: [at, at + len) lies in [start, break), this process's heap, mapped

@@ -193,11 +193,6 @@ fn serve(
                 if send_ready(&channel).is_err() {
                     return 75;
                 }
-                // Until its call comes: the heap pages it shares with the zygote made its own,
-                // 4 pages at a time (a call waits for 4 copies at most), so that its call
-                // does not take those copy-on-write faults. Confined now: the check is a
-                // non-blocking peek (poll is not in its filter).
-                inherit::own_heap_until(heap, 4, || channel.has_record_now());
                 match channel.recv_work() {
                     Ok(Work::Go {
                         call_id,
