@@ -367,7 +367,7 @@ impl ServerHandler for Handler {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.service.listing().get(name).cloned()
+        self.service.listing().get(name)
     }
 
     async fn call_tool(

@@ -1,8 +1,10 @@
-//! What `tools/list` serves. The served tools become MCP `Tool`s once per change (a publish,
-//! an upstream's new list, a policy reload, an exposure change), not once per request; which
+//! What `tools/list` serves. The served tools are gathered once per change (a publish, an
+//! upstream's new list, a policy reload, an exposure change), not once per request; which
 //! of them a caller may see is decided once per caller and change; and the list goes out in
 //! pages of `[daemon] list_page_size` with an opaque cursor (MCP pagination: every page but
-//! the last holds exactly that many tools).
+//! the last holds exactly that many tools). A page's MCP `Tool`s are made as it is served,
+//! from the published tool they show: a page held its clones of them anyway, and keeping
+//! every tool made up front was 1.4 KiB per served tool for nothing.
 //!
 //! [`Cache::get`] is the one entry point: it hands back the listing made from the sources it
 //! is given, making a new one only when one of them is not the one the last listing was made
@@ -65,18 +67,18 @@ impl Cache {
 /// caller's set is remade in one pass over the tools).
 const CALLERS_KEPT: usize = 256;
 
-/// The served tools, made once: stsd's own (in the catalog's order), then the wrapped ones.
+/// The served tools: stsd's own (in the catalog's order), then the wrapped ones. Nothing of
+/// a tool is copied here: a listed tool is its position, its name, `Tool` and policy
+/// attributes read from the sources when asked for (kept, they were about 1.9 KiB a tool).
 pub struct Listing {
     from: Sources,
-    tools: Vec<Entry>,
-    by_name: HashMap<String, usize>,
-    /// Per caller: the positions in `tools` the policy lets it list.
+    /// How many of the listed tools are stsd's own (the first ones).
+    own: usize,
+    len: usize,
+    /// Positions by name (the first position of a name served twice), for lookups by name.
+    by_name: Vec<u32>,
+    /// Per caller: the positions the policy lets it list.
     visible: Mutex<HashMap<CallerKey, Arc<[u32]>>>,
-}
-
-struct Entry {
-    tool: Tool,
-    attrs: ToolAttrs,
 }
 
 /// One page of `tools/list`.
@@ -87,47 +89,79 @@ pub struct Page {
 
 impl Listing {
     fn new(from: Sources) -> Listing {
-        let mut tools = Vec::new();
-        if from.own {
-            tools.extend(from.published.tools.iter().map(|t| Entry {
-                tool: tool::own(t),
-                attrs: ToolAttrs::own(t),
-            }));
-        }
-        if let Some(e) = &from.exposed {
-            tools.extend(e.tools.iter().map(|t| Entry {
-                tool: tool::wrapped(t),
-                attrs: ToolAttrs::wrapped(t),
-            }));
-        }
-        let mut by_name = HashMap::with_capacity(tools.len());
-        for (i, e) in tools.iter().enumerate() {
-            by_name.entry(e.attrs.name.clone()).or_insert(i);
-        }
-        Listing {
+        let own = if from.own {
+            from.published.tools.len()
+        } else {
+            0
+        };
+        let len = own + from.exposed.as_ref().map_or(0, |e| e.tools.len());
+        let mut listing = Listing {
             from,
-            tools,
-            by_name,
+            own,
+            len,
+            by_name: Vec::new(),
             visible: Mutex::new(HashMap::new()),
+        };
+        // A stable sort: of two tools with one name, the first listed is found.
+        let mut by_name: Vec<u32> = (0..len as u32).collect();
+        by_name.sort_by(|&a, &b| listing.name(a as usize).cmp(listing.name(b as usize)));
+        listing.by_name = by_name;
+        listing
+    }
+
+    /// The position of the tool served as `name`.
+    fn position(&self, name: &str) -> Option<usize> {
+        let at = self
+            .by_name
+            .partition_point(|&i| self.name(i as usize) < name);
+        let &i = self.by_name.get(at)?;
+        (self.name(i as usize) == name).then_some(i as usize)
+    }
+
+    /// The name the tool at `i` is served as ("" past the end, which no caller asks for).
+    fn name(&self, i: usize) -> &str {
+        match self.source(i) {
+            Some(Source::Own(t)) => &t.spec.name,
+            Some(Source::Wrapped(t)) => &t.alias,
+            None => "",
         }
+    }
+
+    fn source(&self, i: usize) -> Option<Source<'_>> {
+        if i < self.own {
+            return self.from.published.tools.get(i).map(Source::Own);
+        }
+        let e = self.from.exposed.as_ref()?;
+        e.tools.get(i - self.own).map(Source::Wrapped)
     }
 
     /// A served tool by name, whoever asks (the HTTP transport's schema lookup).
-    pub fn get(&self, name: &str) -> Option<&Tool> {
-        self.by_name.get(name).map(|&i| &self.tools[i].tool)
+    pub fn get(&self, name: &str) -> Option<Tool> {
+        self.position(name).and_then(|i| self.tool(i))
+    }
+
+    /// The MCP `Tool` of the tool at `i`.
+    fn tool(&self, i: usize) -> Option<Tool> {
+        Some(match self.source(i)? {
+            Source::Own(t) => tool::own(t),
+            Source::Wrapped(t) => tool::wrapped(t),
+        })
+    }
+
+    /// What the policy reads of the tool at `i`.
+    fn attrs(&self, i: usize) -> Option<ToolAttrs> {
+        Some(match self.source(i)? {
+            Source::Own(t) => ToolAttrs::own(t),
+            Source::Wrapped(t) => ToolAttrs::wrapped(t),
+        })
     }
 
     pub fn len(&self) -> usize {
-        self.tools.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
-    }
-
-    /// Every served tool, whoever asks.
-    pub fn all(&self) -> impl Iterator<Item = &Tool> {
-        self.tools.iter().map(|e| &e.tool)
+        self.len == 0
     }
 
     /// The page of the tools `who` may list that `cursor` points at (the first page when
@@ -146,10 +180,10 @@ impl Listing {
         };
         let tools = visible[start..end]
             .iter()
-            .map(|&i| self.tools[i as usize].tool.clone())
+            .filter_map(|&i| self.tool(i as usize))
             .collect();
         let next_cursor = (end < visible.len()).then(|| {
-            let last = &self.tools[visible[end - 1] as usize].attrs.name;
+            let last = self.name(visible[end - 1] as usize);
             cursor::encode(end, last)
         });
         Ok(Page { tools, next_cursor })
@@ -162,9 +196,8 @@ impl Listing {
     fn resume(&self, visible: &[u32], c: &str) -> Result<usize, String> {
         let (offset, name) = cursor::decode(c).ok_or_else(|| "invalid cursor".to_string())?;
         let after = self
-            .by_name
-            .get(&name)
-            .and_then(|&i| visible.binary_search(&(i as u32)).ok())
+            .position(&name)
+            .and_then(|i| visible.binary_search(&(i as u32)).ok())
             .map(|p| p + 1);
         Ok(after.unwrap_or(offset).min(visible.len()))
     }
@@ -181,12 +214,18 @@ impl Listing {
             return v.clone();
         }
         // Decided without the lock held: other callers' lists are not held up meanwhile.
-        let v: Arc<[u32]> = self
-            .tools
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| policy.decide(who, Action::List, Some(&e.attrs)).allowed)
-            .map(|(i, _)| i as u32)
+        // Not through the policy's decision cache: the set is kept here, and a pass over a
+        // catalog larger than that cache filled it with one decision per tool (0.6 KiB a
+        // tool) and then emptied it, calls' decisions with it.
+        let v: Arc<[u32]> = (0..self.len)
+            .filter(|&i| {
+                self.attrs(i).is_some_and(|a| {
+                    policy
+                        .evaluate(who, &key.groups, Action::List, Some(&a))
+                        .allowed
+                })
+            })
+            .map(|i| i as u32)
             .collect();
         let mut kept = self.kept();
         if kept.len() >= CALLERS_KEPT {
@@ -199,6 +238,12 @@ impl Listing {
     fn kept(&self) -> std::sync::MutexGuard<'_, HashMap<CallerKey, Arc<[u32]>>> {
         self.visible.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Where a listed tool comes from.
+enum Source<'a> {
+    Own(&'a crate::catalog::PublishedTool),
+    Wrapped(&'a crate::gateway::WrappedTool),
 }
 
 /// Everything of a caller a list decision reads besides the tool and the policies.
@@ -231,3 +276,6 @@ mod cursor {
         Some((offset.parse().ok()?, name.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -37,7 +37,7 @@ pub fn own(t: &PublishedTool) -> Tool {
     Tool::new(
         t.spec.name.clone(),
         t.spec.description.clone(),
-        t.input_schema.clone(),
+        Arc::new(t.input_schema()),
     )
     .with_annotations(ann)
     .with_meta(meta)

@@ -115,12 +115,20 @@ impl Policy {
         d
     }
 
+    /// How many decisions are kept (for tests).
+    #[cfg(test)]
+    pub fn decisions_kept(&self) -> usize {
+        self.decided.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// [`Policy::decide`] evaluated by Cedar every time (`stsd policy bench`).
     pub fn decide_uncached(&self, who: &Who, action: Action, tool: Option<&ToolAttrs>) -> Decision {
         self.evaluate(who, &self.groups.of(who), action, tool)
     }
 
-    fn evaluate(
+    /// A decision evaluated by Cedar for `who` in `groups`, not kept (a caller's pass over
+    /// the tool list, whose outcome the listing keeps itself).
+    pub fn evaluate(
         &self,
         who: &Who,
         groups: &[String],
