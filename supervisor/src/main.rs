@@ -374,7 +374,7 @@ fn export_command(
     let schemas: Vec<serde_json::Value> = published
         .tools
         .iter()
-        .map(|t| serde_json::Value::Object((*t.input_schema).clone()))
+        .map(|t| serde_json::Value::Object(t.input_schema()))
         .collect();
     let tools: Vec<_> = published
         .tools
@@ -400,7 +400,7 @@ fn export_command(
                 "function": {
                     "name": t.spec.name,
                     "description": t.spec.description,
-                    "parameters": t.input_schema,
+                    "parameters": t.input_schema(),
                 }
             }))
             .collect::<Vec<_>>()),

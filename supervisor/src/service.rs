@@ -908,7 +908,7 @@ fn own_fingerprint(t: &PublishedTool) -> (String, Value) {
         "openWorldHint": t.open_world,
         "stsd/toolSafety": t.tool_safety_json.clone(),
     });
-    let schema = Value::Object((*t.input_schema).clone());
+    let schema = Value::Object(t.input_schema());
     let fp = crate::gateway::fingerprint(
         &t.spec.name,
         Some(&t.spec.description),
@@ -917,7 +917,7 @@ fn own_fingerprint(t: &PublishedTool) -> (String, Value) {
     );
     let served = json!({
         "name": t.spec.name, "description": t.spec.description,
-        "inputSchema": t.input_schema, "annotations": annotations,
+        "inputSchema": schema, "annotations": annotations,
     });
     (fp, served)
 }
@@ -1067,13 +1067,14 @@ mod fingerprint_tests {
                     .unwrap_or_else(|e| panic!("{e}")),
             });
             // The schema's keys in the order §6.2's lowering always wrote them.
-            let keys: Vec<&str> = t.input_schema.keys().map(String::as_str).collect();
+            let schema = t.input_schema();
+            let keys: Vec<&str> = schema.keys().map(String::as_str).collect();
             let mut want = vec!["type", "properties", "additionalProperties"];
             if t.spec.params.iter().any(|p| p.required) {
                 want.push("required");
             }
             assert_eq!(keys, want, "{}", t.spec.name);
-            let schema = Value::Object((*t.input_schema).clone());
+            let schema = Value::Object(schema);
             let old = crate::gateway::fingerprint(
                 &t.spec.name,
                 Some(&t.spec.description),

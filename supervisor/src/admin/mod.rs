@@ -308,7 +308,7 @@ impl Admin {
                 match p.get(name) {
                     Some(t) => {
                         let mut v = Self::tool_entry(t);
-                        v["inputSchema"] = Value::Object((*t.input_schema).clone());
+                        v["inputSchema"] = Value::Object(t.input_schema());
                         v["description"] = json!(t.spec.description);
                         v["toolSafety"] =
                             serde_json::to_value(&t.resolved.tool_safety).unwrap_or(Value::Null);

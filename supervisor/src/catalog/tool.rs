@@ -12,9 +12,6 @@ pub struct PublishedTool {
     pub spec: ToolSpec,
     pub tool_id: String,
     pub resolved: Resolved,
-    /// §6.2: the params lowered to a JSON Schema object; shared with the tool as `tools/list`
-    /// serves it (one copy per tool, not one per listing made).
-    pub input_schema: std::sync::Arc<Map<String, Value>>,
     pub read_only: bool,
     pub destructive: bool,
     pub open_world: bool,
@@ -42,7 +39,6 @@ impl PublishedTool {
         PublishedTool {
             approval,
             tool_safety_json: stsd_protocol::json::shared_json(&resolved.tool_safety),
-            input_schema: std::sync::Arc::new(input_schema(&spec)),
             read_only: !caps.file_write && !network,
             destructive: caps.destructive,
             open_world: network,
@@ -51,6 +47,13 @@ impl PublishedTool {
             resolved,
             test_cases: Value::Null,
         }
+    }
+
+    /// §6.2: the params lowered to a JSON Schema object, as `tools/list` serves it. Lowered
+    /// when asked for (a page of the list lowers its tools' in microseconds) rather than
+    /// kept: kept, it was 2 KiB per served tool of what the spec's params already say.
+    pub fn input_schema(&self) -> Map<String, Value> {
+        input_schema(&self.spec)
     }
 
     /// The tool as `stsd run`, `stsd test` and the publish gate run it: its approval decided
