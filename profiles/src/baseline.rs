@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use stsd_protocol::NetworkMode;
 
 /// The whole configuration file. Unknown keys are refused, so a typo cannot silently fall
@@ -595,8 +596,9 @@ impl Default for WorkerConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Baseline {
-    pub allow_classes: Vec<String>,
-    pub deny_classes: Vec<String>,
+    /// Shared with every tool that does not override them (its resolved lists are these).
+    pub allow_classes: Arc<[String]>,
+    pub deny_classes: Arc<[String]>,
     pub network_mode: NetworkMode,
     pub allowed_hosts: Vec<String>,
     pub file_read: bool,
@@ -620,16 +622,16 @@ pub struct Baseline {
 
 impl Default for Baseline {
     fn default() -> Self {
-        let s = |v: &[&str]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        let shared = |v: &[&str]| v.iter().map(|c| c.to_string()).collect::<Arc<[_]>>();
         Baseline {
-            allow_classes: s(&[
+            allow_classes: shared(&[
                 "java.lang.*",
                 "java.math.*",
                 "java.time.*",
                 "java.util.*",
                 "java.text.*",
             ]),
-            deny_classes: s(&[
+            deny_classes: shared(&[
                 "java.lang.System",
                 "java.lang.Runtime",
                 "java.lang.ProcessBuilder",

@@ -8,6 +8,7 @@ use crate::tool_safety::{
 };
 use serde::Serialize;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use stsd_protocol::{Code, Diagnostic, NetworkMode, ToolSpec, Tri};
 
@@ -38,22 +39,28 @@ pub struct Resolved {
     /// The root the fs helper and the Landlock rules are confined to (step 8).
     #[serde(rename = "fsBasePath")]
     pub fs_base_path: PathBuf,
+    /// The baseline's own lists when the spec overrides neither (every tool shares them,
+    /// rather than keeping 17 strings of its own).
     #[serde(rename = "effectiveAllowClasses")]
-    pub effective_allow: Vec<String>,
+    pub effective_allow: Arc<[String]>,
     #[serde(rename = "effectiveDenyClasses")]
-    pub effective_deny: Vec<String>,
+    pub effective_deny: Arc<[String]>,
     pub limits: Limits,
 }
 
-/// `(base ∪ add) − remove`, keeping first-seen order so output is stable.
-fn merge(base: &[String], add: &[String], remove: &[String]) -> Vec<String> {
+/// `(base ∪ add) − remove`, keeping first-seen order so output is stable; `base` itself
+/// when there is nothing to add or remove.
+fn merge(base: &Arc<[String]>, add: &[String], remove: &[String]) -> Arc<[String]> {
+    if add.is_empty() && remove.is_empty() {
+        return base.clone();
+    }
     let mut out: Vec<String> = Vec::with_capacity(base.len() + add.len());
     for c in base.iter().chain(add) {
         if !remove.contains(c) && !out.contains(c) {
             out.push(c.clone());
         }
     }
-    out
+    out.into()
 }
 
 /// Absolute, with no `.` or `..` components: a path whose meaning does not depend on

@@ -146,6 +146,43 @@ fn allow_deny_overlap_after_the_merge_is_rejected() {
     .is_ok());
 }
 
+/// A tool that overrides no class list shares the baseline's (17 strings per served tool
+/// otherwise); one that does gets its own merged lists, first-seen order kept.
+#[test]
+fn class_lists_are_the_baselines_unless_overridden() {
+    let cfg = Config::default();
+    let plain = resolve(&spec(Value::Null), &cfg).unwrap_or_else(|d| panic!("{d}"));
+    assert!(std::sync::Arc::ptr_eq(
+        &plain.effective_allow,
+        &cfg.baseline.allow_classes
+    ));
+    assert!(std::sync::Arc::ptr_eq(
+        &plain.effective_deny,
+        &cfg.baseline.deny_classes
+    ));
+
+    let own = resolve(
+        &spec(json!({"addAllowClasses": ["java.lang.System", "java.util.*"], "removeDenyClasses": ["java.lang.System"]})),
+        &cfg,
+    )
+    .unwrap_or_else(|d| panic!("{d}"));
+    let mut allow = cfg.baseline.allow_classes.to_vec();
+    allow.push("java.lang.System".into());
+    assert_eq!(&own.effective_allow[..], &allow[..]);
+    let deny: Vec<String> = cfg
+        .baseline
+        .deny_classes
+        .iter()
+        .filter(|c| *c != "java.lang.System")
+        .cloned()
+        .collect();
+    assert_eq!(&own.effective_deny[..], &deny[..]);
+    assert!(!std::sync::Arc::ptr_eq(
+        &own.effective_allow,
+        &cfg.baseline.allow_classes
+    ));
+}
+
 #[test]
 fn risk_from_capabilities() {
     assert_eq!(
