@@ -405,7 +405,13 @@ impl Sqlite {
                 .map_err(&at)?;
             }
             Ok(())
-        })
+        })?;
+        // A publish writes every tool's entry at once, and the pages it read stayed in the
+        // connection's cache (up to SQLite's 2 MiB) for the life of the daemon; ledger
+        // writes are rare, and the next one reads what it needs from the file again.
+        self.lock()
+            .execute_batch("PRAGMA shrink_memory")
+            .map_err(&at)
     }
 
     pub fn tokens(&self) -> Result<Vec<(String, String)>, String> {
