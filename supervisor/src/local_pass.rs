@@ -230,9 +230,9 @@ pub fn test_cases(doc: &Value) -> Result<Vec<TestCase>, Diagnostic> {
 /// params' `testValue`s (as the Local Pass does). Err: why there are none.
 pub fn cases_of(tool: &PublishedTool) -> Result<Vec<TestCase>, String> {
     // A spec without `testCases` has none written (null is not "an array that is wrong").
-    if !tool.test_cases.is_null() {
-        let written = test_cases(&serde_json::json!({"testCases": tool.test_cases}))
-            .map_err(|d| d.to_string())?;
+    if let Some(cases) = &tool.test_cases {
+        let written =
+            test_cases(&serde_json::json!({"testCases": cases})).map_err(|d| d.to_string())?;
         if !written.is_empty() {
             return Ok(written);
         }

@@ -349,8 +349,8 @@ fn publish_catalog(
         }
         let mut tool = PublishedTool::new(spec.clone(), e.tool_id.clone(), resolved, approval);
         tool.test_cases = crate::local_pass::document(cat, e)
-            .and_then(|d| d.get("testCases").cloned())
-            .unwrap_or(Value::Null);
+            .and_then(|d| d.get("testCases").filter(|c| !c.is_null()).cloned())
+            .map(Box::new);
         out.tools.push(tool);
     }
     out.tools.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));

@@ -22,8 +22,8 @@ pub struct PublishedTool {
     /// call.
     pub tool_safety_json: stsd_protocol::json::SharedJson,
     /// The spec's `testCases` as written (an extension field, §14), for a test run on demand
-    /// (the console's Tools page); null when it has none.
-    pub test_cases: Value,
+    /// (the console's Tools page); None when it has none (boxed: most have none).
+    pub test_cases: Option<Box<Value>>,
 }
 
 impl PublishedTool {
@@ -45,7 +45,7 @@ impl PublishedTool {
             tool_id,
             spec,
             resolved,
-            test_cases: Value::Null,
+            test_cases: None,
         }
     }
 
