@@ -46,6 +46,8 @@ impl std::fmt::Debug for ManagedSource {
 /// The catalog as served: ACTIVE specs, sorted by name (a stable order).
 #[derive(Debug, Clone, Default)]
 pub struct Published {
+    /// Sorted by name, as [`publish_catalog`] leaves them (and filtering keeps them): a
+    /// lookup by name is a binary search.
     pub tools: Vec<PublishedTool>,
     /// Specs read but not served, with why (for the startup banner and logs).
     pub withheld: Vec<(String, String)>,
@@ -54,8 +56,12 @@ pub struct Published {
 }
 
 impl Published {
+    /// The tool of that name (the first published, of two with one name). Every call looks
+    /// its tool up here: a scan was a compare per served tool, per call (and a wrapped
+    /// tool's name, which is not here, was compared with all of them).
     pub fn get(&self, name: &str) -> Option<&PublishedTool> {
-        self.tools.iter().find(|t| t.spec.name == name)
+        let at = self.tools.partition_point(|t| t.spec.name.as_str() < name);
+        self.tools.get(at).filter(|t| t.spec.name == name)
     }
 
     pub fn names(&self) -> Vec<&str> {
@@ -357,4 +363,47 @@ fn publish_catalog(
     // Served for as long as the daemon runs: no room for tools that are not there.
     out.tools.shrink_to_fit();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// Tools are found by name by a binary search over the published list: whatever order
+    /// the catalog lists them in, each is found, names not served are not, and of two
+    /// specs with one name the first the catalog lists is the one found.
+    #[test]
+    fn a_tool_is_found_by_name_in_any_catalog_order() {
+        let spec = |name: &str, marker: &str| {
+            serde_json::json!({"name": name, "description": marker, "code": "return 1",
+                               "codeType": "Javascript", "params": [], "draft": false})
+        };
+        let names = ["zeta", "alpha", "mid-b", "mid-a", "omega", "beta"];
+        let mut docs: Vec<Value> = names.iter().map(|n| spec(n, "first")).collect();
+        docs.push(spec("mid-b", "second"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.json");
+        std::fs::write(&path, serde_json::to_vec(&docs).unwrap()).unwrap();
+        let mut config = Config::default();
+        config.daemon.require_local_pass = false;
+        let published = publish(&[Source::Path(path)], &config);
+        assert!(
+            published.tools.len() >= names.len(),
+            "{:?}",
+            published.withheld
+        );
+
+        for name in names {
+            let t = published
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} not found"));
+            assert_eq!(t.spec.name, name);
+            assert_eq!(t.spec.description, "first");
+        }
+        for missing in ["", "a", "mid", "mid-c", "zzz", "alpha "] {
+            assert!(published.get(missing).is_none(), "{missing}");
+        }
+    }
 }
