@@ -686,10 +686,11 @@ impl Baseline {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeInfo {
-    pub id: String,
-    pub min_version: String,
-    pub ecma_version: String,
-    pub category_source: String,
+    /// Shared by every tool's `toolSafety` (not a copy each).
+    pub id: Arc<str>,
+    pub min_version: Arc<str>,
+    pub ecma_version: Arc<str>,
+    pub category_source: Arc<str>,
 }
 
 impl Default for RuntimeInfo {

@@ -4,7 +4,7 @@ use crate::baseline::Config;
 use crate::risk::{risk_level, RiskLevel};
 use crate::tool_safety::{
     Capabilities, CategoryBlock, NetworkCapability, RuntimeBlock, ToolSafety, HELPER_FS,
-    HELPER_HTTP, TOOL_SAFETY_VERSION,
+    HELPER_HTTP, SHARED_VERSION,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -146,7 +146,7 @@ pub fn resolve(spec: &ToolSpec, config: &Config) -> Result<Resolved, Diagnostic>
 
     // Step 9.
     let tool_safety = ToolSafety {
-        version: TOOL_SAFETY_VERSION.into(),
+        version: SHARED_VERSION.clone(),
         runtime: RuntimeBlock {
             id: config.runtime.id.clone(),
             min_version: config.runtime.min_version.clone(),
@@ -157,6 +157,7 @@ pub fn resolve(spec: &ToolSpec, config: &Config) -> Result<Resolved, Diagnostic>
         },
         category: CategoryBlock {
             source: stored_category_source(spec)
+                .map(Arc::from)
                 .unwrap_or_else(|| config.runtime.category_source.clone()),
             id: spec.category.clone(),
         },

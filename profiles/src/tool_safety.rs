@@ -2,16 +2,21 @@
 //! verbatim into every audit record.
 
 use serde::{Deserialize, Serialize};
+use std::sync::{Arc, LazyLock};
 use stsd_protocol::NetworkMode;
 
 pub const TOOL_SAFETY_VERSION: &str = "1.0";
+
+/// [`TOOL_SAFETY_VERSION`], one copy for every tool's `toolSafety`.
+pub static SHARED_VERSION: LazyLock<Arc<str>> = LazyLock::new(|| TOOL_SAFETY_VERSION.into());
 pub const HELPER_HTTP: &str = "safety.http/v1";
 pub const HELPER_FS: &str = "safety.fs/v1";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolSafety {
-    pub version: String,
+    /// This and the runtime's identity are the same for every tool: shared, not copied.
+    pub version: Arc<str>,
     pub runtime: RuntimeBlock,
     pub category: CategoryBlock,
     pub capabilities: Capabilities,
@@ -20,9 +25,9 @@ pub struct ToolSafety {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeBlock {
-    pub id: String,
-    pub min_version: String,
-    pub ecma_version: String,
+    pub id: Arc<str>,
+    pub min_version: Arc<str>,
+    pub ecma_version: Arc<str>,
     /// Always false: stsd's engine has no host class access at all.
     pub java_interop: bool,
     pub helpers: Vec<String>,
@@ -31,7 +36,7 @@ pub struct RuntimeBlock {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CategoryBlock {
-    pub source: String,
+    pub source: Arc<str>,
     pub id: Option<String>,
 }
 

@@ -147,7 +147,8 @@ fn allow_deny_overlap_after_the_merge_is_rejected() {
 }
 
 /// A tool that overrides no class list shares the baseline's (17 strings per served tool
-/// otherwise); one that does gets its own merged lists, first-seen order kept.
+/// otherwise); one that does gets its own merged lists, first-seen order kept. Every tool
+/// shares the runtime's identity strings.
 #[test]
 fn class_lists_are_the_baselines_unless_overridden() {
     let cfg = Config::default();
@@ -181,6 +182,24 @@ fn class_lists_are_the_baselines_unless_overridden() {
         &own.effective_allow,
         &cfg.baseline.allow_classes
     ));
+
+    // The runtime's identity and the toolSafety version are one copy for every tool.
+    let ts = (&plain.tool_safety, &own.tool_safety);
+    assert!(std::sync::Arc::ptr_eq(&ts.0.runtime.id, &cfg.runtime.id));
+    assert!(std::sync::Arc::ptr_eq(
+        &ts.1.runtime.min_version,
+        &cfg.runtime.min_version
+    ));
+    assert!(std::sync::Arc::ptr_eq(
+        &ts.1.runtime.ecma_version,
+        &cfg.runtime.ecma_version
+    ));
+    assert!(std::sync::Arc::ptr_eq(
+        &ts.0.category.source,
+        &cfg.runtime.category_source
+    ));
+    assert!(std::sync::Arc::ptr_eq(&ts.0.version, &ts.1.version));
+    assert_eq!(&*ts.0.version, "1.0");
 }
 
 #[test]
@@ -270,5 +289,5 @@ fn declared_ungated_helpers_survive_and_ungranted_gated_ones_are_dropped() {
         r.tool_safety.runtime.helpers,
         ["tool-safety-helpers/v1#crypto"]
     );
-    assert_eq!(r.tool_safety.category.source, "builtin");
+    assert_eq!(&*r.tool_safety.category.source, "builtin");
 }
