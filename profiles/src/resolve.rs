@@ -49,9 +49,10 @@ pub struct Resolved {
 }
 
 /// `(base ∪ add) − remove`, keeping first-seen order so output is stable; `base` itself
-/// when there is nothing to add or remove.
+/// when there is nothing to add or remove and it names no class twice.
 fn merge(base: &Arc<[String]>, add: &[String], remove: &[String]) -> Arc<[String]> {
-    if add.is_empty() && remove.is_empty() {
+    let distinct = || base.iter().enumerate().all(|(i, c)| !base[..i].contains(c));
+    if add.is_empty() && remove.is_empty() && distinct() {
         return base.clone();
     }
     let mut out: Vec<String> = Vec::with_capacity(base.len() + add.len());

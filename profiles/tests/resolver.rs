@@ -200,6 +200,14 @@ fn class_lists_are_the_baselines_unless_overridden() {
     ));
     assert!(std::sync::Arc::ptr_eq(&ts.0.version, &ts.1.version));
     assert_eq!(&*ts.0.version, "1.0");
+
+    // A baseline that names a class twice is not shared as it is: the effective list names
+    // each once.
+    let mut twice = Config::default();
+    twice.baseline.allow_classes =
+        vec!["java.lang.*".to_string(), "java.lang.*".to_string()].into();
+    let r = resolve(&spec(Value::Null), &twice).unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(&r.effective_allow[..], &["java.lang.*".to_string()][..]);
 }
 
 #[test]

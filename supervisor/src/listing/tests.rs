@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::catalog::{publish, Source as CatalogSource};
-use crate::policy::Policy;
+use crate::policy::{Action, Policy};
 use stsd_profiles::baseline::Config;
 
 fn examples() -> Published {

@@ -126,9 +126,20 @@ impl Policy {
         self.evaluate(who, &self.groups.of(who), action, tool)
     }
 
-    /// A decision evaluated by Cedar for `who` in `groups`, not kept (a caller's pass over
-    /// the tool list, whose outcome the listing keeps itself).
-    pub fn evaluate(
+    /// Whether `who` may list each tool it is given, evaluated by Cedar and not kept: a
+    /// caller's pass over the tool list, whose outcome the listing keeps itself (through
+    /// the decision cache, a pass over more tools than it holds filled it and then emptied
+    /// it, the calls' decisions with it). The groups are looked up once, here.
+    pub(crate) fn lister(&self, who: &Who) -> impl Fn(&ToolAttrs) -> bool + '_ {
+        let groups = self.groups.of(who);
+        let who = who.clone();
+        move |tool| {
+            self.evaluate(&who, &groups, Action::List, Some(tool))
+                .allowed
+        }
+    }
+
+    fn evaluate(
         &self,
         who: &Who,
         groups: &[String],
