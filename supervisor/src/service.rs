@@ -988,23 +988,12 @@ mod reload_tests {
 mod fingerprint_tests {
     use super::*;
 
-    /// The bundled examples as published (4 tools, no Local Pass needed).
-    fn bundled_examples() -> Published {
-        let mut config = Config::default();
-        config.daemon.require_local_pass = false;
-        let examples =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("catalog/examples.json");
-        let published = crate::catalog::publish(&[crate::catalog::Source::Path(examples)], &config);
-        assert_eq!(published.tools.len(), 4, "{:?}", published.withheld);
-        published
-    }
-
     /// A catalog is observed by the ledger in one batch: one write however many tools (one
     /// per tool made a publish quadratic in the catalog's size, and an fsync per tool), and
     /// none when nothing changed; a tool whose content changed is withheld, the rest served.
     #[test]
     fn a_catalog_is_observed_in_one_ledger_write() {
-        let published = bundled_examples();
+        let published = crate::catalog::bundled_examples();
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let ledger = crate::gateway::Ledger::open(dir.path().join("ledger.json"))
             .unwrap_or_else(|e| panic!("{e}"));
@@ -1057,7 +1046,7 @@ mod fingerprint_tests {
     /// vouches for the same tools (a change here would withhold every approved tool).
     #[test]
     fn own_fingerprints_are_those_of_the_value_trees() {
-        let published = bundled_examples();
+        let published = crate::catalog::bundled_examples();
         for t in &published.tools {
             let annotations = json!({
                 "readOnlyHint": t.read_only,

@@ -365,6 +365,17 @@ fn publish_catalog(
     out
 }
 
+/// The bundled examples as published (4 tools, no Local Pass needed), for tests.
+#[cfg(test)]
+pub(crate) fn bundled_examples() -> Published {
+    let mut config = Config::default();
+    config.daemon.require_local_pass = false;
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalog/examples.json");
+    let published = publish(&[Source::Path(examples)], &config);
+    assert_eq!(published.tools.len(), 4, "{:?}", published.withheld);
+    published
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

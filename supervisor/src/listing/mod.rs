@@ -3,8 +3,8 @@
 //! of them a caller may see is decided once per caller and change; and the list goes out in
 //! pages of `[daemon] list_page_size` with an opaque cursor (MCP pagination: every page but
 //! the last holds exactly that many tools). A page's MCP `Tool`s are made as it is served,
-//! from the published tool they show: a page held its clones of them anyway, and keeping
-//! every tool made up front was 1.4 KiB per served tool for nothing.
+//! from the tool they show: a page held its clones of them anyway, and keeping every tool
+//! made up front (with its policy attributes) was 1.9 KiB per served tool for nothing.
 //!
 //! [`Cache::get`] is the one entry point: it hands back the listing made from the sources it
 //! is given, making a new one only when one of them is not the one the last listing was made

@@ -4,18 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::catalog::{publish, Source as CatalogSource};
 use crate::policy::{Action, Policy};
 use stsd_profiles::baseline::Config;
-
-fn examples() -> Published {
-    let mut config = Config::default();
-    config.daemon.require_local_pass = false;
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("catalog/examples.json");
-    let published = publish(&[CatalogSource::Path(path)], &config);
-    assert_eq!(published.tools.len(), 4, "{:?}", published.withheld);
-    published
-}
 
 fn listing(published: Published, policy: &Arc<Policy>) -> Arc<Listing> {
     Cache::default().get(Sources {
@@ -32,7 +22,7 @@ fn names(tools: &[Tool]) -> Vec<String> {
 
 #[test]
 fn tools_are_found_by_name_and_the_first_of_a_name_served_twice_wins() {
-    let mut published = examples();
+    let mut published = crate::catalog::bundled_examples();
     let mut twin = published.tools[2].clone();
     twin.spec.description = "the second of its name".into();
     published.tools.push(twin);
@@ -75,7 +65,7 @@ fn tools_are_found_by_name_and_the_first_of_a_name_served_twice_wins() {
 /// decisions with it.
 #[test]
 fn a_list_pass_leaves_the_policys_decision_cache_alone() {
-    let published = examples();
+    let published = crate::catalog::bundled_examples();
     let policy = Arc::new(Policy::from_config(&Config::default()).unwrap());
     let who = Who::uid(1001, "unix");
     let call = ToolAttrs::own(&published.tools[0]);
