@@ -1259,3 +1259,53 @@ fn a_hung_zygote_is_replaced_and_no_call_fails() {
         "a call failed: {recs:?}"
     );
 }
+
+/// A primed worker loads the parts of Intl its tool's code names before the call (see
+/// `globals::preload_intl`); its answers are those of a worker that loads them in the call,
+/// a tool that shadows `Intl` or replaces a locale method included.
+#[test]
+fn primed_workers_answer_intl_calls_as_unprimed_ones() {
+    let tools = [
+        ("nf", "return new Intl.NumberFormat('de').format(1234567.891);", "1.234.567,891"),
+        ("sort", "return ['z','ä','a','Ö','o'].sort((a, b) => a.localeCompare(b)).join(',');", "a,ä,o,Ö,z"),
+        ("ko", "return new Date(Date.UTC(2024, 0, 15)).toLocaleDateString('ko-KR', {dateStyle: 'full', timeZone: 'UTC'});", "2024년 1월 15일 월요일"),
+        ("shadow", "const Intl = 1; return typeof Intl + ',' + 'b'.localeCompare('a');", "number,1"),
+        ("replaced", "String.prototype.localeCompare = () => 7; return 'b'.localeCompare('a') + ',' + (1234.5).toLocaleString('en-US');", "7,1,234.5"),
+    ];
+    let specs: Vec<_> = tools
+        .iter()
+        .map(|(name, code, _)| {
+            json!({"name": name, "description": "Intl", "codeType": "Javascript",
+            "draft": false, "code": code})
+        })
+        .collect();
+    let answers = |prime: bool| -> Vec<(bool, String)> {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let catalog = dir.path().join("catalog.json");
+        std::fs::write(&catalog, json!(specs).to_string()).unwrap_or_else(|e| panic!("{e}"));
+        let catalog = catalog.display().to_string();
+        let config = format!("[worker]\nprime = {prime}\n");
+        let d = Daemon::start_in(dir, 2, &config, &catalog);
+        let mut c = d.connect();
+        let mut out = Vec::new();
+        let mut id = 0;
+        for (name, _, _) in &tools {
+            // The first call asks for primed workers; the next ones find them.
+            for _ in 0..3 {
+                id += 1;
+                c.call(id, name, json!({}));
+                let r = c.response();
+                out.push((is_error(&r), text(&r)));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        out
+    };
+    let primed = answers(true);
+    let want: Vec<(bool, String)> = tools
+        .iter()
+        .flat_map(|(_, _, want)| std::iter::repeat_n((false, want.to_string()), 3))
+        .collect();
+    assert_eq!(primed, want);
+    assert_eq!(answers(false), want);
+}

@@ -153,7 +153,8 @@ impl Engine {
     }
 
     /// A primed engine: everything of `prime.job` but the arguments, its static variables
-    /// bound and its body compiled for `prime.expect_args`. Nothing of the body runs.
+    /// bound, the parts of Intl its code names loaded, and its body compiled for
+    /// `prime.expect_args`. Nothing of the body runs.
     pub fn prime(
         warm: Warm,
         prime: &stsd_protocol::frames::Prime,
@@ -164,6 +165,9 @@ impl Engine {
         // compile polls nothing that runs code; this only bounds a pathological parse).
         let until = Instant::now() + std::time::Duration::from_millis(job.limits.timeout_ms);
         let engine = Engine::prepare(warm, job, until, channel)?;
+        engine
+            .context
+            .with(|ctx| crate::globals::preload_intl(&ctx, &job.code));
         engine.bind_json(&[&job.statics_json], &[])?;
         let prefix = job.wrapper_prefix_with(&prime.expect_args);
         let source = format!("{prefix}{}\n}})", job.code);
