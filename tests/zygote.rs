@@ -1262,15 +1262,21 @@ fn a_hung_zygote_is_replaced_and_no_call_fails() {
 
 /// A primed worker loads the parts of Intl its tool's code names before the call (see
 /// `globals::preload_intl`); its answers are those of a worker that loads them in the call,
-/// a tool that shadows `Intl` or replaces a locale method included.
+/// a tool that shadows `Intl` or replaces a locale method (before or after Intl loads)
+/// included. In the primed daemon every call but a tool's first runs on a primed worker
+/// (the trace says so): the pool is let settle before each.
 #[test]
 fn primed_workers_answer_intl_calls_as_unprimed_ones() {
+    if stsd_tests::skip_unless_root("telling primed workers apart needs root") {
+        return;
+    }
     let tools = [
         ("nf", "return new Intl.NumberFormat('de').format(1234567.891);", "1.234.567,891"),
         ("sort", "return ['z','ä','a','Ö','o'].sort((a, b) => a.localeCompare(b)).join(',');", "a,ä,o,Ö,z"),
         ("ko", "return new Date(Date.UTC(2024, 0, 15)).toLocaleDateString('ko-KR', {dateStyle: 'full', timeZone: 'UTC'});", "2024년 1월 15일 월요일"),
         ("shadow", "const Intl = 1; return typeof Intl + ',' + 'b'.localeCompare('a');", "number,1"),
         ("replaced", "String.prototype.localeCompare = () => 7; return 'b'.localeCompare('a') + ',' + (1234.5).toLocaleString('en-US');", "7,1,234.5"),
+        ("replaced-first", "String.prototype.localeCompare = () => 7; (1).toLocaleString(); return 'b'.localeCompare('a');", "7"),
     ];
     let specs: Vec<_> = tools
         .iter()
@@ -1285,18 +1291,39 @@ fn primed_workers_answer_intl_calls_as_unprimed_ones() {
         std::fs::write(&catalog, json!(specs).to_string()).unwrap_or_else(|e| panic!("{e}"));
         let catalog = catalog.display().to_string();
         let config = format!("[worker]\nprime = {prime}\n");
-        let d = Daemon::start_in(dir, 2, &config, &catalog);
+        let d = Daemon::launch_env(
+            dir,
+            2,
+            &config,
+            Some(&catalog),
+            &[],
+            None,
+            &[("STSD_LOG", "stsd::exec=trace")],
+        );
         let mut c = d.connect();
         let mut out = Vec::new();
         let mut id = 0;
         for (name, _, _) in &tools {
-            // The first call asks for primed workers; the next ones find them.
+            // The first call asks for primed workers; the next ones find them, made.
             for _ in 0..3 {
                 id += 1;
                 c.call(id, name, json!({}));
                 let r = c.response();
                 out.push((is_error(&r), text(&r)));
-                std::thread::sleep(Duration::from_millis(100));
+                if prime {
+                    settle_on_any_primed(&d);
+                }
+            }
+        }
+        if prime {
+            let log = d.log();
+            let exchanges: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("worker exchange"))
+                .collect();
+            assert_eq!(exchanges.len(), 3 * tools.len(), "{log}");
+            for (i, l) in exchanges.iter().enumerate() {
+                assert_eq!(l.contains("primed=true"), i % 3 != 0, "call {i}: {l}");
             }
         }
         out
@@ -1308,4 +1335,26 @@ fn primed_workers_answer_intl_calls_as_unprimed_ones() {
         .collect();
     assert_eq!(primed, want);
     assert_eq!(answers(false), want);
+}
+
+/// Waits until the daemon holds confined (primed) workers, the same ones for 300 ms: the
+/// priming a call asked for is done.
+fn settle_on_any_primed(d: &Daemon) {
+    let t0 = Instant::now();
+    let mut last = Vec::new();
+    let mut since = Instant::now();
+    loop {
+        let now = confined_workers(d);
+        if now != last {
+            last = now;
+            since = Instant::now();
+        } else if !last.is_empty() && since.elapsed() >= Duration::from_millis(300) {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no primed workers settled: {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

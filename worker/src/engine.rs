@@ -161,8 +161,9 @@ impl Engine {
         channel: &Rc<Channel>,
     ) -> Result<Engine, Failure> {
         let job = &prime.job;
-        // Until the call starts, the deadline is the template's own timeout from now (the
-        // compile polls nothing that runs code; this only bounds a pathological parse).
+        // Until the call starts, the deadline is the template's own timeout from now: it
+        // bounds the Intl preload (stsd's own code) and a pathological parse; the call's
+        // budgets start afresh at `start`.
         let until = Instant::now() + std::time::Duration::from_millis(job.limits.timeout_ms);
         let engine = Engine::prepare(warm, job, until, channel)?;
         engine

@@ -2,7 +2,7 @@
 // Date, Number and String. Compiled the first time a tool touches any of them (prelude.js);
 // each Intl class is compiled from its own file (globals/intl/*.js) on its first use, and its
 // ICU4X formatter is built by the host (globals/intl/) when an instance first needs it.
-(function (host) {
+(function (host, _htmlHost, _load, stubs) {
   "use strict";
   const I = host.intlHost();
 
@@ -67,7 +67,13 @@
   // RelativeTimeFormat formats its number with NumberFormat.
   Object.defineProperty(u, "NumberFormat", { get: () => load("number") });
 
-  const method = (obj, name, fn) => Object.defineProperty(obj, name, { value: fn, writable: true, configurable: true });
+  // Only over the prelude's stand-in: a method the tool replaced (or deleted) before Intl
+  // loaded stays as the tool left it, as it would in node.
+  const method = (obj, name, fn) => {
+    const now = Object.getOwnPropertyDescriptor(obj, name);
+    if (stubs && !(now && stubs.has(now.value))) return;
+    Object.defineProperty(obj, name, { value: fn, writable: true, configurable: true });
+  };
   for (const name of ["toLocaleString", "toLocaleDateString", "toLocaleTimeString"]) {
     method(Date.prototype, name, function (...args) { return load("datetime").dateMethods[name].apply(this, args); });
   }

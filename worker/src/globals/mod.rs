@@ -197,7 +197,8 @@ pub fn precompile_intl() {
 /// daemon's path (one-shot, primed; a call's p50 less a `return 1` tool's, four alternating
 /// daemons each): `NumberFormat('de')` 161 -> 92 µs, a `localeCompare` sort 118 -> 99, a
 /// ko-KR full date 200 -> 118 (its formatter for ko-KR is still built in the call). A needle
-/// found in a comment or a string only costs the priming the load; nothing of the tool runs.
+/// found in a comment or a string loads what the call would not have: the priming's time,
+/// and the Intl objects in the call's heap (under its memory limit). Nothing of the tool runs.
 const INTL_PRELOADS: &[(&str, &str)] = &[
     ("Intl", "Intl;"),
     ("NumberFormat", "Intl.NumberFormat;"),
@@ -220,8 +221,9 @@ const INTL_PRELOADS: &[(&str, &str)] = &[
 
 /// A primed worker, before the tool's code is compiled (so nothing of the tool can stand in
 /// for `Intl` or the methods touched): loads the parts of Intl that `code` names, as its
-/// first use would, so that the call does not. A failure (the tool's memory limit, say) is
-/// left for the call to meet again, as it would have without this.
+/// first use would, so that the call does not. A failure (the tool's memory limit, say)
+/// caches nothing (each part is kept only once it loaded), so the call loads it again if it
+/// touches it.
 pub(crate) fn preload_intl(ctx: &Ctx<'_>, code: &str) {
     let mut touches: Vec<&str> = Vec::new();
     for (needle, touch) in INTL_PRELOADS {
@@ -382,5 +384,36 @@ mod tests {
         assert_eq!(before, "Intl,DateTimeFormat");
         assert_eq!(fresh("return 1", date), (String::new(), ko));
         assert_eq!(fresh("return 1", nf).0, "");
+        // A bare toLocaleString (a number's or a date's: both loaded) and a case method.
+        let bare = "(1234.5).toLocaleString()";
+        assert_eq!(
+            fresh(bare, bare),
+            ("Intl,NumberFormat,DateTimeFormat".into(), "1,234.5".into())
+        );
+        let upper = "'i'.toLocaleUpperCase('tr')";
+        assert_eq!(fresh(upper, upper), ("Intl".into(), "\u{130}".into()));
+    }
+
+    /// A locale method the tool replaced before Intl loaded stays the tool's once Intl loads
+    /// (as in node), whether Intl loads in the call or was loaded before it; one still the
+    /// prelude's stand-in becomes the real one.
+    #[test]
+    fn a_locale_method_the_tool_replaced_stays_replaced_when_intl_loads() {
+        let run = |preload: &str| -> String {
+            let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+            let cx = Context::full(&rt).unwrap_or_else(|e| panic!("{e}"));
+            cx.with(|ctx| {
+                super::install(&ctx).unwrap_or_else(|e| panic!("install: {e}"));
+                super::preload_intl(&ctx, preload);
+                ctx.eval::<String, _>(
+                    "String.prototype.localeCompare = () => 7; \
+                     const n = (1234.5).toLocaleString('en-US'); \
+                     [n, 'b'.localeCompare('a'), 'i'.toLocaleUpperCase('tr')].join('|')",
+                )
+                .unwrap_or_else(|e| panic!("eval: {e}"))
+            })
+        };
+        assert_eq!(run(""), "1,234.5|7|\u{130}");
+        assert_eq!(run("localeCompare toLocaleString"), "1,234.5|7|\u{130}");
     }
 }

@@ -13,7 +13,9 @@
   // Every group is parsed only when a tool first touches it: QuickJS parses a script whole,
   // and a fresh context per call would otherwise pay for all of it every time.
   const loaded = {};
-  const load = (name) => loaded[name] || (loaded[name] = host.compile(name)(host, htmlHost, load));
+  // The locale methods' stand-ins below: intl.js replaces a method only while it is still one.
+  const stubs = new Set();
+  const load = (name) => loaded[name] || (loaded[name] = host.compile(name)(host, htmlHost, load, stubs));
   const lazy = (name, get) => Object.defineProperty(globalThis, name, {
     configurable: true,
     enumerable: false,
@@ -35,11 +37,9 @@
   ];
   for (const [proto, names] of localeMethods) {
     for (const m of names) {
-      Object.defineProperty(proto, m, {
-        writable: true,
-        configurable: true,
-        value: function (...args) { load("intl"); return proto[m].apply(this, args); },
-      });
+      const stub = function (...args) { load("intl"); return proto[m].apply(this, args); };
+      stubs.add(stub);
+      Object.defineProperty(proto, m, { writable: true, configurable: true, value: stub });
     }
   }
 
