@@ -535,6 +535,12 @@ fn confined_workers(d: &Daemon) -> Vec<i32> {
 
 /// Waits until the daemon holds exactly `n` confined workers, the same ones for 300 ms.
 fn settle_on_primed(d: &Daemon, n: usize) -> Vec<i32> {
+    settle_confined(d, &format!("{n} primed workers"), |len| len == n)
+}
+
+/// Waits until the daemon's confined workers are the same ones for 300 ms and their number
+/// is `fit` (`what` says which, if none come within 20 s).
+fn settle_confined(d: &Daemon, what: &str, fit: impl Fn(usize) -> bool) -> Vec<i32> {
     let t0 = Instant::now();
     let mut last = Vec::new();
     let mut since = Instant::now();
@@ -543,12 +549,12 @@ fn settle_on_primed(d: &Daemon, n: usize) -> Vec<i32> {
         if now != last {
             last = now;
             since = Instant::now();
-        } else if last.len() == n && since.elapsed() >= Duration::from_millis(300) {
+        } else if fit(last.len()) && since.elapsed() >= Duration::from_millis(300) {
             return last;
         }
         assert!(
             t0.elapsed() < Duration::from_secs(20),
-            "expected {n} primed workers, have {last:?}"
+            "expected {what}, have {last:?}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -1311,7 +1317,8 @@ fn primed_workers_answer_intl_calls_as_unprimed_ones() {
                 let r = c.response();
                 out.push((is_error(&r), text(&r)));
                 if prime {
-                    settle_on_any_primed(&d);
+                    // The priming this call asked for is done.
+                    settle_confined(&d, "primed workers", |n| n > 0);
                 }
             }
         }
@@ -1335,26 +1342,4 @@ fn primed_workers_answer_intl_calls_as_unprimed_ones() {
         .collect();
     assert_eq!(primed, want);
     assert_eq!(answers(false), want);
-}
-
-/// Waits until the daemon holds confined (primed) workers, the same ones for 300 ms: the
-/// priming a call asked for is done.
-fn settle_on_any_primed(d: &Daemon) {
-    let t0 = Instant::now();
-    let mut last = Vec::new();
-    let mut since = Instant::now();
-    loop {
-        let now = confined_workers(d);
-        if now != last {
-            last = now;
-            since = Instant::now();
-        } else if !last.is_empty() && since.elapsed() >= Duration::from_millis(300) {
-            return;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "no primed workers settled: {last:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }

@@ -347,6 +347,19 @@ mod tests {
         assert_eq!(fresh(), first);
     }
 
+    /// `src`'s value in a fresh context with the runtime globals, after the Intl preload for
+    /// a tool whose code is `code`.
+    fn preloaded(code: &str, src: &str) -> String {
+        let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+        let cx = Context::full(&rt).unwrap_or_else(|e| panic!("{e}"));
+        cx.with(|ctx| {
+            super::install(&ctx).unwrap_or_else(|e| panic!("install: {e}"));
+            super::preload_intl(&ctx, code);
+            ctx.eval::<String, _>(src)
+                .unwrap_or_else(|e| panic!("eval: {e}"))
+        })
+    }
+
     /// A primed worker loads, before its call, the parts of Intl its tool's code names (the
     /// core, the class groups, the default-locale collator of a bare localeCompare) and no
     /// others; code that names none loads nothing; the tool's results are those of a lazy load.
@@ -355,22 +368,16 @@ mod tests {
         // Which of Intl's lazy accessors have been replaced by loaded values.
         let probe = "const own = (o, p) => Object.getOwnPropertyDescriptor(o, p); \
                      const loaded = own(globalThis, 'Intl').get === undefined; \
-                     (loaded ? ['Intl'].concat(['NumberFormat', 'DateTimeFormat', 'Collator', \
-                       'PluralRules'].filter(c => own(Intl, c).get === undefined)) : []).join()";
+                     return (loaded ? ['Intl'].concat(['NumberFormat', 'DateTimeFormat', \
+                       'Collator', 'PluralRules'].filter(c => own(Intl, c).get === undefined)) \
+                       : []).join()";
         let fresh = |code: &str, then: &str| -> (String, String) {
-            let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));
-            let cx = Context::full(&rt).unwrap_or_else(|e| panic!("{e}"));
-            cx.with(|ctx| {
-                super::install(&ctx).unwrap_or_else(|e| panic!("install: {e}"));
-                super::preload_intl(&ctx, code);
-                let before = ctx
-                    .eval::<String, _>(probe)
-                    .unwrap_or_else(|e| panic!("probe: {e}"));
-                let result = ctx
-                    .eval::<String, _>(then)
-                    .unwrap_or_else(|e| panic!("eval: {e}"));
-                (before, result)
-            })
+            let both = preloaded(
+                code,
+                &format!("[(() => {{ {probe} }})(), {then}].join('\\n')"),
+            );
+            let (before, result) = both.split_once('\n').unwrap_or_else(|| panic!("{both}"));
+            (before.to_string(), result.to_string())
         };
         let nf = "new Intl.NumberFormat('de').format(1234567.891)";
         assert_eq!(
@@ -400,18 +407,12 @@ mod tests {
     #[test]
     fn a_locale_method_the_tool_replaced_stays_replaced_when_intl_loads() {
         let run = |preload: &str| -> String {
-            let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));
-            let cx = Context::full(&rt).unwrap_or_else(|e| panic!("{e}"));
-            cx.with(|ctx| {
-                super::install(&ctx).unwrap_or_else(|e| panic!("install: {e}"));
-                super::preload_intl(&ctx, preload);
-                ctx.eval::<String, _>(
-                    "String.prototype.localeCompare = () => 7; \
-                     const n = (1234.5).toLocaleString('en-US'); \
-                     [n, 'b'.localeCompare('a'), 'i'.toLocaleUpperCase('tr')].join('|')",
-                )
-                .unwrap_or_else(|e| panic!("eval: {e}"))
-            })
+            preloaded(
+                preload,
+                "String.prototype.localeCompare = () => 7; \
+                 const n = (1234.5).toLocaleString('en-US'); \
+                 [n, 'b'.localeCompare('a'), 'i'.toLocaleUpperCase('tr')].join('|')",
+            )
         };
         assert_eq!(run(""), "1,234.5|7|\u{130}");
         assert_eq!(run("localeCompare toLocaleString"), "1,234.5|7|\u{130}");
