@@ -68,12 +68,17 @@
   Object.defineProperty(u, "NumberFormat", { get: () => load("number") });
 
   // Only over the prelude's stand-in: a method the tool replaced (or deleted) before Intl
-  // loaded stays as the tool left it, as it would in node.
+  // loaded stays as the tool left it, as it would in node. A stand-in the tool kept a
+  // reference to calls the real method (`real`), not whatever is on the prototype now.
+  const reals = new Map();
   const method = (obj, name, fn) => {
+    if (!reals.has(obj)) reals.set(obj, Object.create(null));
+    reals.get(obj)[name] = fn;
     const now = Object.getOwnPropertyDescriptor(obj, name);
     if (stubs && !(now && stubs.has(now.value))) return;
     Object.defineProperty(obj, name, { value: fn, writable: true, configurable: true });
   };
+  const real = (obj, name) => reals.get(obj)[name];
   for (const name of ["toLocaleString", "toLocaleDateString", "toLocaleTimeString"]) {
     method(Date.prototype, name, function (...args) { return load("datetime").dateMethods[name].apply(this, args); });
   }
@@ -103,5 +108,5 @@
   method(String.prototype, "toLocaleUpperCase", caseMethod(true));
   method(String.prototype, "toLocaleLowerCase", caseMethod(false));
 
-  return { Intl };
+  return { Intl, real };
 })

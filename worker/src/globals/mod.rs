@@ -403,18 +403,21 @@ mod tests {
 
     /// A locale method the tool replaced before Intl loaded stays the tool's once Intl loads
     /// (as in node), whether Intl loads in the call or was loaded before it; one still the
-    /// prelude's stand-in becomes the real one.
+    /// prelude's stand-in becomes the real one; a stand-in the tool kept calls the real one.
     #[test]
     fn a_locale_method_the_tool_replaced_stays_replaced_when_intl_loads() {
         let run = |preload: &str| -> String {
             preloaded(
                 preload,
-                "String.prototype.localeCompare = () => 7; \
+                "const kept = String.prototype.localeCompare; \
+                 String.prototype.localeCompare = () => 7; \
                  const n = (1234.5).toLocaleString('en-US'); \
-                 [n, 'b'.localeCompare('a'), 'i'.toLocaleUpperCase('tr')].join('|')",
+                 [n, 'b'.localeCompare('a'), kept.call('b', 'a'), \
+                  'i'.toLocaleUpperCase('tr')].join('|')",
             )
         };
-        assert_eq!(run(""), "1,234.5|7|\u{130}");
-        assert_eq!(run("localeCompare toLocaleString"), "1,234.5|7|\u{130}");
+        // The tool's own method answers 7; the one it kept a reference to, the real compare.
+        assert_eq!(run(""), "1,234.5|7|1|\u{130}");
+        assert_eq!(run("localeCompare toLocaleString"), "1,234.5|7|1|\u{130}");
     }
 }

@@ -29,7 +29,8 @@
   lazy("Intl", () => load("intl").Intl);
   lazy("URL", () => load("url").URL);
   lazy("URLSearchParams", () => load("url").URLSearchParams);
-  // The locale-sensitive methods load intl.js, which replaces them with the real ones.
+  // The locale-sensitive methods load intl.js, which replaces them with the real ones (those
+  // the tool has not replaced first); each stand-in calls the real one.
   const localeMethods = [
     [Date.prototype, ["toLocaleString", "toLocaleDateString", "toLocaleTimeString"]],
     [Number.prototype, ["toLocaleString"]],
@@ -37,7 +38,7 @@
   ];
   for (const [proto, names] of localeMethods) {
     for (const m of names) {
-      const stub = function (...args) { load("intl"); return proto[m].apply(this, args); };
+      const stub = function (...args) { return load("intl").real(proto, m).apply(this, args); };
       stubs.add(stub);
       Object.defineProperty(proto, m, { writable: true, configurable: true, value: stub });
     }
