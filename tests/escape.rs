@@ -9,8 +9,7 @@ use stsd::exec::{run_job, CallOutcome};
 use stsd_protocol::frames::{FsAccess, ProbeOutcome};
 use stsd_protocol::Code;
 use stsd_tests::{
-    cpus_allowed, exec_options, exec_options_in, is_root, job, scratch_base, spinning_job,
-    SPAWN_MODES,
+    exec_options, exec_options_in, is_root, job, scratch_base, spinning_job, SPAWN_MODES,
 };
 
 /// Every hostile probe the worker knows (worker/src/attack.rs).
@@ -311,41 +310,4 @@ fn rlimit_fsize_holds_a_file_to_the_write_budget_without_the_helper() {
         .map(|m| m.len())
         .unwrap_or(0);
     assert_eq!(size, 4 << 20);
-}
-
-/// A call's worker runs on the CPU of the thread that drives its exchange while the call is
-/// short (each wake-up between the two then stays on one CPU), and may run on any of the
-/// supervisor's CPUs once the call has run longer, so that long calls spread over the
-/// machine.
-#[test]
-fn a_call_s_worker_runs_beside_its_driver_then_anywhere() {
-    let all = cpus_allowed("self");
-    if all.len() < 2 {
-        eprintln!("skipped: this process may use one CPU only");
-        return;
-    }
-    let base = fixture();
-    let j = spinning_job(800, base.path());
-    let (tx, rx) = std::sync::mpsc::channel::<u32>();
-    let watcher = std::thread::spawn(move || {
-        let pid = rx.recv().unwrap_or(0);
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        cpus_allowed(&pid.to_string())
-    });
-    let mut at_start = Vec::new();
-    let out = run_job(&j, &exec_options(), &mut |ev| {
-        if let stsd::exec::Event::Started(pid) = ev {
-            at_start = cpus_allowed(&pid.to_string());
-            let _ = tx.send(pid);
-        }
-    });
-    assert!(out.result.is_ok(), "{out:?}");
-    assert_eq!(
-        at_start.len(),
-        1,
-        "at its start the worker may use {at_start:?}"
-    );
-    assert!(all.contains(&at_start[0]), "{at_start:?} of {all:?}");
-    let later = watcher.join().unwrap_or_default();
-    assert_eq!(later, all, "300 ms into its call");
 }

@@ -1,10 +1,16 @@
-//! Where a call's worker runs (`os::priority`, `exec::exchange`). Its own test binary: a lone
-//! call is one with no other exchange in flight in the process, which tests running in
-//! parallel threads of one binary would spoil.
+//! Where a call's worker runs (`os::priority`, `exec::exchange`). Its own test binary, its
+//! tests one at a time ([`serial`]): a lone call is one with no other exchange in flight in
+//! the process, which tests running in parallel threads would spoil.
 
 use stsd::exec::{run_job, run_keeping, spawn_ready, Event};
 use stsd_profiles::baseline::SpawnMode;
 use stsd_tests::{cpus_allowed, exec_options, scratch_base, spinning_job};
+
+/// Held by each test for its whole run, so that no other test's call is in flight beside it.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A job that spins for `ms` and that asks to keep its worker for another call.
 fn kept_job(ms: u64, base: &std::path::Path) -> stsd_protocol::frames::Job {
@@ -19,6 +25,7 @@ fn kept_job(ms: u64, base: &std::path::Path) -> stsd_protocol::frames::Job {
 /// with another in flight it is not pinned, and the worker and the zygote may use every CPU.
 #[test]
 fn a_reused_worker_is_placed_only_for_a_lone_call() {
+    let _serial = serial();
     let all = cpus_allowed("self");
     if all.len() < 2 {
         eprintln!("skipped: this process may use one CPU only");
@@ -133,10 +140,64 @@ fn a_reused_worker_is_placed_only_for_a_lone_call() {
             "the zygote while calls overlap"
         );
     }
+    // A one-shot call beside it is not pinned either: pinning one-shot workers while calls
+    // overlap piled them onto the drivers' CPUs too (one-shot calls/s at c=8 1583 -> 1655,
+    // medians of seven alternating rounds).
+    let one_shot = {
+        let mut o = kept_job(0, other_base.path());
+        o.keep_alive = false;
+        o
+    };
+    let mut at_start = Vec::new();
+    let out = run_job(&one_shot, &opts, &mut |ev| {
+        if let Event::Started(pid) = ev {
+            at_start = cpus_allowed(&pid.to_string());
+        }
+    });
+    assert!(out.result.is_ok(), "{out:?}");
+    assert_eq!(at_start, all, "a one-shot call with another in flight");
     let other = other
         .join()
         .unwrap_or_else(|_| panic!("the other call panicked"));
     assert!(other.result.is_ok(), "{other:?}");
+}
+
+/// A call's worker runs on the CPU of the thread that drives its exchange while the call is
+/// short (each wake-up between the two then stays on one CPU), and may run on any of the
+/// supervisor's CPUs once the call has run longer, so that long calls spread over the
+/// machine.
+#[test]
+fn a_call_s_worker_runs_beside_its_driver_then_anywhere() {
+    let all = cpus_allowed("self");
+    if all.len() < 2 {
+        eprintln!("skipped: this process may use one CPU only");
+        return;
+    }
+    let _serial = serial();
+    let base = scratch_base();
+    let j = spinning_job(800, base.path());
+    let (tx, rx) = std::sync::mpsc::channel::<u32>();
+    let watcher = std::thread::spawn(move || {
+        let pid = rx.recv().unwrap_or(0);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        cpus_allowed(&pid.to_string())
+    });
+    let mut at_start = Vec::new();
+    let out = run_job(&j, &exec_options(), &mut |ev| {
+        if let stsd::exec::Event::Started(pid) = ev {
+            at_start = cpus_allowed(&pid.to_string());
+            let _ = tx.send(pid);
+        }
+    });
+    assert!(out.result.is_ok(), "{out:?}");
+    assert_eq!(
+        at_start.len(),
+        1,
+        "at its start the worker may use {at_start:?}"
+    );
+    assert!(all.contains(&at_start[0]), "{at_start:?} of {all:?}");
+    let later = watcher.join().unwrap_or_default();
+    assert_eq!(later, all, "300 ms into its call");
 }
 
 /// The zygotes this process started (none in exec mode).
