@@ -100,12 +100,12 @@ fn a_reused_worker_is_placed_only_for_a_lone_call() {
         );
     }
 
-    // Another call in flight (a one-shot worker spinning for a second): not pinned, and let
+    // Another call in flight (a one-shot worker spinning for two seconds): not pinned, and let
     // go to every CPU.
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let other_base = scratch_base();
     let other_job = {
-        let mut o = kept_job(1000, other_base.path());
+        let mut o = kept_job(2000, other_base.path());
         o.keep_alive = false;
         o
     };
@@ -154,12 +154,19 @@ fn a_reused_worker_is_placed_only_for_a_lone_call() {
             at_start = cpus_allowed(&pid.to_string());
         }
     });
-    assert!(out.result.is_ok(), "{out:?}");
-    assert_eq!(at_start, all, "a one-shot call with another in flight");
+    // Still running now, the other call was in flight for the whole of this one.
+    let overlapped = !other.is_finished();
     let other = other
         .join()
         .unwrap_or_else(|_| panic!("the other call panicked"));
     assert!(other.result.is_ok(), "{other:?}");
+    assert!(out.result.is_ok(), "{out:?}");
+    if overlapped {
+        assert_eq!(at_start, all, "a one-shot call with another in flight");
+    } else {
+        // Inconclusive, not failed: the calls before it took this machine two whole seconds.
+        eprintln!("one-shot placement beside another call not checked: the other had ended");
+    }
 }
 
 /// A call's worker runs on the CPU of the thread that drives its exchange while the call is

@@ -12,8 +12,9 @@
 //!
 //! A lone call's worker (no other call in flight) also runs on the CPU of the thread that
 //! drives its exchange while the call is short ([`beside_caller`], [`anywhere`]): on a VM
-//! without halt polling, a wake-up sent to another CPU costs tens of microseconds. A worker kept for another call makes its next
-//! context away from that CPU ([`away_from`]), where the next call will run.
+//! without halt polling, a wake-up sent to another CPU costs tens of microseconds. A worker
+//! kept for another call makes its next context away from that CPU ([`away_from`]), where the
+//! next call will run.
 //!
 //! Putting a process back needs CAP_SYS_NICE (a root supervisor) or an RLIMIT_NICE that allows
 //! nice 0. A supervisor that has neither leaves every priority as it is.
