@@ -482,6 +482,10 @@ fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
 /// for the pool, made as background work: see `os::priority`).
 pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, CallError> {
     let t0 = Instant::now();
+    // Whether the zygote (whose CPUs a forked worker inherits) was kept off a lone call's CPU,
+    // asked before the fork and after it: calls that begin to overlap in between let the
+    // zygote go, but not the worker it had just forked.
+    let away_before = super::placement::keeping_away();
     let Spawned {
         proc,
         socket,
@@ -507,7 +511,7 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
         served: 0,
         making_context: false,
         primed: None,
-        kept_away: super::placement::keeping_away(),
+        kept_away: away_before || super::placement::keeping_away(),
         at_normal_policy: false,
     };
     let mut buf = [0u8; 256];
