@@ -535,12 +535,12 @@ fn confined_workers(d: &Daemon) -> Vec<i32> {
 
 /// Waits until the daemon holds exactly `n` confined workers, the same ones for 300 ms.
 fn settle_on_primed(d: &Daemon, n: usize) -> Vec<i32> {
-    settle_confined(d, &format!("{n} primed workers"), |len| len == n)
+    settle_confined(d, &format!("{n} primed workers"), |now| now.len() == n)
 }
 
-/// Waits until the daemon's confined workers are the same ones for 300 ms and their number
-/// is `fit` (`what` says which, if none come within 20 s).
-fn settle_confined(d: &Daemon, what: &str, fit: impl Fn(usize) -> bool) -> Vec<i32> {
+/// Waits until the daemon's confined workers are the same ones for 300 ms and they are `fit`
+/// (`what` says which, if none come within 20 s).
+fn settle_confined(d: &Daemon, what: &str, fit: impl Fn(&[i32]) -> bool) -> Vec<i32> {
     let t0 = Instant::now();
     let mut last = Vec::new();
     let mut since = Instant::now();
@@ -549,7 +549,7 @@ fn settle_confined(d: &Daemon, what: &str, fit: impl Fn(usize) -> bool) -> Vec<i
         if now != last {
             last = now;
             since = Instant::now();
-        } else if fit(last.len()) && since.elapsed() >= Duration::from_millis(300) {
+        } else if fit(&last) && since.elapsed() >= Duration::from_millis(300) {
             return last;
         }
         assert!(
@@ -1313,12 +1313,21 @@ fn primed_workers_answer_intl_calls_as_unprimed_ones() {
             // The first call asks for primed workers; the next ones find them, made.
             for _ in 0..3 {
                 id += 1;
+                let before = if prime {
+                    confined_workers(&d)
+                } else {
+                    Vec::new()
+                };
                 c.call(id, name, json!({}));
                 let r = c.response();
                 out.push((is_error(&r), text(&r)));
                 if prime {
-                    // The priming this call asked for is done.
-                    settle_confined(&d, "primed workers", |n| n > 0);
+                    // The priming this call asked for is done: a worker primed since (only
+                    // this tool wants primes now), and nothing changing any more. Workers
+                    // primed for the tool before are not enough to tell.
+                    settle_confined(&d, "a worker primed after the call", |now| {
+                        now.iter().any(|p| !before.contains(p))
+                    });
                 }
             }
         }
