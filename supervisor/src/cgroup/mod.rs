@@ -10,6 +10,15 @@
 //! no-internal-processes rule asks), else v1 (one directory per controller hierarchy). A
 //! directory left by a daemon that died is swept at the next start, its processes killed.
 //!
+//! A group joins the CPU controller only when it caps CPU. A group of the controller is
+//! scheduled as one entity beside the processes outside it, so the pool's `SCHED_IDLE`
+//! background work (a worker's start, priming, next context; see `os::priority`) would no
+//! longer yield to the callers and the daemon: a client woken on the CPU of a worker making
+//! its next context waited for that worker's slice (about 0.2 ms, `perf sched timehist`).
+//! An uncapped pool (the default) stays in the daemon's CPU group. On v2 the controller is
+//! enabled in this daemon's subtree when the first capped group is made, and from then on
+//! every group of that subtree is one (v2 gives siblings the same controllers).
+//!
 //! A process joins its group between fork and exec (a write of "0" to `cgroup.procs`
 //! through a descriptor opened beforehand, async-signal-safe), so nothing it starts ever
 //! runs outside it. The entry point is [`host`]; [`Host::create`] makes a [`Group`].
@@ -79,7 +88,13 @@ pub struct Host {
     version: Version,
     /// (controller, this process's `stsd-<pid>` directory); v2 has one, controller "".
     dirs: Vec<(&'static str, PathBuf)>,
+    /// The host offers the CPU controller (a group that caps CPU can have it).
     cpu: bool,
+    /// v2: the directories whose `cgroup.subtree_control` must list `cpu` for a group in
+    /// this daemon's directory to have it (the daemon's own cgroup, then its `stsd-<pid>`),
+    /// and whether they have been given it. Empty on v1.
+    cpu_path: Vec<PathBuf>,
+    cpu_enabled: std::sync::Mutex<bool>,
 }
 
 static HOST: OnceLock<Result<Host, String>> = OnceLock::new();
@@ -211,12 +226,9 @@ impl Host {
             ));
         }
         let cpu = offered.contains(&"cpu");
+        // `cpu` is enabled later, for the first group that caps CPU (see the module's doc).
         let enable = |dir: &Path| {
-            let mut v: Vec<&str> = discover::REQUIRED.to_vec();
-            if cpu {
-                v.push("cpu");
-            }
-            let line = v.iter().map(|c| format!("+{c}")).collect::<Vec<_>>();
+            let line = discover::REQUIRED.map(|c| format!("+{c}"));
             write(&dir.join("cgroup.subtree_control"), &line.join(" "))
         };
         sweep_stale(own);
@@ -247,8 +259,10 @@ impl Host {
         enable(&mine)?;
         Ok(Host {
             version: Version::V2,
+            cpu_path: vec![own.to_path_buf(), mine.clone()],
             dirs: vec![("", mine)],
             cpu,
+            cpu_enabled: std::sync::Mutex::new(false),
         })
     }
 
@@ -284,6 +298,8 @@ impl Host {
             version: Version::V1,
             dirs: made,
             cpu,
+            cpu_path: Vec::new(),
+            cpu_enabled: std::sync::Mutex::new(false),
         })
     }
 
@@ -317,6 +333,30 @@ impl Host {
         )
     }
 
+    /// Gives the CPU controller to this daemon's groups, once (v2; on v1 a group joins the
+    /// CPU hierarchy or not, nothing to enable). False, with a warning, if it cannot: the
+    /// group is then made without its CPU cap, as on a host without the controller.
+    fn enable_cpu(&self) -> bool {
+        let mut enabled = self
+            .cpu_enabled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !*enabled {
+            let given = self.cpu_path.iter().try_for_each(|dir| {
+                let control = dir.join("cgroup.subtree_control");
+                if read(&control)?.split_whitespace().any(|c| c == "cpu") {
+                    return Ok(());
+                }
+                write(&control, "+cpu")
+            });
+            match given {
+                Ok(()) => *enabled = true,
+                Err(e) => tracing::warn!(error = %e, "no CPU controller: CPU caps not applied"),
+            }
+        }
+        *enabled
+    }
+
     /// A new group `name-<n>` (`pool`, `upstream-<id>`; `n` counts the groups this process
     /// made, so two pools in one process, as in tests, never share one) with `limits`.
     pub fn create(&self, name: &str, limits: &Limits) -> Result<Group, String> {
@@ -330,8 +370,14 @@ impl Host {
         static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let name = format!("{name}-{n}");
-        let dirs: Vec<(&'static str, PathBuf)> =
-            self.dirs.iter().map(|(c, d)| (*c, d.join(&name))).collect();
+        // Only a group that caps CPU joins the CPU controller (see the module's doc).
+        let cpu = limits.cpu_percent != 0 && self.cpu && self.enable_cpu();
+        let dirs: Vec<(&'static str, PathBuf)> = self
+            .dirs
+            .iter()
+            .filter(|(c, _)| cpu || *c != "cpu")
+            .map(|(c, d)| (*c, d.join(&name)))
+            .collect();
         let mut group = Group {
             name: name.clone(),
             version: self.version,
@@ -343,7 +389,7 @@ impl Host {
             std::fs::create_dir(d).map_err(|e| format!("cannot make {}: {e}", d.display()))?;
             group.dirs.push((*c, d.clone()));
         }
-        group.set_limits(limits, self.cpu)?;
+        group.set_limits(limits, cpu)?;
         for (_, d) in &group.dirs {
             let f = std::fs::OpenOptions::new()
                 .write(true)
@@ -621,6 +667,18 @@ mod tests {
         };
         let mut first = joined("sleep", &["60"]);
         assert!(g.pids().contains(&first.id()), "{:?}", g.pids());
+        if h.cpu {
+            // It caps CPU, so it has the CPU controller, with the cap.
+            let (file, quota) = match h.version {
+                Version::V1 => ("cpu.cfs_quota_us", "50000"),
+                Version::V2 => ("cpu.max", "50000 100000"),
+            };
+            let dir = g.dir("cpu").unwrap();
+            assert_eq!(read(&dir.join(file)).unwrap().trim(), quota);
+            if h.version == Version::V1 {
+                assert!(dir.ends_with(cpu_group_of(first.id()).trim_start_matches('/')));
+            }
+        }
         // Twenty more sleeps forked inside a group of eight: the forks past the limit fail
         // (the shell may give up; its zombie still counts until reaped).
         let mut second = joined(
@@ -641,6 +699,60 @@ mod tests {
         let dirs: Vec<PathBuf> = g.dirs.iter().map(|(_, d)| d.clone()).collect();
         drop(Arc::into_inner(g).unwrap());
         assert!(dirs.iter().all(|d| !d.exists()), "{dirs:?}");
+    }
+
+    /// The path of `pid`'s group in the v1 CPU hierarchy ("" on a v2-only host).
+    fn cpu_group_of(pid: u32) -> String {
+        read(Path::new(&format!("/proc/{pid}/cgroup")))
+            .unwrap()
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.splitn(3, ':').skip(1);
+                f.next().zip(f.next())
+            })
+            .find(|(c, _)| c.split(',').any(|c| c == "cpu"))
+            .map(|(_, p)| p.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_group_without_a_cpu_cap_stays_in_the_daemons_cpu_group() {
+        let Ok(h) = host() else {
+            eprintln!("skipped: {}", describe());
+            return;
+        };
+        let limits = Limits {
+            memory_bytes: 64 << 20,
+            pids: 8,
+            cpu_percent: 0,
+        };
+        let enabled_before = *h.cpu_enabled.lock().unwrap();
+        let g = Arc::new(h.create("test-uncapped", &limits).unwrap());
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("60");
+        // SAFETY: the hook only calls write(2).
+        unsafe {
+            cmd.pre_exec(g.join_hook());
+        }
+        let mut child = cmd.spawn().unwrap();
+        assert!(g.pids().contains(&child.id()), "{:?}", g.pids());
+        match h.version {
+            // Scheduled beside the daemon, so its SCHED_IDLE work yields to the daemon's
+            // callers: not a group of its own in the CPU hierarchy.
+            Version::V1 => assert_eq!(cpu_group_of(child.id()), cpu_group_of(std::process::id())),
+            // No capped group has been made yet in this process: the controller is not
+            // enabled in the daemon's subtree, so the group does not have it.
+            Version::V2 if !enabled_before => {
+                let controllers = read(&g.dir("").unwrap().join("cgroup.controllers")).unwrap();
+                assert!(
+                    !controllers.split_whitespace().any(|c| c == "cpu"),
+                    "{controllers}"
+                );
+            }
+            Version::V2 => {}
+        }
+        assert!(g.kill_all(Duration::from_secs(10)));
+        let _ = child.wait();
     }
 
     #[test]
