@@ -412,6 +412,7 @@ impl<'j> Exchange<'j> {
             primed = self.went_primed,
             was_ready = self.was_warm,
             awaited_us = self.awaited_us,
+            spawn_us = out.timings.spawn_us,
             exchange_us = self.t0.elapsed().as_micros() as u64,
             profile_us = out.timings.worker.profile_us,
             context_us = out.timings.worker.context_us,

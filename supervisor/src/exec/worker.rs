@@ -497,6 +497,7 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
             format!("cannot start a worker (the tool did not run): {e}"),
         )
     })?;
+    let forked_us = t0.elapsed().as_micros() as u64;
     // A worker for the pool waits as background work, whatever the zygote's standing was
     // when it forked (a call's urgent fork may have been under way).
     if !urgent {
@@ -532,6 +533,8 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
         ));
     }
     w.spawn_us = t0.elapsed().as_micros() as u64;
+    // How long the fork took and the worker to say Ready (STSD_LOG=stsd::exec=trace).
+    tracing::trace!(urgent, forked_us, spawn_us = w.spawn_us, "worker made");
     Ok(w)
 }
 
