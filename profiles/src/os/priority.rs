@@ -49,6 +49,12 @@ pub fn background(id: u32) {
     }
 }
 
+/// Whether the calling thread runs as background work (SCHED_IDLE) now.
+pub fn is_background() -> bool {
+    // SAFETY: sched_getscheduler(0) reads the calling thread's policy.
+    unsafe { libc::sched_getscheduler(0) == libc::SCHED_IDLE }
+}
+
 /// Process `id` (a worker about to be given its job) back to the normal policy.
 pub fn foreground(id: u32) {
     if can_restore() {
