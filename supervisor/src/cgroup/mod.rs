@@ -350,6 +350,12 @@ impl Host {
                 write(&control, "+cpu")
             });
             match given {
+                Ok(()) if !self.cpu_path.is_empty() => {
+                    // From now on the pool is a CPU group too (v2 gives siblings the same
+                    // controllers): its background work competes with the daemon as a group.
+                    tracing::info!("a group caps CPU: the CPU controller is on for every group of this daemon, the pool's included");
+                    *enabled = true;
+                }
                 Ok(()) => *enabled = true,
                 Err(e) => tracing::warn!(error = %e, "no CPU controller: CPU caps not applied"),
             }
@@ -383,7 +389,11 @@ impl Host {
             version: self.version,
             dirs: Vec::new(),
             procs: Vec::new(),
-            limits: *limits,
+            // What is enforced: no CPU cap where the controller could not be had.
+            limits: Limits {
+                cpu_percent: if cpu { limits.cpu_percent } else { 0 },
+                ..*limits
+            },
         };
         for (c, d) in &dirs {
             std::fs::create_dir(d).map_err(|e| format!("cannot make {}: {e}", d.display()))?;
@@ -655,7 +665,14 @@ mod tests {
             cpu_percent: 50,
         };
         let g = Arc::new(h.create("test-join", &limits).unwrap());
-        assert_eq!(g.limits(), limits);
+        let capped = g.limits().cpu_percent != 0;
+        assert_eq!(
+            g.limits(),
+            Limits {
+                cpu_percent: if capped { 50 } else { 0 },
+                ..limits
+            }
+        );
         let joined = |program: &str, args: &[&str]| {
             let mut cmd = std::process::Command::new(program);
             cmd.args(args);
@@ -667,7 +684,7 @@ mod tests {
         };
         let mut first = joined("sleep", &["60"]);
         assert!(g.pids().contains(&first.id()), "{:?}", g.pids());
-        if h.cpu {
+        if capped {
             // It caps CPU, so it has the CPU controller, with the cap.
             let (file, quota) = match h.version {
                 Version::V1 => ("cpu.cfs_quota_us", "50000"),
@@ -726,7 +743,10 @@ mod tests {
             pids: 8,
             cpu_percent: 0,
         };
-        let enabled_before = *h.cpu_enabled.lock().unwrap();
+        // Held until the group's controllers are read: a capped group made meanwhile by
+        // another test would enable the controller (v2). An uncapped `create` never takes it.
+        let enabled = h.cpu_enabled.lock().unwrap();
+        let enabled_before = *enabled;
         let g = Arc::new(h.create("test-uncapped", &limits).unwrap());
         let mut cmd = std::process::Command::new("sleep");
         cmd.arg("60");
@@ -751,6 +771,7 @@ mod tests {
             }
             Version::V2 => {}
         }
+        drop(enabled);
         assert!(g.kill_all(Duration::from_secs(10)));
         let _ = child.wait();
     }

@@ -83,30 +83,33 @@ impl Policy {
         }
     }
 
-    /// A background thread begins to ask for a fork (not a call's thread: one at the
-    /// normal policy is left as it is).
-    fn begin_background_ask(&self) {
+    /// A background thread begins to ask for a fork: true if it is now the one a waiting
+    /// call promotes. Not a call's thread (one at the normal policy is left as it is), nor a
+    /// second background thread while one is recorded (there is one, the refill thread).
+    fn begin_background_ask(&self) -> bool {
         if !stsd_profiles::os::priority::is_background() {
-            return;
+            return false;
         }
         let mut s = self.lock();
+        if s.asker.is_some() {
+            return false;
+        }
         // SAFETY: gettid has no preconditions.
         s.asker = Some(unsafe { libc::gettid() } as u32);
         s.asker_promoted = false;
         if s.urgent_waiting > 0 {
             Self::promote_asker(&mut s);
         }
+        true
     }
 
-    /// The background thread has its answer: background work again if a call promoted it.
+    /// The recorded background thread has its answer: background work again if a call
+    /// promoted it.
     fn end_background_ask(&self) {
         let mut s = self.lock();
-        // SAFETY: gettid has no preconditions.
-        if s.asker == Some(unsafe { libc::gettid() } as u32) {
-            s.asker = None;
-            if std::mem::take(&mut s.asker_promoted) {
-                stsd_profiles::os::priority::background(0);
-            }
+        s.asker = None;
+        if std::mem::take(&mut s.asker_promoted) {
+            stsd_profiles::os::priority::background(0);
         }
     }
 
@@ -139,6 +142,40 @@ impl Policy {
     /// The zygote is being retired: nothing is applied to its pid any more.
     fn zygote_gone(&self) {
         self.lock().zygote = None;
+    }
+}
+
+/// A fork being asked for, urgent or not: its [`Policy`] bookkeeping, undone when dropped (a
+/// panic included, so that no tid stays recorded for a thread that is gone).
+struct Asking<'p> {
+    policy: &'p Policy,
+    urgent: bool,
+    recorded: bool,
+}
+
+impl<'p> Asking<'p> {
+    fn begin(policy: &'p Policy, urgent: bool) -> Asking<'p> {
+        let recorded = if urgent {
+            policy.begin_urgent();
+            true
+        } else {
+            policy.begin_background_ask()
+        };
+        Asking {
+            policy,
+            urgent,
+            recorded,
+        }
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        match (self.urgent, self.recorded) {
+            (true, _) => self.policy.end_urgent(),
+            (false, true) => self.policy.end_background_ask(),
+            (false, false) => {}
+        }
     }
 }
 
@@ -208,20 +245,10 @@ impl Zygote {
     /// A new worker, forked by the zygote (replaced first if it has died). `urgent`: a call
     /// waits for it.
     pub fn fork(&self, urgent: bool) -> std::io::Result<Spawned> {
-        if urgent {
-            // At once: the zygote may be busy with a background fork this call must not wait
-            // behind at background priority.
-            self.policy.begin_urgent();
-        } else {
-            self.policy.begin_background_ask();
-        }
-        let r = self.ask(urgent);
-        if urgent {
-            self.policy.end_urgent();
-        } else {
-            self.policy.end_background_ask();
-        }
-        r
+        // At once, if urgent: the zygote may be busy with a background fork this call must
+        // not wait behind at background priority. Ended as the guard drops, even on unwind.
+        let _asking = Asking::begin(&self.policy, urgent);
+        self.ask(urgent)
     }
 
     fn ask(&self, urgent: bool) -> std::io::Result<Spawned> {
@@ -602,7 +629,7 @@ fn fork_reply(buf: &[u8], fds: Vec<OwnedFd>) -> std::io::Result<Spawned> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::Policy;
+    use super::{Asking, Policy};
     use std::sync::mpsc;
 
     fn policy_of(tid: u32) -> i32 {
@@ -626,23 +653,33 @@ mod tests {
             let policy = policy.clone();
             std::thread::spawn(move || {
                 stsd_profiles::os::priority::background(0);
-                policy.begin_background_ask();
+                let asking = Asking::begin(&policy, false);
+                // A second background thread asking meanwhile is not recorded.
+                let second = std::thread::scope(|t| {
+                    t.spawn(|| {
+                        stsd_profiles::os::priority::background(0);
+                        Asking::begin(&policy, false).recorded
+                    })
+                    .join()
+                    .unwrap()
+                });
+                assert!(!second);
                 // SAFETY: gettid has no preconditions.
                 asking_tx.send(unsafe { libc::gettid() } as u32).unwrap();
                 answer_rx.recv().unwrap();
-                policy.end_background_ask();
+                drop(asking);
                 policy_of(0)
             })
         };
         let tid = asking_rx.recv().unwrap();
         assert_eq!(policy_of(tid), libc::SCHED_IDLE);
-        policy.begin_urgent();
+        let call = Asking::begin(&policy, true);
         assert_eq!(
             policy_of(tid),
             libc::SCHED_OTHER,
             "promoted while the call waits"
         );
-        policy.end_urgent();
+        drop(call);
         answer_tx.send(()).unwrap();
         assert_eq!(
             asker.join().unwrap(),
@@ -653,10 +690,10 @@ mod tests {
         // A thread at the normal policy asking for a fork is left as it is.
         let policy2 = policy.clone();
         let normal = std::thread::spawn(move || {
-            policy2.begin_background_ask();
-            policy2.begin_urgent();
-            policy2.end_urgent();
-            policy2.end_background_ask();
+            let asking = Asking::begin(&policy2, false);
+            assert!(!asking.recorded);
+            drop(Asking::begin(&policy2, true));
+            drop(asking);
             policy_of(0)
         });
         assert_eq!(normal.join().unwrap(), libc::SCHED_OTHER);
