@@ -652,18 +652,28 @@ mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
 
-    #[test]
-    fn a_child_joins_before_exec_is_held_to_the_limits_and_taken_down_with_the_group() {
-        let Ok(h) = host() else {
-            // No cgroups on this host (not root, no delegation): the banner says so.
-            eprintln!("skipped: {}", describe());
-            return;
-        };
-        let limits = Limits {
+    /// This process's cgroup host, or None (said) where there is none (not root, no
+    /// delegation): the banner says so then.
+    fn host_here() -> Option<&'static Host> {
+        host()
+            .map_err(|_| eprintln!("skipped: {}", describe()))
+            .ok()
+    }
+
+    fn test_limits(cpu_percent: u32) -> Limits {
+        Limits {
             memory_bytes: 64 << 20,
             pids: 8,
-            cpu_percent: 50,
+            cpu_percent,
+        }
+    }
+
+    #[test]
+    fn a_child_joins_before_exec_is_held_to_the_limits_and_taken_down_with_the_group() {
+        let Some(h) = host_here() else {
+            return;
         };
+        let limits = test_limits(50);
         let g = Arc::new(h.create("test-join", &limits).unwrap());
         let capped = g.limits().cpu_percent != 0;
         assert_eq!(
@@ -734,15 +744,10 @@ mod tests {
 
     #[test]
     fn a_group_without_a_cpu_cap_stays_in_the_daemons_cpu_group() {
-        let Ok(h) = host() else {
-            eprintln!("skipped: {}", describe());
+        let Some(h) = host_here() else {
             return;
         };
-        let limits = Limits {
-            memory_bytes: 64 << 20,
-            pids: 8,
-            cpu_percent: 0,
-        };
+        let limits = test_limits(0);
         // Held until the group's controllers are read: a capped group made meanwhile by
         // another test would enable the controller (v2). An uncapped `create` never takes it.
         let enabled = h.cpu_enabled.lock().unwrap();
