@@ -12,6 +12,17 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The CPUs this process may use, or None (said) when it may use one only: placement
+/// needs a second CPU to be seen.
+fn cpus_or_skip() -> Option<Vec<u32>> {
+    let all = cpus_allowed("self");
+    if all.len() < 2 {
+        eprintln!("skipped: this process may use one CPU only");
+        return None;
+    }
+    Some(all)
+}
+
 /// A job that spins for `ms` and that asks to keep its worker for another call.
 fn kept_job(ms: u64, base: &std::path::Path) -> stsd_protocol::frames::Job {
     let mut j = spinning_job(ms, base);
@@ -26,11 +37,9 @@ fn kept_job(ms: u64, base: &std::path::Path) -> stsd_protocol::frames::Job {
 #[test]
 fn a_reused_worker_is_placed_only_for_a_lone_call() {
     let _serial = serial();
-    let all = cpus_allowed("self");
-    if all.len() < 2 {
-        eprintln!("skipped: this process may use one CPU only");
+    let Some(all) = cpus_or_skip() else {
         return;
-    }
+    };
     let base = scratch_base();
     let opts = exec_options();
     let j = kept_job(0, base.path());
@@ -175,11 +184,9 @@ fn a_reused_worker_is_placed_only_for_a_lone_call() {
 /// machine.
 #[test]
 fn a_call_s_worker_runs_beside_its_driver_then_anywhere() {
-    let all = cpus_allowed("self");
-    if all.len() < 2 {
-        eprintln!("skipped: this process may use one CPU only");
+    let Some(all) = cpus_or_skip() else {
         return;
-    }
+    };
     let _serial = serial();
     let base = scratch_base();
     let j = spinning_job(800, base.path());
