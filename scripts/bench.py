@@ -3,7 +3,7 @@
 import json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, threading, time
 
 ROOT = os.getcwd()
-STSD = os.path.join(ROOT, "target/release/stsd")
+STSD = os.path.join(ROOT, "target/x86_64-unknown-linux-gnu/release/stsd")  # .cargo/config.toml
 SPEC = os.path.join(ROOT, "supervisor/catalog/examples.json")
 BODY = next(s for s in json.load(open(SPEC)) if s["name"] == "stats-summary")["code"]
 ARGS = {"numbers": [3, 1, 4, 1, 5, 9, 2, 6]}

@@ -475,6 +475,33 @@ fn no_mapping_of_the_zygote_or_a_worker_is_writable_and_executable() {
     }
 }
 
+/// stsd is one static executable (.cargo/config.toml): the daemon, the zygote and a worker map
+/// no shared object. Dynamically linked, each fork copied and each worker's exit tore down
+/// libc's, libm's, libgcc_s's and the loader's mappings (37 mappings a worker against 14).
+#[test]
+fn the_daemon_the_zygote_and_a_worker_map_no_shared_library() {
+    if stsd_tests::skip_unless_root("reading another user's /proc/PID/maps needs root") {
+        return;
+    }
+    let d = Daemon::start(2, "");
+    let zygote = wait_for_zygote(&d, None);
+    d.wait_until("an idle worker", 60, |c| {
+        c.iter().any(|w| !w.2 && w.1 != 'Z')
+    });
+    let idle = idle_workers(&d);
+    assert!(!idle.is_empty(), "no idle worker to look at");
+    for pid in idle.into_iter().chain([zygote, d.pid()]) {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        assert!(!maps.is_empty(), "{pid}: no maps to read");
+        let shared: Vec<&str> = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .filter(|path| path.contains(".so"))
+            .collect();
+        assert!(shared.is_empty(), "{pid} maps shared objects: {shared:?}");
+    }
+}
+
 const SCHED_IDLE: u32 = 5;
 
 /// The scheduling policy of `pid` (None once it has gone).

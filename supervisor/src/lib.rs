@@ -1,6 +1,7 @@
 //! The stsd supervisor as a library: spec store, lifecycle, and the `check` report. The `stsd`
 //! binary is a thin CLI over it; integration tests in `tests/` use it directly.
 
+pub mod accounts;
 pub mod admin;
 pub mod admission;
 pub mod approval;

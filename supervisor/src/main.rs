@@ -779,6 +779,8 @@ fn main() -> ExitCode {
     if let Some(code) = child_role() {
         return code;
     }
+    // NSS pinned to glibc's built-in sources before any thread or lookup (see accounts.rs).
+    stsd::accounts::builtin_sources();
     // systemd's variables are read and removed before any thread exists (see systemd/).
     let systemd = stsd::systemd::Systemd::from_env();
     let cli = Cli::parse();

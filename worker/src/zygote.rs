@@ -92,11 +92,6 @@ pub fn run() -> i32 {
     // per worker, Math.random's state, is seeded per call (see engine::Engine::prepare).
     let warm = super::engine::Warm::new();
     crate::globals::precompile_intl();
-    // The getrandom crate looks up libc's getrandom(2) wrapper (dlsym) on its first use, a
-    // walk of the shared libraries' symbol tables that faulted about 40 pages into each
-    // worker. Resolved here, each worker inherits the function pointer: no random bytes, no
-    // state (every worker still draws its own from the kernel).
-    let _ = getrandom::fill(&mut [0u8; 1]);
     // What the workers inherit ready to use (see inherit.rs): the page-table entries of the
     // code this process has run, and where its heap starts, for each worker to own it.
     let heap = super::inherit::prepare();

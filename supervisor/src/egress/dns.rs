@@ -19,6 +19,7 @@ pub struct SystemDns;
 
 impl Dns for SystemDns {
     fn lookup(&self, host: &str, timeout: Duration) -> io::Result<Vec<IpAddr>> {
+        crate::accounts::builtin_sources(); // hosts: `files dns`, no module loaded
         let (tx, rx) = mpsc::channel();
         let name = host.to_string();
         std::thread::Builder::new()

@@ -20,9 +20,8 @@ fn fnv1a(s: &str) -> u64 {
 /// Whether a uid/gid is already someone's: a user or group the system resolves, or a
 /// systemd dynamic user's lock file.
 pub fn held_by_system(id: u32) -> bool {
-    use nix::unistd::{Gid, Group, Uid, User};
-    matches!(User::from_uid(Uid::from_raw(id)), Ok(Some(_)))
-        || matches!(Group::from_gid(Gid::from_raw(id)), Ok(Some(_)))
+    crate::accounts::user_by_uid(id).is_some()
+        || crate::accounts::group_by_gid(id).is_some()
         || std::path::Path::new(&format!("/run/systemd/dynamic-uid/{id}")).exists()
 }
 

@@ -40,14 +40,13 @@ impl AdminSet {
 
 /// Whether `uid` is a member of [`ADMIN_GROUP`] (as its primary group or listed in it).
 fn in_admin_group(uid: u32) -> bool {
-    use nix::unistd::{Group, Uid, User};
-    let Ok(Some(group)) = Group::from_name(ADMIN_GROUP) else {
+    let Some(group) = crate::accounts::group_by_name(ADMIN_GROUP) else {
         return false;
     };
-    let Ok(Some(user)) = User::from_uid(Uid::from_raw(uid)) else {
+    let Some(user) = crate::accounts::user_by_uid(uid) else {
         return false;
     };
-    user.gid == group.gid || group.mem.contains(&user.name)
+    user.gid == group.gid || group.members.contains(&user.name)
 }
 
 /// The group of the configured admins.
@@ -136,16 +135,11 @@ fn unix_groups_cached(uid: u32) -> Vec<String> {
 
 /// The Unix groups of `uid` (its primary group and those listing it), by name.
 fn unix_groups(uid: u32) -> Vec<String> {
-    use nix::unistd::{getgrouplist, Group, Uid, User};
-    let Ok(Some(user)) = User::from_uid(Uid::from_raw(uid)) else {
+    let Some(user) = crate::accounts::user_by_uid(uid) else {
         return Vec::new();
     };
-    let Ok(name) = std::ffi::CString::new(user.name.clone()) else {
-        return Vec::new();
-    };
-    getgrouplist(&name, user.gid)
-        .unwrap_or_default()
+    crate::accounts::group_ids(&user)
         .into_iter()
-        .filter_map(|g| Group::from_gid(g).ok().flatten().map(|g| g.name))
+        .filter_map(|g| crate::accounts::group_by_gid(g).map(|g| g.name))
         .collect()
 }

@@ -10,6 +10,17 @@ use sha2::{Digest, Sha256, Sha384, Sha512};
 use std::cell::Cell;
 use std::rc::Rc;
 
+// A static executable cannot find libc's getrandom(2) with dlsym, and the getrandom crates'
+// fallback reads /dev/urandom through a descriptor opened once, which a worker no longer has
+// when its call comes: every call would fail. .cargo/config.toml names the direct backend.
+#[cfg(all(
+    target_feature = "crt-static",
+    not(getrandom_backend = "linux_getrandom")
+))]
+compile_error!(
+    "a static stsd needs --cfg getrandom_backend=\"linux_getrandom\" (see .cargo/config.toml)"
+);
+
 /// WHATWG forgiving-base64's decoder: standard alphabet, non-zero trailing bits accepted
 /// (`atob("SGVsbG8gV29ybGR=")` is "Hello World", as in browsers and node).
 const FORGIVING_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
