@@ -48,11 +48,11 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON in {}: {e}", path.display()))
 }
 
-/// The `stsd` binary of this build (target/<profile>/stsd), which `cargo test --workspace`
-/// builds with the test-only `attack` feature.
+/// The `stsd` binary of this build (target/<triple>/<profile>/stsd), which `cargo test
+/// --workspace` builds with the test-only `attack` feature.
 pub fn stsd_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
-    // target/<profile>/deps/<test>-<hash> -> target/<profile>/stsd
+    // target/<triple>/<profile>/deps/<test>-<hash> -> target/<triple>/<profile>/stsd
     let bin = exe
         .parent()
         .and_then(Path::parent)

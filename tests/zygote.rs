@@ -448,18 +448,25 @@ fn a_call_reaches_the_supervisor_in_as_few_records_as_it_has_things_to_say() {
 /// Each code mapping is made writable for one store in the zygote (inherit.rs), then put
 /// back: no mapping of the zygote or of a worker is writable and executable, and the code is
 /// still mapped read-execute.
+/// The daemon's idle workers (once there is one) and its zygote.
+fn idle_workers_and_the_zygote(d: &Daemon) -> Vec<i32> {
+    let zygote = wait_for_zygote(d, None);
+    d.wait_until("an idle worker", 60, |c| {
+        c.iter().any(|w| !w.2 && w.1 != 'Z')
+    });
+    let mut pids = idle_workers(d);
+    assert!(!pids.is_empty(), "no idle worker to look at");
+    pids.push(zygote);
+    pids
+}
+
 #[test]
 fn no_mapping_of_the_zygote_or_a_worker_is_writable_and_executable() {
     if stsd_tests::skip_unless_root("reading another user's /proc/PID/maps needs root") {
         return;
     }
     let d = Daemon::start(2, "");
-    let zygote = wait_for_zygote(&d, None);
-    d.wait_until("an idle worker", 60, |c| {
-        c.iter().any(|w| !w.2 && w.1 != 'Z')
-    });
-    let idle = idle_workers(&d);
-    for pid in idle.into_iter().chain([zygote]) {
+    for pid in idle_workers_and_the_zygote(&d) {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         assert!(
             maps.lines().any(|l| l.contains(" r-xp ")),
@@ -484,13 +491,7 @@ fn the_daemon_the_zygote_and_a_worker_map_no_shared_library() {
         return;
     }
     let d = Daemon::start(2, "");
-    let zygote = wait_for_zygote(&d, None);
-    d.wait_until("an idle worker", 60, |c| {
-        c.iter().any(|w| !w.2 && w.1 != 'Z')
-    });
-    let idle = idle_workers(&d);
-    assert!(!idle.is_empty(), "no idle worker to look at");
-    for pid in idle.into_iter().chain([zygote, d.pid()]) {
+    for pid in idle_workers_and_the_zygote(&d).into_iter().chain([d.pid()]) {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         assert!(!maps.is_empty(), "{pid}: no maps to read");
         let shared: Vec<&str> = maps

@@ -5,16 +5,27 @@
 //! module it `dlopen`s, and a static executable that does so with threads running loads a
 //! second libc beside its own: looking up a uid that /etc/passwd does not hold crashed the
 //! process (SIGSEGV in `nss_systemd`, found by the policy's tests). So [`builtin_sources`]
-//! pins every database to the built-in sources before any lookup, and what `files` does not
-//! answer is asked of `getent(1)`, the system's own dynamically linked NSS client, in a child
-//! process: a user or group from LDAP or systemd is still found (and a uid an LDAP user holds
-//! is still seen as taken). Hosts are `files dns` (`/etc/hosts`, then the servers in
+//! pins every database to the built-in sources before any lookup. Where nsswitch.conf names
+//! other sources for users or groups, what they would add is asked of `getent(1)`, the
+//! system's own dynamically linked NSS client, in a child process (`/usr/bin/getent`, an
+//! empty environment, killed after [`GETENT_TIMEOUT`]), and each answer is kept for
+//! [`GETENT_TTL`], found or not: a user or group from LDAP or systemd is still found, a
+//! uid one holds is still seen as taken, and a caller's groups from those sources still
+//! count for the policy. Hosts are `files dns` (`/etc/hosts`, then the servers of
 //! `/etc/resolv.conf`).
 //!
 //! In a dynamically linked build nothing is pinned and every lookup is NSS's own.
 
 use nix::unistd::{Gid, Group, Uid, User};
+use std::collections::{BTreeSet, HashMap};
 use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long an answer of getent is kept, found or not (as the policy keeps a uid's groups).
+pub const GETENT_TTL: Duration = Duration::from_secs(10);
+/// How long getent may take before it is killed and its answer is "unknown".
+pub const GETENT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Pins NSS to its built-in sources (static builds; once, and before the first lookup:
 /// `main` calls it before any thread exists, and every lookup here calls it again).
@@ -69,6 +80,17 @@ pub struct GroupEntry {
     pub members: Vec<String>,
 }
 
+/// What getent said about a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    /// Its first line.
+    Found(String),
+    /// Exit status 2: no source holds the key (or getent is not asked: no other source).
+    Absent,
+    /// It could not be run, timed out or failed otherwise.
+    Unknown,
+}
+
 /// The user `uid`, if the system knows one.
 pub fn user_by_uid(uid: u32) -> Option<Account> {
     builtin_sources();
@@ -79,9 +101,12 @@ pub fn user_by_uid(uid: u32) -> Option<Account> {
             gid: u.gid.as_raw(),
         });
     }
-    let f = getent_fields("passwd", &uid.to_string())?;
+    let Answer::Found(line) = getent("passwd", &uid.to_string()) else {
+        return None;
+    };
+    let f: Vec<&str> = line.split(':').collect();
     Some(Account {
-        name: f.first()?.clone(),
+        name: f.first()?.to_string(),
         uid,
         gid: f.get(3)?.parse().ok()?,
     })
@@ -92,6 +117,8 @@ pub fn group_by_name(name: &str) -> Option<GroupEntry> {
     builtin_sources();
     match Group::from_name(name) {
         Ok(Some(g)) => Some(entry(g)),
+        // getent reads a key of digits as a gid: a name never is one.
+        _ if name.bytes().all(|b| b.is_ascii_digit()) => None,
         _ => group_from_getent(name),
     }
 }
@@ -105,23 +132,33 @@ pub fn group_by_gid(gid: u32) -> Option<GroupEntry> {
     }
 }
 
-/// Every gid `user` is in: its primary group and each group that lists it. A user of
-/// /etc/passwd gets the groups of /etc/group (no child process on the call path); one
-/// only another source knows, the groups the system's NSS gives it (`getent initgroups`).
+/// Whether `id` is some user's uid or some group's gid. A source that cannot be asked counts
+/// as holding it (a uid is given out only when nothing could hold it).
+pub fn id_held(id: u32) -> bool {
+    builtin_sources();
+    if matches!(User::from_uid(Uid::from_raw(id)), Ok(Some(_)))
+        || matches!(Group::from_gid(Gid::from_raw(id)), Ok(Some(_)))
+    {
+        return true;
+    }
+    let key = id.to_string();
+    getent("passwd", &key) != Answer::Absent || getent("group", &key) != Answer::Absent
+}
+
+/// Every gid `user` is in: its primary group, each group of /etc/group that lists it, and
+/// the groups other sources give it (`getent initgroups`, when nsswitch.conf names any).
 pub fn group_ids(user: &Account) -> Vec<u32> {
     builtin_sources();
     let mut ids = vec![user.gid];
-    let local = matches!(User::from_name(&user.name), Ok(Some(_)));
-    if local {
-        let listed = std::ffi::CString::new(user.name.clone())
-            .ok()
-            .and_then(|n| nix::unistd::getgrouplist(&n, Gid::from_raw(user.gid)).ok())
-            .unwrap_or_default();
+    if let Ok(name) = std::ffi::CString::new(user.name.clone()) {
+        let listed = nix::unistd::getgrouplist(&name, Gid::from_raw(user.gid)).unwrap_or_default();
         ids.extend(listed.into_iter().map(Gid::as_raw));
-    } else if let Some(line) = getent_line("initgroups", &user.name) {
+    }
+    if let Answer::Found(line) = getent("initgroups", &user.name) {
+        // "NAME<padding> gid gid ...": the gids follow the name.
+        let gids = line.strip_prefix(user.name.as_str()).unwrap_or("");
         ids.extend(
-            line.split_whitespace()
-                .skip(1)
+            gids.split_whitespace()
                 .filter_map(|g| g.parse::<u32>().ok()),
         );
     }
@@ -139,9 +176,12 @@ fn entry(g: Group) -> GroupEntry {
 }
 
 fn group_from_getent(key: &str) -> Option<GroupEntry> {
-    let f = getent_fields("group", key)?;
+    let Answer::Found(line) = getent("group", key) else {
+        return None;
+    };
+    let f: Vec<&str> = line.split(':').collect();
     Some(GroupEntry {
-        name: f.first()?.clone(),
+        name: f.first()?.to_string(),
         gid: f.get(2)?.parse().ok()?,
         members: f
             .get(3)
@@ -155,28 +195,115 @@ fn group_from_getent(key: &str) -> Option<GroupEntry> {
     })
 }
 
-/// `getent DB KEY`'s first line split at `:`, in a static build only (a dynamic one has
-/// asked NSS already); None when it is not found or getent cannot be run.
-fn getent_fields(db: &str, key: &str) -> Option<Vec<String>> {
-    let line = getent_line(db, key)?;
-    Some(line.split(':').map(str::to_string).collect())
+/// The databases for which /etc/nsswitch.conf names a source other than `files` and `dns`
+/// (`initgroups` follows `group` when it has no line of its own, as in glibc).
+fn databases_with_other_sources() -> &'static BTreeSet<String> {
+    static OTHER: OnceLock<BTreeSet<String>> = OnceLock::new();
+    OTHER.get_or_init(|| {
+        other_sources(&std::fs::read_to_string("/etc/nsswitch.conf").unwrap_or_default())
+    })
 }
 
-fn getent_line(db: &str, key: &str) -> Option<String> {
-    if !cfg!(target_feature = "crt-static") || key.is_empty() || key.starts_with('-') {
-        return None;
+/// [`databases_with_other_sources`] of an nsswitch.conf's text.
+fn other_sources(text: &str) -> BTreeSet<String> {
+    let mut lines = HashMap::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("");
+        if let Some((db, sources)) = line.split_once(':') {
+            lines.insert(db.trim().to_string(), sources.to_string());
+        }
     }
-    let out = Command::new("getent")
-        .args([db, key])
+    let other = |sources: &str| {
+        sources
+            .split_whitespace()
+            .filter(|w| !w.starts_with('['))
+            .any(|s| s != "files" && s != "dns")
+    };
+    let mut out: BTreeSet<String> = lines
+        .iter()
+        .filter(|(_, s)| other(s))
+        .map(|(db, _)| db.clone())
+        .collect();
+    if !lines.contains_key("initgroups") && out.contains("group") {
+        out.insert("initgroups".into());
+    }
+    out
+}
+
+/// getent's answer for `db` `key`, kept for [`GETENT_TTL`]. Asked only in a static build and
+/// only when nsswitch.conf names another source for `db`: otherwise `files` has answered.
+fn getent(db: &str, key: &str) -> Answer {
+    if !cfg!(target_feature = "crt-static")
+        || key.is_empty()
+        || !databases_with_other_sources().contains(db)
+    {
+        return Answer::Absent;
+    }
+    type Kept = HashMap<(String, String), (Instant, Answer)>;
+    static KEPT: OnceLock<Mutex<Kept>> = OnceLock::new();
+    let kept = KEPT.get_or_init(|| Mutex::new(HashMap::new()));
+    let k = (db.to_string(), key.to_string());
+    if let Some((at, a)) = kept.lock().unwrap_or_else(|e| e.into_inner()).get(&k) {
+        if at.elapsed() < GETENT_TTL {
+            return a.clone();
+        }
+    }
+    let a = run_getent(db, key);
+    let mut m = kept.lock().unwrap_or_else(|e| e.into_inner());
+    if m.len() >= 4096 {
+        m.clear();
+    }
+    m.insert(k, (Instant::now(), a.clone()));
+    a
+}
+
+fn run_getent(db: &str, key: &str) -> Answer {
+    let Some(bin) = ["/usr/bin/getent", "/bin/getent"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+    else {
+        return Answer::Unknown;
+    };
+    let child = Command::new(bin)
+        .args(["--", db, key])
+        .env_clear()
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
+        .spawn();
+    let Ok(child) = child else {
+        return Answer::Unknown;
+    };
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::Builder::new()
+        .name("stsd-getent".into())
+        .spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+    if waiter.is_err() {
+        return Answer::Unknown; // the child is killed and reaped as `child` drops
     }
-    let text = String::from_utf8(out.stdout).ok()?;
-    text.lines().next().map(str::to_string)
+    match rx.recv_timeout(GETENT_TIMEOUT) {
+        Ok(Ok(out)) => match out.status.code() {
+            Some(0) => match String::from_utf8(out.stdout) {
+                Ok(text) => text
+                    .lines()
+                    .next()
+                    .map_or(Answer::Absent, |l| Answer::Found(l.to_string())),
+                Err(_) => Answer::Unknown,
+            },
+            Some(2) => Answer::Absent,
+            _ => Answer::Unknown,
+        },
+        Ok(Err(_)) => Answer::Unknown,
+        Err(_) => {
+            // Not reaped until the waiter's wait returns, so the pid is still this child's.
+            // SAFETY: kill(2) on our own unreaped child.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            Answer::Unknown
+        }
+    }
 }
 
 #[cfg(test)]
@@ -192,8 +319,27 @@ mod tests {
         assert!(group_ids(&root).contains(&0));
         assert_eq!(group_by_gid(0).map(|g| g.name), Some("root".to_string()));
         assert_eq!(group_by_name("root").map(|g| g.gid), Some(0));
+        assert!(id_held(0));
         assert_eq!(user_by_uid(3_999_999_001), None);
         assert_eq!(group_by_gid(3_999_999_001), None);
+        assert!(!id_held(3_999_999_001));
         assert_eq!(group_by_name("stsd-no-such-group"), None);
+        assert_eq!(group_by_name("0"), None);
+    }
+
+    /// Which databases getent is asked for: those naming a source glibc does not build in;
+    /// actions in brackets are not sources; `initgroups` follows `group` unless it has a line.
+    #[test]
+    fn getent_is_asked_only_where_nsswitch_names_another_source() {
+        let debian = "passwd: files systemd\ngroup: files systemd\nshadow: files\n\
+                      hosts: files mdns4_minimal [NOTFOUND=return] dns myhostname\n";
+        let got: Vec<String> = other_sources(debian).into_iter().collect();
+        assert_eq!(got, ["group", "hosts", "initgroups", "passwd"]);
+        let plain =
+            "# a container\npasswd: files\ngroup: files [SUCCESS=merge]\nhosts: files dns\n";
+        assert!(other_sources(plain).is_empty());
+        let own = "group: files sss\ninitgroups: files\n";
+        let got: Vec<String> = other_sources(own).into_iter().collect();
+        assert_eq!(got, ["group"]);
     }
 }

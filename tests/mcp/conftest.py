@@ -17,7 +17,8 @@ SECRET = "supersecret-token-123"
 
 
 def stsd_bin() -> str:
-    b = os.environ.get("STSD_BIN", str(ROOT / "target" / "debug" / "stsd"))
+    # .cargo/config.toml names the target: the build is under target/<triple>/.
+    b = os.environ.get("STSD_BIN", str(ROOT / "target" / "x86_64-unknown-linux-gnu" / "debug" / "stsd"))
     assert os.path.exists(b), f"{b} is missing: build first (scripts/test does)"
     return b
 

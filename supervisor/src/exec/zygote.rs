@@ -416,8 +416,9 @@ impl Manager {
                 tracing::warn!(error = %e, "no zygote seccomp filter; each worker installs its whole program")
             }
         }
-        // The shared libraries' own symbols are bound at start (stsd itself is linked with
-        // BIND_NOW): once, here, instead of lazily in every forked worker.
+        // A dynamically linked build's shared libraries bind their symbols at start (stsd
+        // itself is linked with BIND_NOW): once, here, instead of lazily in every forked
+        // worker. The static executable (.cargo/config.toml) has none to bind.
         cmd.env("LD_BIND_NOW", "1");
         if let Some(code) = &self.code {
             let raw = code.as_raw_fd();

@@ -20,8 +20,7 @@ fn fnv1a(s: &str) -> u64 {
 /// Whether a uid/gid is already someone's: a user or group the system resolves, or a
 /// systemd dynamic user's lock file.
 pub fn held_by_system(id: u32) -> bool {
-    crate::accounts::user_by_uid(id).is_some()
-        || crate::accounts::group_by_gid(id).is_some()
+    crate::accounts::id_held(id)
         || std::path::Path::new(&format!("/run/systemd/dynamic-uid/{id}")).exists()
 }
 
