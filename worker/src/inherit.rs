@@ -13,11 +13,13 @@
 //! of its pages is a private anonymous page, and fork copies every one of their entries into
 //! every worker, which clears them again at exit (about 0.15 µs an entry on this VM,
 //! `scripts/machine_costs.c`), whether it reads the page or not. Nor, one by one, those of
-//! stsd's code: [`huge_code`] (the zygote, second) puts every whole 2 MiB block of it in a huge
-//! page, which a worker maps with one entry when it first runs it.
+//! stsd's code: [`huge_code`] (the zygote, second) puts every 2 MiB block of it in a huge page
+//! (the last one padded with zeros where the loader left the rest of it unmapped), which a
+//! worker maps with one entry when it first runs it.
 //!
 //! - The rest of the code (the zygote, once, in [`prepare`]): each other private code mapping
-//!   (of stsd's last partial block and of its libraries) gets one anonymous page of its own,
+//!   (a block that could not be made huge, a dynamically linked build's libraries) gets one
+//!   anonymous page of its own,
 //!   which makes fork copy the mapping's page-table entries (the kernel copies them for every
 //!   mapping that has anonymous pages). What is copied is what the zygote itself ran while it
 //!   started and made the first context: entries pointing at pages the page cache already
@@ -97,9 +99,9 @@ const HUGE: usize = 2 << 20;
 const HUGE_CODE_NAME: &std::ffi::CStr = c"stsd-code";
 const HUGE_CODE_MAPPING: &str = "/memfd:stsd-code";
 
-/// The zygote, second: the code of stsd that lies in whole 2 MiB-aligned blocks is replaced, at
-/// its address, by a read-only private mapping of a sealed memfd holding the same bytes in
-/// huge pages (`MADV_COLLAPSE`). A worker then maps each block its call runs with one fault
+/// The zygote, second: the code of stsd that lies in 2 MiB-aligned blocks (the last one padded,
+/// see [`padded_end`]) is replaced, at its address, by a read-only private mapping of a sealed
+/// memfd holding the same bytes in huge pages (`MADV_COLLAPSE`). A worker then maps each block its call runs with one fault
 /// and one page-table entry, instead of inheriting an entry per 4 KiB page of code the zygote
 /// ran (fork copied about 1200 of them into every worker, and exit cleared them again: some
 /// 300 µs of CPU per one-shot call here). The bytes, the addresses and the protection are
@@ -116,32 +118,50 @@ const HUGE_CODE_MAPPING: &str = "/memfd:stsd-code";
 /// keep (None when it mapped the one it was given).
 pub fn huge_code(mut given: Option<OwnedFd>) -> Option<OwnedFd> {
     let mut kept: Option<(usize, OwnedFd)> = None;
-    for m in mappings() {
+    let maps = mappings();
+    for m in &maps {
         if &m.perms != b"r-xp" || !m.path.starts_with('/') {
             continue;
         }
         let from = (m.start + HUGE - 1) & !(HUGE - 1);
-        let to = m.end & !(HUGE - 1);
+        let to = padded_end(m, &maps);
         if to <= from {
             continue;
         }
         let len = to - from;
         let (fd, made) = match given.take_if(|fd| sealed_of_size(fd, len)) {
             Some(fd) => (fd, false),
-            None => match copy_to_memfd(from, len) {
+            None => match copy_to_memfd(from, m.end.min(to) - from, len) {
                 Some(fd) => (fd, true),
                 None => continue,
             },
         };
         // SAFETY: [from, to) lies inside one executable private mapping of a file, as the
-        // kernel listed it, and `fd` holds its bytes; this process is single-threaded and
-        // nothing writes code.
+        // kernel listed it, or runs past its end only into addresses nothing maps (see
+        // padded_end); `fd` holds its bytes, then zeros; this process is single-threaded
+        // and nothing writes code.
         let mapped = unsafe { map_huge(from, len, &fd) };
         if mapped && made && kept.as_ref().is_none_or(|k| k.0 < len) {
             kept = Some((len, fd));
         }
     }
     kept.map(|k| k.1)
+}
+
+/// Where `m`'s huge-page code ends: its last whole 2 MiB block; or, when nothing is mapped
+/// between its end and the end of the block it ends in, that block too, its rest zeros. The
+/// code's last partial block was otherwise mapped a 4 KiB page at a time (in the static
+/// executable 1.1 MiB: about 280 page-table entries that every fork copied and every exit
+/// cleared); the padding adds no instruction, and lies where the loader left a gap.
+fn padded_end(m: &Mapping, maps: &[Mapping]) -> usize {
+    let whole = m.end & !(HUGE - 1);
+    let padded = (m.end + HUGE - 1) & !(HUGE - 1);
+    let gap_free = !maps.iter().any(|o| o.start < padded && o.end > m.end);
+    if padded > whole && gap_free {
+        padded
+    } else {
+        whole
+    }
 }
 
 /// Seals that make a memfd's bytes final.
@@ -161,8 +181,9 @@ fn sealed_of_size(fd: &OwnedFd, len: usize) -> bool {
     }
 }
 
-/// A sealed memfd holding `[start, start + len)` of this process's (readable) code.
-fn copy_to_memfd(start: usize, len: usize) -> Option<OwnedFd> {
+/// A sealed memfd of `size` bytes: `[start, start + len)` of this process's (readable) code,
+/// then zeros.
+fn copy_to_memfd(start: usize, len: usize, size: usize) -> Option<OwnedFd> {
     const MFD_EXEC: libc::c_uint = 0x10; // Linux 6.3: executable even where memfd_noexec=1
     let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
     // SAFETY: memfd_create with a NUL-terminated name; the descriptor is owned at once.
@@ -177,7 +198,9 @@ fn copy_to_memfd(start: usize, len: usize) -> Option<OwnedFd> {
         OwnedFd::from_raw_fd(fd)
     };
     // SAFETY: the caller's range is mapped readable.
-    let copied = unsafe { write_all(fd.as_raw_fd(), start, len) };
+    let copied = unsafe { write_all(fd.as_raw_fd(), start, len) }
+        // SAFETY: ftruncate on a descriptor we own (the rest reads as zeros).
+        && unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } == 0;
     // SAFETY: fcntl on a descriptor we own.
     let sealed = copied && unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, FINAL) } == 0;
     sealed.then_some(fd)
@@ -187,7 +210,8 @@ fn copy_to_memfd(start: usize, len: usize) -> Option<OwnedFd> {
 ///
 /// # Safety
 /// `[start, start + len)` must be 2 MiB-aligned, inside one mapping of read-only executable
-/// code that nothing writes, in a single-threaded process, and `fd` must hold its bytes.
+/// code that nothing writes (or past its end only where nothing is mapped), in a
+/// single-threaded process, and `fd` must hold its bytes (zeros past the code's end).
 unsafe fn map_huge(start: usize, len: usize, fd: &OwnedFd) -> bool {
     // Linux 6.1.
     const MADV_COLLAPSE: libc::c_int = 25;
