@@ -99,9 +99,9 @@ const HUGE: usize = 2 << 20;
 const HUGE_CODE_NAME: &std::ffi::CStr = c"stsd-code";
 const HUGE_CODE_MAPPING: &str = "/memfd:stsd-code";
 
-/// The zygote, second: the code of stsd that lies in 2 MiB-aligned blocks (the last one padded,
-/// see [`padded_end`]) is replaced, at its address, by a read-only private mapping of a sealed
-/// memfd holding the same bytes in huge pages (`MADV_COLLAPSE`). A worker then maps each block its call runs with one fault
+/// The zygote, second: the code of stsd that lies in 2 MiB-aligned blocks (the last one
+/// padded, see [`padded_end`]) is replaced, at its address, by a read-only private mapping of
+/// a sealed memfd holding the same bytes in huge pages (`MADV_COLLAPSE`). A worker then maps each block its call runs with one fault
 /// and one page-table entry, instead of inheriting an entry per 4 KiB page of code the zygote
 /// ran (fork copied about 1200 of them into every worker, and exit cleared them again: some
 /// 300 µs of CPU per one-shot call here). The bytes, the addresses and the protection are
@@ -124,7 +124,13 @@ pub fn huge_code(mut given: Option<OwnedFd>) -> Option<OwnedFd> {
             continue;
         }
         let from = (m.start + HUGE - 1) & !(HUGE - 1);
-        let to = padded_end(m, &maps);
+        let mut to = padded_end(m, &maps);
+        // The gap the last block is padded into is held (no access) until that block is
+        // mapped over it, so that nothing mapped meanwhile (the scratch mapping) can land
+        // there; if its block cannot be made huge, the gap stays held, inaccessible as before.
+        if to > m.end && !hold_gap(m.end, to - m.end) {
+            to = m.end & !(HUGE - 1);
+        }
         if to <= from {
             continue;
         }
@@ -162,6 +168,35 @@ fn padded_end(m: &Mapping, maps: &[Mapping]) -> usize {
     } else {
         whole
     }
+}
+
+/// Maps `[at, at + len)` with no access, only where nothing is mapped (`MAP_FIXED_NOREPLACE`):
+/// whether it is now held.
+fn hold_gap(at: usize, len: usize) -> bool {
+    // SAFETY: a new anonymous mapping that replaces nothing (the kernel refuses the range if
+    // any of it is mapped).
+    let got = unsafe {
+        libc::mmap(
+            at as *mut libc::c_void,
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE
+                | libc::MAP_ANONYMOUS
+                | libc::MAP_NORESERVE
+                | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if got == at as *mut libc::c_void {
+        return true;
+    }
+    if got != libc::MAP_FAILED {
+        // A kernel before 4.17 took the address as a hint: give back what it mapped elsewhere.
+        // SAFETY: the mapping just made, nothing else.
+        unsafe { libc::munmap(got, len) };
+    }
+    false
 }
 
 /// Seals that make a memfd's bytes final.
