@@ -27,8 +27,9 @@ pub const GETENT_TTL: Duration = Duration::from_secs(10);
 /// How long getent may take before it is killed and its answer is "unknown".
 pub const GETENT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Pins NSS to its built-in sources (static builds; once, and before the first lookup:
-/// `main` calls it before any thread exists, and every lookup here calls it again).
+/// Pins NSS to its built-in sources (static builds; once, and before the first lookup: a
+/// constructor calls it before `main` (`PIN_BEFORE_MAIN`), `main` again, and every lookup
+/// here again, in case a linker left the constructor out of an executable).
 pub fn builtin_sources() {
     #[cfg(target_feature = "crt-static")]
     {
@@ -63,6 +64,21 @@ pub fn builtin_sources() {
         });
     }
 }
+
+/// [`builtin_sources`] before `main`, in every executable that links this library (the daemon
+/// in each of its roles, and the test binaries): a lookup a dependency makes on its own
+/// (`getpwuid` for a home directory, say), from a thread and before anything here ran, would
+/// otherwise load the modules nsswitch.conf names into a static executable. glibc has run its
+/// own initialisation by the time `.init_array` runs; `Once` needs nothing of Rust's.
+#[cfg(target_feature = "crt-static")]
+#[used]
+#[link_section = ".init_array"]
+static PIN_BEFORE_MAIN: extern "C" fn() = {
+    extern "C" fn pin() {
+        builtin_sources();
+    }
+    pin
+};
 
 /// A user: name and primary group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -325,6 +341,54 @@ mod tests {
         assert!(!id_held(3_999_999_001));
         assert_eq!(group_by_name("stsd-no-such-group"), None);
         assert_eq!(group_by_name("0"), None);
+    }
+
+    /// A lookup that does not go through this module, made from a thread as the first thing a
+    /// fresh process does, for a uid /etc/passwd does not hold, loads no NSS module (in a
+    /// static build it crashed the process in `nss_systemd` where nsswitch.conf names it).
+    /// Run in a process of its own, so that no other test has pinned NSS first.
+    #[cfg(target_feature = "crt-static")]
+    #[test]
+    fn a_first_lookup_from_a_thread_loads_no_nss_module() {
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "accounts::tests::lookup_in_a_fresh_process",
+                "--include-ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("STSD_FRESH_LOOKUP", "1")
+            .output()
+            .expect("run the test binary");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && said.contains("fresh lookup: no module"),
+            "{:?}\n{said}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The child of the test above (ignored on its own).
+    #[cfg(target_feature = "crt-static")]
+    #[test]
+    #[ignore]
+    fn lookup_in_a_fresh_process() {
+        if std::env::var_os("STSD_FRESH_LOOKUP").is_none() {
+            return;
+        }
+        // SAFETY: getpwuid's result is only compared with null, on the thread that made it.
+        let found = std::thread::spawn(|| !unsafe { libc::getpwuid(3_999_999_002) }.is_null())
+            .join()
+            .expect("the lookup's thread");
+        assert!(!found);
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        assert!(
+            !maps.contains("libnss_"),
+            "an NSS module was loaded:\n{maps}"
+        );
+        println!("fresh lookup: no module");
     }
 
     /// Which databases getent is asked for: those naming a source glibc does not build in;
