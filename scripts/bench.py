@@ -3,7 +3,10 @@
 import json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, threading, time
 
 ROOT = os.getcwd()
-STSD = os.path.join(ROOT, "target/x86_64-unknown-linux-gnu/release/stsd")  # .cargo/config.toml
+# Where scripts/bench's `cargo build --release` put it: the target named in .cargo/config.toml,
+# under CARGO_TARGET_DIR when that is set (as scripts/test and scripts/package-deb read it).
+STSD = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"),
+                    "x86_64-unknown-linux-gnu/release/stsd")
 SPEC = os.path.join(ROOT, "supervisor/catalog/examples.json")
 BODY = next(s for s in json.load(open(SPEC)) if s["name"] == "stats-summary")["code"]
 ARGS = {"numbers": [3, 1, 4, 1, 5, 9, 2, 6]}
