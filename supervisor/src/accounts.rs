@@ -65,20 +65,42 @@ pub fn builtin_sources() {
     }
 }
 
-/// [`builtin_sources`] before `main`, in every executable that links this library (the daemon
-/// in each of its roles, and the test binaries): a lookup a dependency makes on its own
+/// [`builtin_sources`] before `main`, in every executable that links this library (the
+/// daemon and its commands, and the test binaries): a lookup a dependency makes on its own
 /// (`getpwuid` for a home directory, say), from a thread and before anything here ran, would
 /// otherwise load the modules nsswitch.conf names into a static executable. glibc has run its
-/// own initialisation by the time `.init_array` runs; `Once` needs nothing of Rust's.
+/// own initialisation by the time `.init_array` runs, and passes each entry `argc`, `argv` and
+/// `envp`; `Once` needs nothing of Rust's. Not in the binary's child roles (`worker`,
+/// `zygote`, `upstream-exec`, dispatched first in `main`): they make no lookup, and touch
+/// nothing (here: `/etc/nsswitch.conf`) before their sandbox or their exec.
 #[cfg(target_feature = "crt-static")]
 #[used]
 #[link_section = ".init_array"]
-static PIN_BEFORE_MAIN: extern "C" fn() = {
-    extern "C" fn pin() {
+static PIN_BEFORE_MAIN: extern "C" fn(
+    libc::c_int,
+    *const *const libc::c_char,
+    *const *const libc::c_char,
+) = {
+    extern "C" fn pin(
+        argc: libc::c_int,
+        argv: *const *const libc::c_char,
+        _envp: *const *const libc::c_char,
+    ) {
+        if argc >= 2 && !argv.is_null() {
+            // SAFETY: glibc passes main's argv: argc valid pointers to NUL-terminated strings.
+            let role = unsafe { std::ffi::CStr::from_ptr(*argv.add(1)) };
+            if CHILD_ROLES.contains(&role.to_bytes()) {
+                return;
+            }
+        }
         builtin_sources();
     }
     pin
 };
+
+/// The first arguments `main` dispatches before anything else (see `child_role` there).
+#[cfg(target_feature = "crt-static")]
+const CHILD_ROLES: [&[u8]; 3] = [b"worker", b"zygote", b"upstream-exec"];
 
 /// A user: name and primary group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -362,6 +384,12 @@ mod tests {
             .output()
             .expect("run the test binary");
         let said = String::from_utf8_lossy(&out.stdout);
+        // Where nsswitch.conf names no module, this passes without the constructor too.
+        let names_a_module = std::fs::read_to_string("/etc/nsswitch.conf")
+            .is_ok_and(|t| !other_sources(&t).is_empty());
+        if !names_a_module {
+            eprintln!("nsswitch.conf names no NSS module here: nothing could have been loaded");
+        }
         assert!(
             out.status.success() && said.contains("fresh lookup: no module"),
             "{:?}\n{said}\n{}",

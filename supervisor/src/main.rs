@@ -575,6 +575,7 @@ fn report(r: Result<(), String>) -> ExitCode {
 
 /// The child roles stsd execs itself as (a worker, the zygote, a confined upstream), which
 /// run before anything else of the CLI: None for every other command.
+/// The roles here are also in `accounts::CHILD_ROLES` (its constructor leaves them alone).
 fn child_role() -> Option<ExitCode> {
     match std::env::args_os().nth(1) {
         Some(a) if a == "worker" => {
