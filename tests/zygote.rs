@@ -1013,6 +1013,19 @@ fn a_call_whose_worker_was_killed_before_it_got_the_job_goes_to_another() {
     }
 }
 
+/// How many pool workers have said Ready, by the daemon's status (None: no answer).
+fn pool_ready(d: &Daemon) -> Option<i64> {
+    let out = std::process::Command::new(stsd_tests::stsd_bin())
+        .args(["status", "--json", "--socket"])
+        .arg(&d.socket)
+        .output()
+        .ok()?;
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()?
+        .pointer("/pool/ready")?
+        .as_i64()
+}
+
 /// Waits (up to 20 s) for `cond`, polling every 5 ms; panics with `what` when it never holds.
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let t0 = Instant::now();
@@ -1055,10 +1068,15 @@ fn a_worker_killed_after_the_call_took_it_but_before_it_read_the_job_is_replaced
                 .map(|w| w.0)
                 .collect()
         };
+        // Both pool workers have said Ready (the daemon's count): a worker still starting is
+        // idle too, and were both of them starting when everything is stopped, the call would
+        // ask the stopped zygote for a worker and never take one.
         let want = if reuse == "1" { 2 } else { 3 };
         wait_until(&format!("reuse {reuse}: {want} idle workers"), || {
             let w = live();
-            w.len() >= want && w.iter().all(|p| policy_of(*p) == Some(SCHED_IDLE))
+            pool_ready(&d) == Some(2)
+                && w.len() >= want
+                && w.iter().all(|p| policy_of(*p) == Some(SCHED_IDLE))
         });
         let zygote = wait_for_zygote(&d, None);
         // SAFETY: kill(2) on the daemon's zygote and its workers, pids read from /proc.
