@@ -26,6 +26,8 @@ use stsd_protocol::frames::{clip_message, FromWorker, WorkerTimings};
 use stsd_protocol::Code;
 
 pub use engine::STEPS_PER_TICK;
+/// What the zygote does to its heap before its first fork (public for its test).
+pub use inherit::take_free_chunks;
 pub use zygote::run as run_zygote;
 
 #[cfg(all(feature = "attack", debug_assertions))]
