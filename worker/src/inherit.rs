@@ -529,6 +529,9 @@ pub fn own_heap_while_idle(start: Option<usize>, work_within: impl Fn(i32) -> bo
     }
 }
 
+/// The largest request glibc's per-thread cache holds (its default `tcache_max`).
+const TCACHE_MAX_REQUEST: usize = 1032;
+
 /// The zygote, once, before its first fork: takes every free chunk glibc's heap holds (its
 /// bins and the thread's cache) and keeps them for good, so that a worker's allocations come
 /// from the top of the heap, packed into pages of its own, rather than from free chunks
@@ -538,13 +541,16 @@ pub fn own_heap_while_idle(start: Option<usize>, work_within: impl Fn(i32) -> bo
 ///
 /// A free chunk lies below the top chunk, whose start is the program break less the top's
 /// size (glibc's own count, `mallinfo2`). So this holds for the main arena only, that of a
-/// single-threaded process such as the zygote; elsewhere the first allocation is above that
-/// point and nothing is taken. Each request size is asked for until one comes from the top,
+/// single-threaded process such as the zygote, whose heap starts at `heap_start` (what
+/// [`prepare`] returned); an allocation outside `[heap_start, top)` ends the taking. Each request size is asked for until one comes from the top,
 /// which is given back: a large one joins the top again, a small one waits in the thread's
 /// cache at the top's start, where a worker's first allocations write anyway. Last, the top
 /// is trimmed to the program break's minimum: an idle worker makes its whole heap its own
 /// ([`own_heap_while_idle`]), and the free top the probes left would add some 75 KiB to each.
-pub fn take_free_chunks() -> usize {
+pub fn take_free_chunks(heap_start: Option<usize>) -> usize {
+    let Some(heap_start) = heap_start else {
+        return 0; // no heap mapped: nothing to take
+    };
     // glibc >= 2.33; every field is a size_t (the layout is C's: most are not read here).
     #[repr(C)]
     #[allow(dead_code)]
@@ -574,12 +580,15 @@ pub fn take_free_chunks() -> usize {
     };
     let mut taken = 0;
     // Large requests halve down to 1 KiB; then every small size glibc's cache and small bins
-    // hold (chunks of 32 to 1040 bytes), which also takes what the large ones split off.
-    let mut sizes: Vec<usize> = (0..7).map(|i| (64 << 10) >> i).collect();
-    sizes.extend((1..=63).rev().map(|k| k * 16));
+    // hold (chunks of 32 to 1040 bytes), which also takes what the large ones split off. An
+    // iterator, not a list: a list would be allocated in a hole and freed back into it.
+    let sizes = (0..7)
+        .map(|i| (64usize << 10) >> i)
+        .chain((1..=63).rev().map(|k| k * 16));
     for size in sizes {
         let (top, binned) = state();
-        if size >= 1024 && binned < size {
+        // The thread's cache (requests up to 1032 bytes) is not in mallinfo2's count.
+        if size > TCACHE_MAX_REQUEST && binned < size {
             continue; // no free chunk is this large: the request would come from the top
         }
         loop {
@@ -590,8 +599,9 @@ pub fn take_free_chunks() -> usize {
             if p.is_null() {
                 return taken;
             }
-            // From the top (or a merge of free chunks into it): this size is done.
-            if (p as usize).saturating_add(size) > top {
+            // From the top (or a merge of free chunks into it), or from outside the heap (not
+            // the main arena): this size is done.
+            if (p as usize) < heap_start || (p as usize).saturating_add(size) > top {
                 // SAFETY: allocated just above, freed once.
                 unsafe { libc::free(p) };
                 break;

@@ -103,7 +103,7 @@ pub fn run() -> i32 {
     }
     // Last before the loop: the free chunks the start left are the zygote's for good (see
     // inherit.rs), so that a worker allocates in pages of its own, not in the zygote's holes.
-    super::inherit::take_free_chunks();
+    super::inherit::take_free_chunks(heap);
     let mut req = [0u8; 8];
     loop {
         match recv(ctrl.as_raw_fd(), &mut req, MsgFlags::empty()) {
