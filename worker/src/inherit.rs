@@ -542,11 +542,12 @@ const TCACHE_MAX_REQUEST: usize = 1032;
 /// A free chunk lies below the top chunk, whose start is the program break less the top's
 /// size (glibc's own count, `mallinfo2`). So this holds for the main arena only, that of a
 /// single-threaded process such as the zygote, whose heap starts at `heap_start` (what
-/// [`prepare`] returned); an allocation outside `[heap_start, top)` ends the taking. Each request size is asked for until one comes from the top,
-/// which is given back: a large one joins the top again, a small one waits in the thread's
-/// cache at the top's start, where a worker's first allocations write anyway. Last, the top
-/// is trimmed to the program break's minimum: an idle worker makes its whole heap its own
-/// ([`own_heap_while_idle`]), and the free top the probes left would add some 75 KiB to each.
+/// [`prepare`] returned); an allocation outside `[heap_start, top)` ends the taking. Each
+/// request size is asked for until one comes from the top, which is given back: a large one
+/// joins the top again, a small one waits in the thread's cache at the top's start, where a
+/// worker's first allocations write anyway. Last, the top is trimmed to the program break's
+/// minimum: an idle worker makes its whole heap its own ([`own_heap_while_idle`]), and the
+/// free top the probes left would add some 75 KiB to each.
 pub fn take_free_chunks(heap_start: Option<usize>) -> usize {
     let Some(heap_start) = heap_start else {
         return 0; // no heap mapped: nothing to take
