@@ -205,6 +205,16 @@ fn killing_the_zygote_mid_load_loses_no_call() {
     assert!(zygote_pid(&d).is_some());
 }
 
+/// `stsd status --json` of the daemon (None: it did not answer with JSON).
+fn status_of(d: &Daemon) -> Option<serde_json::Value> {
+    let out = std::process::Command::new(stsd_tests::stsd_bin())
+        .args(["status", "--json", "--socket"])
+        .arg(&d.socket)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    serde_json::from_slice(&out.stdout).ok()
+}
+
 /// The zygote the daemon names (`stsd status`), other than `not`, once /proc shows it named
 /// `stsd-zygote`. Not /proc's oldest `stsd-zygote` child: a worker the killed zygote had just
 /// forked keeps that name until it renames itself, and on a busy machine (a worker waits as
@@ -212,13 +222,7 @@ fn killing_the_zygote_mid_load_loses_no_call() {
 fn wait_for_named_zygote(d: &Daemon, not: Option<i32>) -> i32 {
     let t0 = Instant::now();
     loop {
-        let out = std::process::Command::new(stsd_tests::stsd_bin())
-            .args(["status", "--json", "--socket"])
-            .arg(&d.socket)
-            .output()
-            .unwrap_or_else(|e| panic!("{e}"));
-        let named = serde_json::from_slice::<serde_json::Value>(&out.stdout)
-            .ok()
+        let named = status_of(d)
             .and_then(|s| s["pool"]["zygotePid"].as_i64())
             .map(|p| p as i32)
             .filter(|p| Some(*p) != not);
@@ -336,14 +340,7 @@ fn math_random_differs_in_every_forked_worker() {
 fn status_names_the_spawn_mode_and_the_zygote() {
     for mode in ["zygote", "exec"] {
         let d = Daemon::start(1, &format!("[worker]\nspawn = \"{mode}\"\n"));
-        let status = || -> serde_json::Value {
-            let out = std::process::Command::new(stsd_tests::stsd_bin())
-                .args(["status", "--json", "--socket"])
-                .arg(&d.socket)
-                .output()
-                .unwrap_or_else(|e| panic!("{e}"));
-            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"))
-        };
+        let status = || status_of(&d).unwrap_or_else(|| panic!("no status from the daemon"));
         let mut s = status();
         if mode == "zygote" {
             // A starting zygote shows in /proc (as `stsd-zygote`, once it has named itself) and
@@ -1015,15 +1012,7 @@ fn a_call_whose_worker_was_killed_before_it_got_the_job_goes_to_another() {
 
 /// How many pool workers have said Ready, by the daemon's status (None: no answer).
 fn pool_ready(d: &Daemon) -> Option<i64> {
-    let out = std::process::Command::new(stsd_tests::stsd_bin())
-        .args(["status", "--json", "--socket"])
-        .arg(&d.socket)
-        .output()
-        .ok()?;
-    serde_json::from_slice::<serde_json::Value>(&out.stdout)
-        .ok()?
-        .pointer("/pool/ready")?
-        .as_i64()
+    status_of(d)?.pointer("/pool/ready")?.as_i64()
 }
 
 /// Waits (up to 20 s) for `cond`, polling every 5 ms; panics with `what` when it never holds.
