@@ -311,3 +311,19 @@ fn rlimit_fsize_holds_a_file_to_the_write_budget_without_the_helper() {
         .unwrap_or(0);
     assert_eq!(size, 4 << 20);
 }
+
+/// Bytecode is taken from a worker only while it is primed, before any call reaches it: a
+/// worker that sends some in a call (compromised by the call's input, say) fails the call
+/// as a protocol error, and nothing of it is kept for another worker.
+#[test]
+fn bytecode_sent_in_a_call_is_refused() {
+    let base = fixture();
+    let out = probe("send_bytecode", FsAccess::None, base.path());
+    match &out.result {
+        Err(e) => assert!(
+            e.message.contains("bytecode from a worker in a call"),
+            "{e:?}"
+        ),
+        Ok(v) => panic!("the call stood: {v:?}"),
+    }
+}

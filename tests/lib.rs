@@ -162,6 +162,7 @@ pub fn job(
         keep_alive: false,
         compile_only: false,
         reuse_calls: 1,
+        bytecode: None,
         withheld: Default::default(),
     }
 }

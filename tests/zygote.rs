@@ -1497,3 +1497,108 @@ fn primed_workers_answer_intl_calls_as_unprimed_ones() {
     assert_eq!(primed, want);
     assert_eq!(answers(false), want);
 }
+
+/// A worker primed with `want_bytecode` hands on its body's bytecode ahead of its Ready, and a
+/// later worker given bytecode for its source runs that bytecode rather than parsing the
+/// source, primed or not. Shown with a forgery only a test can make (the daemon gives a key's
+/// bytecode to that key's workers, for the very source it was made from): tool A's bytecode
+/// labelled as tool B's source makes B's call answer as A. A prime that does not ask hands
+/// none on, and bytecode that does not read is parsed instead.
+#[test]
+fn a_primed_workers_bytecode_is_what_later_workers_run() {
+    use std::sync::Arc;
+    use stsd_protocol::frames::{Bytecode, FsAccess, Prime};
+    let opts = stsd_tests::exec_options();
+    let base = stsd_tests::scratch_base();
+    let a = stsd_tests::job("return 'from A';", FsAccess::None, base.path());
+    let b = stsd_tests::job("return 'from B';", FsAccess::None, base.path());
+    let prime = |job: &stsd_protocol::frames::Job, want_bytecode: bool| {
+        Arc::new(Prime {
+            job: job.template(),
+            expect_args: Vec::new(),
+            want_bytecode,
+        })
+    };
+    let answer = |out: stsd::exec::CallOutcome| match out.result {
+        Ok(stsd::exec::CallValue::Json(t)) => t,
+        other => panic!("{other:?}"),
+    };
+    let worker = || stsd::exec::spawn_ready(&opts, true).unwrap_or_else(|e| panic!("{e:?}"));
+
+    let mut w = worker();
+    w.prime(prime(&a, true)).unwrap_or_else(|e| panic!("{e}"));
+    let made = w
+        .await_primed(Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let made = made.unwrap_or_else(|| panic!("no bytecode from a prime that asked"));
+    assert_eq!(made.source, a.wrapped_body(&a.wrapper_prefix()));
+    assert!(!made.bytes.is_empty());
+    assert_eq!(
+        answer(stsd::exec::run_on(w, &a, &opts, None, &mut |_| {})),
+        "\"from A\""
+    );
+
+    let forged = Bytecode {
+        source: b.wrapped_body(&b.wrapper_prefix()),
+        bytes: made.bytes,
+    };
+    // Primed with it.
+    let mut w = worker();
+    let mut p = (*prime(&b, false)).clone();
+    p.job.bytecode = Some(forged.clone());
+    w.prime(Arc::new(p)).unwrap_or_else(|e| panic!("{e}"));
+    // A prime that did not ask for bytecode hands none on.
+    assert!(w.await_primed(Duration::from_secs(10)).is_err());
+    assert_eq!(
+        answer(stsd::exec::run_on(w, &b, &opts, None, &mut |_| {})),
+        "\"from A\""
+    );
+    // Given it with the job.
+    let mut given = b.clone();
+    given.bytecode = Some(forged);
+    assert_eq!(
+        answer(stsd::exec::run_job(&given, &opts, &mut |_| {})),
+        "\"from A\""
+    );
+    // Without it, B is B; and bytecode that does not read is parsed instead.
+    assert_eq!(
+        answer(stsd::exec::run_job(&b, &opts, &mut |_| {})),
+        "\"from B\""
+    );
+    let mut unreadable = b.clone();
+    unreadable.bytecode = Some(Bytecode {
+        source: b.wrapped_body(&b.wrapper_prefix()),
+        bytes: vec![0; 16],
+    });
+    assert_eq!(
+        answer(stsd::exec::run_job(&unreadable, &opts, &mut |_| {})),
+        "\"from B\""
+    );
+}
+
+/// One-shot with priming: the first worker primed for a tool hands its body's bytecode to the
+/// pool (`stsd status`: `pool.bytecodes`), one per tool, and the calls after it (on workers
+/// primed with it, or given it with their job) answer as the first did.
+#[test]
+fn the_pool_keeps_each_tools_bytecode_from_its_first_primed_worker() {
+    let d = Daemon::start(2, "[worker]\nprime = true\n");
+    let bytecodes = |d: &Daemon| status_of(d)?.pointer("/pool/bytecodes")?.as_i64();
+    assert_eq!(bytecodes(&d), Some(0));
+    let mut c = d.connect();
+    c.call(1, "leaky", json!({}));
+    let r = c.response();
+    assert_eq!(text(&r), "1", "{r}");
+    wait_until("the tool's bytecode is kept", || bytecodes(&d) == Some(1));
+    for i in 2..8 {
+        c.call(i, "leaky", json!({}));
+        let r = c.response();
+        assert_eq!(text(&r), "1", "call {i}: {r}");
+    }
+    c.call(8, "with-secret", json!({ "count": 3 }));
+    let r = c.response();
+    assert!(text(&r).contains(r#""n":3"#), "{r}");
+    wait_until("each tool's bytecode is kept", || bytecodes(&d) == Some(2));
+    c.call(9, "with-secret", json!({ "count": 4 }));
+    let r = c.response();
+    assert!(text(&r).contains(r#""n":4"#), "{r}");
+}

@@ -112,6 +112,33 @@ pub struct SeccompBpf {
     pub narrowing: Vec<u64>,
 }
 
+/// The largest [`Bytecode`] (source and bytes) a worker hands on: a quarter of a frame. The
+/// supervisor keeps it only if a prime carrying it still fits one (`exec::bodies`).
+pub const MAX_BYTECODE_BYTES: usize = MAX_FRAME_BYTES / 4;
+
+/// A tool body's bytecode, written by a worker primed for the tool before any call reached it
+/// (see [`Prime::want_bytecode`]), and given to the tool's later workers so that they load it
+/// instead of parsing the body again. It only ever goes to workers of the key it was made
+/// under (the tool's name and whole posture), and a worker loads it only for the very source
+/// it was written from.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bytecode {
+    /// The wrapped body ([`Job::wrapped_body`]) it was compiled from.
+    pub source: String,
+    /// What `JS_WriteObject` wrote (`JS_WRITE_OBJ_BYTECODE`).
+    pub bytes: Vec<u8>,
+}
+
+/// The lengths, not the bytes (a frame in an error message stays short).
+impl std::fmt::Debug for Bytecode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bytecode")
+            .field("source_len", &self.source.len())
+            .field("bytes_len", &self.bytes.len())
+            .finish()
+    }
+}
+
 /// One call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
@@ -141,6 +168,8 @@ pub struct Job {
     /// Calls the worker may serve in all (reuse; 1 without). Read once, when the worker is
     /// confined: its hard CPU limit covers that many calls' budgets.
     pub reuse_calls: u32,
+    /// The body's bytecode, when the tool's primed workers made it (see [`Bytecode`]).
+    pub bytecode: Option<Bytecode>,
     /// The secrets whose placeholders `statics_json` carries, with their values: the
     /// supervisor's broker substitutes them at egress. Never serialized, so never sent to a
     /// worker (a decoded job has none).
@@ -173,6 +202,11 @@ impl Job {
         } else {
             format!("(async function () {{var {}; ", missing.join(", "))
         }
+    }
+
+    /// The source a worker compiles: the body inside the wrapper that `prefix` opens.
+    pub fn wrapped_body(&self, prefix: &str) -> String {
+        format!("{prefix}{}\n}})", self.code)
     }
 
     /// The names of the arguments this call supplied.
@@ -212,6 +246,7 @@ impl Job {
             keep_alive: false,
             compile_only: false,
             reuse_calls: self.reuse_calls,
+            bytecode: None,
             withheld: self.withheld.clone(),
         }
     }
@@ -233,6 +268,9 @@ pub struct Prime {
     /// The argument names the body is compiled for (every declared param): a call that
     /// supplies others has its body compiled again, on the call path.
     pub expect_args: Vec<String>,
+    /// Send the body's bytecode ([`FromWorker::Bytecode`]) before Ready, when it was compiled
+    /// from its source here (the supervisor asks until it has it; `job.bytecode` then carries it).
+    pub want_bytecode: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -375,6 +413,8 @@ pub enum FromWorker {
         stack: Option<String>,
     },
     Timings(WorkerTimings),
+    /// A primed worker's compiled body, before its Ready, when the prime asked for it.
+    Bytecode(Box<Bytecode>),
     /// A piece of the next fetch's request body.
     FetchBody {
         data: Vec<u8>,
@@ -551,6 +591,7 @@ mod tests {
             keep_alive: false,
             compile_only: false,
             reuse_calls: 1,
+            bytecode: None,
             withheld: Default::default(),
         }
     }

@@ -350,6 +350,10 @@ pub fn run(name: &str, base: &str, parent: u32) -> ProbeOutcome {
                     },
                 }
             }
+            // The frame went out before the probe ran (lib.rs): nothing to do here.
+            "send_bytecode" => ProbeOutcome::Skipped {
+                why: "sent a Bytecode frame in a call".into(),
+            },
             other => ProbeOutcome::Skipped {
                 why: format!("unknown probe {other}"),
             },

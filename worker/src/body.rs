@@ -5,9 +5,13 @@
 //! its body to bytecode and keeps it; the next call whose wrapped source is the same loads
 //! the bytecode instead of parsing. A one-shot worker never writes any (it would not use it).
 //!
-//! The bytecode is this process's own, written from the same source by the same QuickJS
-//! build, and it carries the source and its line numbers: stacks, `Function.prototype.
-//! toString` and sloppy-mode semantics are those of a parse. Like the runtime globals'
+//! The bytecode is written from the same source by the same QuickJS build, and it carries
+//! the source and its line numbers: stacks, `Function.prototype.toString` and sloppy-mode
+//! semantics are those of a parse. It is this process's own, or (one-shot) given with the job
+//! or the prime: written by a worker primed for the same tool and posture before any call
+//! reached it (see the supervisor's `exec::bodies`), a function of the tool's own code that
+//! this worker runs anyway. A worker primed and asked for it hands its own on
+//! ([`take_kept`]). Bytecode that does not read is forgotten and the source parsed. Like the runtime globals'
 //! bytecode (`globals::script_function`), it is state a call leaves in its process: a
 //! compromised call could already change the next call of the same tool in the same worker
 //! (see docs/src/performance.md, Reuse), and a reused worker only ever serves one tool and posture.
@@ -36,7 +40,10 @@ pub(crate) fn eval<'js>(
         let k = k.borrow();
         let (_, bytes) = k.as_ref().filter(|(s, _)| *s == source)?;
         // SAFETY: `raw` is the live context `ctx` borrows; the bytes were written by
-        // JS_WriteObject in this process from this source (below) and are copied by the read.
+        // JS_WriteObject from this source, in this process (below) or in a worker primed for
+        // the same tool and posture before any call reached it (`offer_bytecode`), and are
+        // copied by the read. QuickJS does not check bytecode: where it comes from is what
+        // makes reading it safe (see the module's doc).
         Some(unsafe {
             qjs::JS_ReadObject(
                 raw,
@@ -46,6 +53,17 @@ pub(crate) fn eval<'js>(
             )
         })
     });
+    // Bytecode that does not read (offered with the job and not as it should be, or no memory
+    // left to read it into): forgotten, and the source parsed instead.
+    let loaded = match loaded {
+        // SAFETY: reads the tag only.
+        Some(obj) if unsafe { qjs::JS_IsException(obj) } => {
+            KEPT.with(|k| *k.borrow_mut() = None);
+            drop(ctx.catch());
+            None
+        }
+        other => other,
+    };
     let compiled = match loaded {
         Some(obj) => obj,
         None => {
@@ -117,6 +135,24 @@ fn keep_bytecode(ctx: &Ctx<'_>, compiled: qjs::JSValue, source: String) {
         b
     };
     KEPT.with(|k| *k.borrow_mut() = Some((source, bytes)));
+}
+
+/// Bytecode the supervisor gave with the job (made by a worker primed for the same tool and
+/// posture, see `frames::Bytecode`): kept as this process's own would be, so that the next
+/// evaluation of the same source loads it. A process that already keeps a body keeps its own.
+pub(crate) fn offer_bytecode(b: &stsd_protocol::frames::Bytecode) {
+    KEPT.with(|k| {
+        let mut k = k.borrow_mut();
+        if k.is_none() {
+            *k = Some((b.source.clone(), b.bytes.clone()));
+        }
+    });
+}
+
+/// The body kept by the last evaluation with `keep` (or offered), taken out.
+pub(crate) fn take_kept() -> Option<stsd_protocol::frames::Bytecode> {
+    KEPT.with(|k| k.borrow_mut().take())
+        .map(|(source, bytes)| stsd_protocol::frames::Bytecode { source, bytes })
 }
 
 /// `v` as a Value, or the pending exception as `Error::Exception` (for `.catch`).

@@ -171,11 +171,15 @@ impl Engine {
             .with(|ctx| crate::globals::preload_intl(&ctx, &job.code));
         engine.bind_json(&[&job.statics_json], &[])?;
         let prefix = job.wrapper_prefix_with(&prime.expect_args);
-        let source = format!("{prefix}{}\n}})", job.code);
+        let source = job.wrapped_body(&prefix);
+        if let Some(b) = &job.bytecode {
+            crate::body::offer_bytecode(b);
+        }
         // A body that does not compile is not an error yet: the call compiles it again and
-        // gets the error in the usual way.
+        // gets the error in the usual way. Asked for its bytecode, the worker keeps it (a
+        // compile that writes it, as a reused worker's does), for `body::take_kept`.
         let compiled = engine.context.with(|ctx| {
-            compile(&ctx, source, false)
+            compile(&ctx, source, prime.want_bytecode)
                 .ok()
                 .map(|f| Persistent::save(&ctx, f))
         });
@@ -300,7 +304,7 @@ impl Engine {
         let compiled = self.compiled.borrow_mut().take();
         self.context.with(|ctx| {
             if job.compile_only {
-                let source = format!("{prefix}{}\n}})", job.code);
+                let source = job.wrapped_body(&prefix);
                 return match compile(&ctx, source, false) {
                     Ok(_) => Ok(Returned::Undefined),
                     Err(e) => Err(classify(e)),
@@ -309,7 +313,12 @@ impl Engine {
             // Compiled ahead (a primed worker) for the arguments this call supplied, or now.
             let f = match compiled {
                 Some(c) if c.prefix == prefix => c.function.restore(&ctx).catch(&ctx),
-                _ => compile(&ctx, format!("{prefix}{}\n}})", job.code), job.keep_alive),
+                _ => {
+                    if let Some(b) = &job.bytecode {
+                        crate::body::offer_bytecode(b);
+                    }
+                    compile(&ctx, job.wrapped_body(&prefix), job.keep_alive)
+                }
             };
             let outcome = f.and_then(|f| run_in(&ctx, f, &self.stop));
             // A limit hit wins over whatever error surfaced because of it. Console output over

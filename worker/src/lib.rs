@@ -22,7 +22,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use stsd_profiles::os::{self, WORKER_SOCKET_FD};
-use stsd_protocol::frames::{clip_message, FromWorker, WorkerTimings};
+use stsd_protocol::frames::{clip_message, FromWorker, WorkerTimings, MAX_BYTECODE_BYTES};
 use stsd_protocol::Code;
 
 pub use engine::STEPS_PER_TICK;
@@ -192,6 +192,9 @@ fn serve(
                     Ok(e) => e,
                     Err(f) => return fail(&channel, f.code, f.message),
                 };
+                if prime.want_bytecode && send_bytecode(&channel).is_err() {
+                    return 75;
+                }
                 if send_ready(&channel).is_err() {
                     return 75;
                 }
@@ -249,6 +252,14 @@ fn serve(
 
         #[cfg(all(feature = "attack", debug_assertions))]
         if let Some(probe) = &job.attack {
+            // A compromised worker handing "bytecode" on in a call (the supervisor refuses it).
+            if probe == "send_bytecode" {
+                let b = stsd_protocol::frames::Bytecode {
+                    source: job.wrapped_body(&job.wrapper_prefix()),
+                    bytes: vec![0; 16],
+                };
+                let _ = channel.send(&FromWorker::Bytecode(Box::new(b)));
+            }
             let outcome = attack::run(probe, &job.sandbox.base_path, parent);
             let _ = channel.send(&FromWorker::Probe {
                 name: probe.clone(),
@@ -341,6 +352,19 @@ fn send_ready(channel: &Channel) -> Result<(), String> {
         pid: std::process::id(),
         cpu_us: usage().1,
     })
+}
+
+/// A primed worker asked for its body's bytecode sends it, before its Ready, when the body
+/// compiled and the bytecode with its source is at most [`MAX_BYTECODE_BYTES`] (else nothing:
+/// the supervisor asks the next one). No call has reached this process yet, so what it hands
+/// on is the tool's alone.
+fn send_bytecode(channel: &Channel) -> Result<(), String> {
+    match body::take_kept() {
+        Some(b) if b.source.len() + b.bytes.len() <= MAX_BYTECODE_BYTES => {
+            channel.send(&FromWorker::Bytecode(Box::new(b)))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The context made ahead for the next call, or one made now when there is none (it was

@@ -140,6 +140,7 @@ impl Admin {
             "pool": {
                 "size": self.service.pool.target(),
                 "ready": self.service.pool.ready_count(),
+                "bytecodes": self.service.pool.bytecode_count(),
                 "spawn": match spawner.mode() {
                     stsd_profiles::baseline::SpawnMode::Zygote => "zygote",
                     stsd_profiles::baseline::SpawnMode::Exec => "exec",

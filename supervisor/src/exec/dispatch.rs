@@ -92,10 +92,16 @@ impl Dispatch {
         Ok(out)
     }
 
-    /// Reuse: the worker waits for another call with the same key after this one.
+    /// Reuse: the worker waits for another call with the same key after this one. One-shot
+    /// with priming, on a worker that was not primed: the body's bytecode when the tool's
+    /// primed workers made it.
     fn prepare(&self, job: &mut Job, w: &ReadyWorker) {
         job.keep_alive = w.served + 1 < self.reuse;
         job.reuse_calls = self.reuse;
+        job.bytecode = match self.take {
+            Take::Primed { .. } if !w.is_primed() => self.pool.bytecode_for(&self.key, job),
+            _ => None,
+        };
     }
 
     /// The call on a blocking thread: its worker taken there (it may have to be made), or
@@ -162,6 +168,7 @@ fn prime_of(job: &Job) -> Prime {
     Prime {
         job: job.template(),
         expect_args: job.arg_names(),
+        want_bytecode: false,
     }
 }
 

@@ -207,6 +207,7 @@ pub fn prepare(
         keep_alive: false,
         compile_only: false,
         reuse_calls: 1,
+        bytecode: None,
         withheld,
     };
     Ok(Prepared { job, secrets })

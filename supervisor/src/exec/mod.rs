@@ -1,5 +1,6 @@
 //! Running calls: building a job from a spec and arguments, and executing it in a worker.
 
+pub mod bodies;
 pub mod call;
 pub mod dispatch;
 mod exchange;

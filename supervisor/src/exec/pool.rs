@@ -8,12 +8,13 @@
 //! longest-parked go), and one that waits longer than `[worker] reuse_idle_seconds` is killed
 //! by the refill thread.
 
+use super::bodies::{Bodies, PRIMED_WAIT};
 use crate::exec::{reap_later, spawn_ready, CallError, ExecOptions, ReadyWorker};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use stsd_protocol::frames::{FsAccess, Job, Prime, MAX_FRAME_BYTES};
+use stsd_protocol::frames::{Bytecode, FsAccess, Job, Prime, MAX_FRAME_BYTES};
 
 /// The key a reused worker is parked under: the tool's name and everything its worker was
 /// confined to or limited by on its first job (the sandbox, the limits, the resolved
@@ -155,6 +156,8 @@ pub struct Pool {
     /// Wakes the refill thread: a worker was taken, one was parked, or the pool stops.
     wake: Condvar,
     refill: Mutex<Option<JoinHandle<()>>>,
+    /// One-shot with priming: tools' bodies as bytecode, from their first primed workers.
+    bodies: Bodies,
 }
 
 impl Pool {
@@ -174,6 +177,7 @@ impl Pool {
             }),
             wake: Condvar::new(),
             refill: Mutex::new(None),
+            bodies: Bodies::default(),
         });
         let p = pool.clone();
         let handle = std::thread::Builder::new()
@@ -272,6 +276,7 @@ impl Pool {
             let w = st.pop_ready();
             (key, prime, w)
         };
+        let prime = self.bodies.prime(&key, &prime);
         let mut w = match w {
             Some(w) => w,
             None => match spawn_ready(&self.opts, false) {
@@ -282,7 +287,22 @@ impl Pool {
                 }
             },
         };
+        let asked = prime.want_bytecode.then(|| prime.clone());
         let kept = match w.prime(prime) {
+            // The one prime the refill thread waits for: the first under its key and source.
+            Ok(()) if asked.is_some() => {
+                let (primed, made) = match w.await_primed(PRIMED_WAIT) {
+                    Ok(made) => (true, made),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "a worker primed for its bytecode failed");
+                        (false, None)
+                    }
+                };
+                if let Some(p) = &asked {
+                    self.bodies.keep(&key, p, made);
+                }
+                primed && self.park(&key, w)
+            }
             Ok(()) => self.park(&key, w),
             Err(e) => {
                 tracing::debug!(error = %e, "a worker was not primed");
@@ -331,6 +351,12 @@ impl Pool {
         }
         self.want_primes(key, more, make);
         Some(w)
+    }
+
+    /// The bytecode kept under `key` for `job`'s body as this call wraps it (see
+    /// [`Bodies::for_job`]).
+    pub fn bytecode_for(&self, key: &str, job: &Job) -> Option<Bytecode> {
+        self.bodies.for_job(key, job)
     }
 
     /// When `more`, the next calls of the tool under `key` want primed workers.
@@ -488,6 +514,11 @@ impl Pool {
 
     pub fn ready_pids(&self) -> Vec<u32> {
         self.lock().ready.iter().map(ReadyWorker::pid).collect()
+    }
+
+    /// How many tools' bodies the pool holds as bytecode (`stsd status`).
+    pub fn bytecode_count(&self) -> usize {
+        self.bodies.count()
     }
 
     pub fn target(&self) -> usize {

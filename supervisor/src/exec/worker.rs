@@ -302,6 +302,30 @@ impl ReadyWorker {
         Ok(())
     }
 
+    /// A fresh worker primed with `want_bytecode`: waits (up to `wait`) for its Ready, and
+    /// takes the bytecode it may send ahead of it (a body that did not compile, or too large,
+    /// sends none). Only here is a worker's bytecode accepted: from a prime that asked, before
+    /// any call has reached the worker (`exec::bodies`); anywhere else it is a protocol error.
+    pub fn await_primed(&mut self, wait: Duration) -> Result<Option<frames::Bytecode>, String> {
+        let asked = self.primed.as_ref().is_some_and(|p| p.want_bytecode);
+        if self.served > 0 || !asked || !self.making_context {
+            return Err("only a fresh worker primed for its bytecode hands it on".into());
+        }
+        let mut buf = vec![0u8; frames::MAX_FRAME_BYTES];
+        let until = Instant::now() + wait;
+        let (got, made) = match recv_until(&self.socket, until, &mut buf) {
+            Recv::Frame(FromWorker::Bytecode(b)) => {
+                (recv_until(&self.socket, until, &mut buf), Some(*b))
+            }
+            other => (other, None),
+        };
+        match self.context_reply(got) {
+            Ok(()) => Ok(made),
+            Err(AwaitError::Refused(e)) => Err(e.message),
+            Err(AwaitError::Protocol(e)) => Err(e),
+        }
+    }
+
     /// Reuse, or primed: waits for the Ready that says the next context is made. A worker
     /// that could not be primed says why (SANDBOX_UNAVAILABLE) instead.
     pub(super) fn await_context(&mut self) -> Result<(), AwaitError> {
