@@ -10,7 +10,8 @@
 //! hand on, and no tool's bytecode reaches another tool's worker.
 //!
 //! Entries are by key and wrapped source (the wrapper names the arguments the body is
-//! compiled for): a few sources per key, the newest kept, and a bounded number of keys. A
+//! compiled for): a few sources per key, the newest kept, a bounded number of keys and of
+//! bytes in all (8 MiB; dropping a key costs only its next workers' parses). A
 //! source that gave none (a body that does not compile, one too large, a prime that failed
 //! or did not answer in time) is remembered as such, so it is not asked for again.
 
@@ -27,6 +28,10 @@ const SOURCES_PER_KEY: usize = 4;
 /// keys, and Local Pass runs make keys of their own).
 const MAX_KEYS: usize = 512;
 
+/// Bytes of bytecode and source kept in all (a catalog's bodies are a few KiB each): past it,
+/// keys are dropped until the new entry fits.
+const MAX_BYTES: usize = 8 << 20;
+
 /// How long the refill thread waits for the worker primed for a key's bytecode (it waits
 /// for no other prime): a body that runs on past its wrapper while it is compiled would
 /// otherwise hold every tool's refill for the prime's whole timeout.
@@ -36,6 +41,17 @@ struct Entry {
     source: String,
     /// None: this source gave none, and is not asked for again.
     made: Option<Arc<Bytecode>>,
+}
+
+impl Entry {
+    /// What the entry holds, for [`MAX_BYTES`].
+    fn bytes(&self) -> usize {
+        self.source.len()
+            + self
+                .made
+                .as_ref()
+                .map_or(0, |b| b.source.len() + b.bytes.len())
+    }
 }
 
 /// What a prime under a key should carry.
@@ -112,10 +128,20 @@ impl Bodies {
             made: made.map(Arc::new),
         });
         let mut by_key = self.lock();
-        if !by_key.contains_key(key) && by_key.len() >= MAX_KEYS {
-            if let Some(other) = by_key.keys().next().cloned() {
-                by_key.remove(&other);
-            }
+        let held = |m: &HashMap<String, Vec<Arc<Entry>>>| -> usize {
+            m.values().flatten().map(|e| e.bytes()).sum()
+        };
+        while !by_key.is_empty()
+            && ((!by_key.contains_key(key) && by_key.len() >= MAX_KEYS)
+                || held(&by_key) + entry.bytes() > MAX_BYTES)
+        {
+            // Another key when there is one: the new entry's own key keeps its sources.
+            let other = by_key
+                .keys()
+                .find(|k| *k != key)
+                .or_else(|| by_key.keys().next());
+            let Some(other) = other.cloned() else { break };
+            by_key.remove(&other);
         }
         let list = by_key.entry(key.to_string()).or_default();
         list.retain(|e| e.source != entry.source);
@@ -237,7 +263,7 @@ mod tests {
         assert_eq!(b.count(), 1);
     }
 
-    /// A key keeps its newest sources, and the number of keys is bounded.
+    /// A key keeps its newest sources, and the number of keys and the bytes held are bounded.
     #[test]
     fn sources_and_keys_are_bounded() {
         let b = Bodies::default();
@@ -257,5 +283,17 @@ mod tests {
             b.keep(&format!("key {i}"), &primes[0], None);
         }
         assert!(b.lock().len() <= MAX_KEYS);
+        // And the bytes: bodies of 30 KiB under many keys stay within MAX_BYTES.
+        let big = prime("return 'big';", &["a"]);
+        for i in 0..(MAX_BYTES / (30 << 10)) + 20 {
+            b.keep(
+                &format!("big {i}"),
+                &big,
+                Some(made(&big, vec![1; 30 << 10])),
+            );
+        }
+        let held: usize = b.lock().values().flatten().map(|e| e.bytes()).sum();
+        assert!(held <= MAX_BYTES, "{held}");
+        assert!(b.count() > 100, "{}", b.count());
     }
 }
