@@ -12,8 +12,10 @@
 //! Entries are by key and wrapped source (the wrapper names the arguments the body is
 //! compiled for): a few sources per key, the newest kept, a bounded number of keys and of
 //! bytes in all (8 MiB; dropping a key costs only its next workers' parses). A
-//! source that gave none (a body that does not compile, one too large, a prime that failed
-//! or did not answer in time) is remembered as such, so it is not asked for again.
+//! source that gave none (a body that does not compile, one too large) is remembered as such,
+//! so it is not asked for again; one whose asked primes failed (the worker died, or did not
+//! answer in time: a body that runs on past its wrapper as it is compiled) is asked again, up
+//! to three failures.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -37,10 +39,17 @@ const MAX_BYTES: usize = 8 << 20;
 /// otherwise hold every tool's refill for the prime's whole timeout.
 pub const PRIMED_WAIT: Duration = Duration::from_secs(5);
 
+/// Primes asked for a source's bytecode that failed (the worker died, or did not answer in
+/// [`PRIMED_WAIT`]) before the source is not asked for again.
+const TRIES: u8 = 3;
+
 struct Entry {
     source: String,
-    /// None: this source gave none, and is not asked for again.
+    /// None: this source gave none (its prime answered without it, or with bytecode not its
+    /// own), or its asked primes failed (`failures`).
     made: Option<Arc<Bytecode>>,
+    /// Asked primes that failed: the source is asked for again until there are [`TRIES`].
+    failures: u8,
 }
 
 impl Entry {
@@ -95,8 +104,10 @@ impl Bodies {
     fn for_prime(&self, key: &str, prime: &Prime) -> ForPrime {
         let entries = self.entries(key);
         let source = source_of_prime(prime);
-        match entries.iter().find(|e| e.source == source) {
-            Some(e) => e.made.clone().map_or(ForPrime::Neither, ForPrime::Give),
+        match entries.iter().find(|e| e.source == source).map(|e| &**e) {
+            Some(Entry { made: Some(b), .. }) => ForPrime::Give(b.clone()),
+            Some(e) if (1..TRIES).contains(&e.failures) => ForPrime::Ask,
+            Some(_) => ForPrime::Neither,
             None => ForPrime::Ask,
         }
     }
@@ -123,10 +134,39 @@ impl Bodies {
                 && b.source.len() + b.bytes.len() <= MAX_BYTECODE_BYTES
                 && fits_a_prime(prime, b)
         });
-        let entry = Arc::new(Entry {
-            source,
-            made: made.map(Arc::new),
-        });
+        self.insert(
+            key,
+            Entry {
+                source,
+                made: made.map(Arc::new),
+                failures: 0,
+            },
+        );
+    }
+
+    /// The worker primed with `prime` (which asked) failed: the source is asked for again, up
+    /// to [`TRIES`] failures in all.
+    pub fn failed(&self, key: &str, prime: &Prime) {
+        let source = source_of_prime(prime);
+        let before = self
+            .entries(key)
+            .iter()
+            .find(|e| e.source == source && e.made.is_none())
+            .map_or(0, |e| e.failures);
+        self.insert(
+            key,
+            Entry {
+                source,
+                made: None,
+                failures: before.saturating_add(1),
+            },
+        );
+    }
+
+    /// Keeps `entry` under `key` (in place of the key's entry for its source), within the
+    /// bounds.
+    fn insert(&self, key: &str, entry: Entry) {
+        let entry = Arc::new(entry);
         let mut by_key = self.lock();
         let held = |m: &HashMap<String, Vec<Arc<Entry>>>| -> usize {
             m.values().flatten().map(|e| e.bytes()).sum()
@@ -261,6 +301,16 @@ mod tests {
         let sent = b.prime("k4", &a);
         assert!(!sent.want_bytecode && sent.job.bytecode.is_none());
         assert_eq!(b.count(), 1);
+        // A failed prime is asked again, up to TRIES failures; an answer ends the tries.
+        for _ in 1..TRIES {
+            b.failed("k5", &a);
+            assert!(matches!(b.for_prime("k5", &a), ForPrime::Ask));
+        }
+        b.failed("k5", &a);
+        assert!(matches!(b.for_prime("k5", &a), ForPrime::Neither));
+        b.failed("k6", &a);
+        b.keep("k6", &a, Some(made(&a, vec![4])));
+        assert!(matches!(b.for_prime("k6", &a), ForPrime::Give(_)));
     }
 
     /// A key keeps its newest sources, and the number of keys and the bytes held are bounded.

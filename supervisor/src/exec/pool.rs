@@ -288,23 +288,21 @@ impl Pool {
             },
         };
         let asked = prime.want_bytecode.then(|| prime.clone());
-        let kept = match w.prime(prime) {
+        let kept = match (w.prime(prime), asked) {
             // The one prime the refill thread waits for: the first under its key and source.
-            Ok(()) if asked.is_some() => {
-                let (primed, made) = match w.await_primed(PRIMED_WAIT) {
-                    Ok(made) => (true, made),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "a worker primed for its bytecode failed");
-                        (false, None)
-                    }
-                };
-                if let Some(p) = &asked {
-                    self.bodies.keep(&key, p, made);
+            (Ok(()), Some(asked)) => match w.await_primed(PRIMED_WAIT) {
+                Ok(made) => {
+                    self.bodies.keep(&key, &asked, made);
+                    self.park(&key, w)
                 }
-                primed && self.park(&key, w)
-            }
-            Ok(()) => self.park(&key, w),
-            Err(e) => {
+                Err(e) => {
+                    tracing::debug!(error = %e, "a worker primed for its bytecode failed");
+                    self.bodies.failed(&key, &asked);
+                    false
+                }
+            },
+            (Ok(()), None) => self.park(&key, w),
+            (Err(e), _) => {
                 tracing::debug!(error = %e, "a worker was not primed");
                 false
             }
