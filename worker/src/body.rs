@@ -3,7 +3,8 @@
 //! small body's run (the parse of `stats-summary`'s eight lines: about 40 µs of a reused
 //! call's 80). A call that will be followed by another on the same worker (`keep`) compiles
 //! its body to bytecode and keeps it; the next call whose wrapped source is the same loads
-//! the bytecode instead of parsing. A one-shot worker never writes any (it would not use it).
+//! the bytecode instead of parsing. A one-shot worker writes none (it would not use it),
+//! unless it is primed and asked for it (below).
 //!
 //! The bytecode is written from the same source by the same QuickJS build, and it carries
 //! the source and its line numbers: stacks, `Function.prototype.toString` and sloppy-mode
@@ -11,10 +12,12 @@
 //! or the prime: written by a worker primed for the same tool and posture before any call
 //! reached it (see the supervisor's `exec::bodies`), a function of the tool's own code that
 //! this worker runs anyway. A worker primed and asked for it hands its own on
-//! ([`take_kept`]). Bytecode that does not read is forgotten and the source parsed. Like the runtime globals'
-//! bytecode (`globals::script_function`), it is state a call leaves in its process: a
-//! compromised call could already change the next call of the same tool in the same worker
-//! (see docs/src/performance.md, Reuse), and a reused worker only ever serves one tool and posture.
+//! ([`take_kept`]). Bytecode that does not read is forgotten and the source parsed.
+//!
+//! Like the runtime globals' bytecode (`globals::script_function`), a reused worker's is
+//! state a call leaves in its process: a compromised call could already change the next call
+//! of the same tool in the same worker (see docs/src/performance.md, Reuse), and a reused
+//! worker only ever serves one tool and posture.
 
 use rquickjs::{qjs, Ctx, Value};
 use std::cell::RefCell;

@@ -355,9 +355,9 @@ fn send_ready(channel: &Channel) -> Result<(), String> {
 }
 
 /// A primed worker asked for its body's bytecode sends it, before its Ready, when the body
-/// compiled and the bytecode with its source is at most [`MAX_BYTECODE_BYTES`] (else nothing:
-/// the supervisor asks the next one). No call has reached this process yet, so what it hands
-/// on is the tool's alone.
+/// compiled and the bytecode with its source is at most [`MAX_BYTECODE_BYTES`] (else nothing,
+/// and the supervisor remembers that the source gave none). No call has reached this process
+/// yet, so what it hands on is the tool's alone.
 fn send_bytecode(channel: &Channel) -> Result<(), String> {
     match body::take_kept() {
         Some(b) if b.source.len() + b.bytes.len() <= MAX_BYTECODE_BYTES => {

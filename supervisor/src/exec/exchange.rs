@@ -351,7 +351,7 @@ impl<'j> Exchange<'j> {
             FromWorker::Timings(t) => self.out.timings.worker = t,
             FromWorker::Ready { .. } => self.protocol_error = Some("second Ready frame".into()),
             // Taken only from a worker being primed, before any call reached it (see
-            // `ReadyWorker::await_bytecode`): a call's worker may not hand anything on.
+            // `ReadyWorker::await_primed`): a call's worker may not hand anything on.
             FromWorker::Bytecode(_) => {
                 self.protocol_error = Some("bytecode from a worker in a call".into())
             }
