@@ -256,6 +256,37 @@ fn the_zygote_is_replaced_after_its_fork_budget() {
     assert!(seen.len() >= 3, "zygotes seen: {seen:?}");
 }
 
+/// The zygote that takes over when the live one's fork budget is spent was exec'd ahead (a
+/// fifth of the budget before) and had said it was ready, so no fork, and no call, waits for a
+/// zygote's start at the handover (`stsd status`: `zygoteHandovers`). Before, each new zygote
+/// was exec'd by the fork that found the budget spent, and that fork waited for its start.
+#[test]
+fn the_zygotes_successor_is_started_ahead_and_takes_over() {
+    let d = Daemon::start(1, "[worker]\nzygote_max_forks = 10\n");
+    let mut c = d.connect();
+    let mut seen_next = std::collections::BTreeSet::new();
+    let mut live = std::collections::BTreeSet::new();
+    let mut handovers = json!(null);
+    for i in 0..40u64 {
+        c.call(i, "echo-console", json!({ "text": format!("n{i}") }));
+        let r = c.response();
+        assert_eq!((is_error(&r), text(&r)), (false, format!("echo: n{i}")));
+        if let Some(s) = status_of(&d) {
+            seen_next.extend(s["pool"]["zygoteNext"].as_i64());
+            live.extend(s["pool"]["zygotePid"].as_i64());
+            handovers = s["pool"]["zygoteHandovers"].clone();
+        }
+    }
+    assert!(
+        handovers["ahead"].as_u64().is_some_and(|n| n >= 2),
+        "handovers {handovers}; live zygotes {live:?}, successors named {seen_next:?}"
+    );
+    assert_eq!(
+        handovers["cold"], 0,
+        "a zygote was started as forks waited: {handovers}"
+    );
+}
+
 /// A binary replaced on disk (a package upgrade) does not break the running daemon: the
 /// zygote and exec'd workers come from the descriptor it opened at start.
 #[test]

@@ -643,6 +643,11 @@ mod tests {
 /// zygote it execs later, on [`ZYGOTE_CODE_FD`], which maps it instead of making its own.
 pub const ZYGOTE_CODE_OFFER: &[u8] = b"C";
 
+/// The record a zygote sends once it has made everything its workers inherit, just before it
+/// takes its first fork request: a zygote started ahead of its predecessor's last fork takes
+/// over only once it has said this (the supervisor skips it in a zygote it waits for anyway).
+pub const ZYGOTE_READY: &[u8] = b"R";
+
 /// Where a zygote finds the code memfd an earlier zygote offered (see [`ZYGOTE_CODE_OFFER`]).
 pub const ZYGOTE_CODE_FD: i32 = 4;
 

@@ -11,9 +11,10 @@
 //! replaced) takes no worker with it. The zygote never runs a tool and never sees a job, so
 //! nothing of any call can reach a worker through it.
 //!
-//! Protocol on the control socket (SOCK_SEQPACKET): each record the supervisor sends asks for
-//! one worker; each reply is [`ForkReply`] with the supervisor's end of the new worker's
-//! socket attached (SCM_RIGHTS) when the fork succeeded.
+//! Protocol on the control socket (SOCK_SEQPACKET): the zygote says [`ZYGOTE_READY`] once,
+//! when it is ready to fork (after its code offer, if it made one); each record the
+//! supervisor sends then asks for one worker; each reply is [`ForkReply`] with the
+//! supervisor's end of the new worker's socket attached (SCM_RIGHTS) when the fork succeeded.
 
 use nix::sys::socket::{
     recv, sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
@@ -21,7 +22,7 @@ use nix::sys::socket::{
 use std::io::IoSlice;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use stsd_profiles::os::{self, WORKER_SOCKET_FD};
-use stsd_protocol::frames::{ForkReply, ZYGOTE_CODE_FD, ZYGOTE_CODE_OFFER};
+use stsd_protocol::frames::{ForkReply, ZYGOTE_CODE_FD, ZYGOTE_CODE_OFFER, ZYGOTE_READY};
 
 /// The zygote's control socket sits where a worker's socket sits.
 const CONTROL_FD: i32 = WORKER_SOCKET_FD;
@@ -104,6 +105,10 @@ pub fn run() -> i32 {
     // Last before the loop: the free chunks the start left are the zygote's for good (see
     // inherit.rs), so that a worker allocates in pages of its own, not in the zygote's holes.
     super::inherit::take_free_chunks(heap);
+    // Ready: a zygote started ahead of its predecessor's last fork takes over only now.
+    if send_with_fd(&ctrl, ZYGOTE_READY, None).is_err() {
+        return 0;
+    }
     let mut req = [0u8; 8];
     loop {
         match recv(ctrl.as_raw_fd(), &mut req, MsgFlags::empty()) {

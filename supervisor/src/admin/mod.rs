@@ -146,6 +146,11 @@ impl Admin {
                     stsd_profiles::baseline::SpawnMode::Exec => "exec",
                 },
                 "zygotePid": spawner.zygote_pid(),
+                "zygoteNext": spawner.zygote_successor_pid(),
+                "zygoteHandovers": {
+                    "ahead": spawner.zygote_handovers().ahead,
+                    "cold": spawner.zygote_handovers().cold,
+                },
             },
             "calls": {"inFlight": self.service.in_flight(), "waiting": self.service.waiting()},
             "catalog": {"served": p.tools.len(), "withheld": p.withheld.len()},

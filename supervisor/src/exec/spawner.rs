@@ -57,6 +57,22 @@ impl Spawner {
         }
     }
 
+    /// The live zygote's successor, started ahead and ready (see `exec::zygote`).
+    pub fn zygote_successor_pid(&self) -> Option<u32> {
+        match self {
+            Spawner::Exec { .. } => None,
+            Spawner::Zygote(z) => z.successor_pid(),
+        }
+    }
+
+    /// Zygote handovers so far (none when workers are exec'd).
+    pub fn zygote_handovers(&self) -> super::zygote::Handovers {
+        match self {
+            Spawner::Exec { .. } => Default::default(),
+            Spawner::Zygote(z) => z.handovers(),
+        }
+    }
+
     /// A new worker. `urgent`: a call waits for it (else it is for the pool: see
     /// `os::priority`).
     pub fn spawn(&self, urgent: bool) -> std::io::Result<Spawned> {

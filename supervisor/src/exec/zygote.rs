@@ -3,8 +3,12 @@
 //! One thread owns the zygote's life: it execs it, notices when it died (within a second
 //! while idle, at once when asked for a worker) and replaces it, and replaces it with a
 //! freshly exec'd one every `zygote_max_forks` forks so that workers do not share one
-//! address-space layout forever. A live zygote is asked for a worker by the thread that wants
-//! one (the pool's refill thread, or a call's), under the same lock: a hand-off to the
+//! address-space layout forever. That successor is exec'd ahead, when a fifth of the live
+//! zygote's budget is left, as background work, and takes over at the budget's last fork once
+//! it has said it is ready ([`ZYGOTE_READY`]): a zygote's start (some 20 ms) used to be waited
+//! for by the forks, and so the calls, that came at the handover. A live zygote is asked for a
+//! worker by the thread that wants one (the pool's refill thread, or a call's), under the same
+//! lock: a hand-off to the
 //! manager thread and back cost two wake-ups on another CPU per worker (one-shot p50 0.427 ->
 //! 0.382 ms and 0.396 -> 0.360, `N=800 scripts/ab 6 1 stats-summary`, CPU per call the same).
 //! The thread lives as long as the daemon: the
@@ -20,10 +24,11 @@ use nix::sys::socket::{recvmsg, send, ControlMessageOwned, MsgFlags};
 use std::io::IoSliceMut;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use stsd_protocol::frames::{ForkReply, ZYGOTE_CODE_FD, ZYGOTE_CODE_OFFER};
+use stsd_protocol::frames::{ForkReply, ZYGOTE_CODE_FD, ZYGOTE_CODE_OFFER, ZYGOTE_READY};
 
 /// How long a new zygote may take to answer its first fork request (it includes its own
 /// start). Later requests get `[worker] fork_timeout_ms`.
@@ -31,9 +36,39 @@ const FIRST_FORK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often an idle manager checks that its zygote is still alive.
 const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 
-/// A fork request: where to send the worker, and whether a call is waiting for it (else it is
-/// for the pool, and the zygote forks as background work: see `os::priority`).
-type Request = (mpsc::SyncSender<std::io::Result<Spawned>>, bool);
+/// What the manager thread is asked for.
+enum Request {
+    /// A worker the caller could not get from the live zygote itself: where to send it, and
+    /// whether a call is waiting for it (else it is for the pool, and the zygote forks as
+    /// background work: see `os::priority`).
+    Fork(mpsc::SyncSender<std::io::Result<Spawned>>, bool),
+    /// Start the live zygote's successor, and reap the zygotes a handover retired.
+    Tend,
+}
+
+/// How many forks before the live zygote's budget is spent its successor is started: a fifth
+/// of the budget, at least one.
+fn ahead(max_forks: u32) -> u32 {
+    (max_forks / 5).max(1)
+}
+
+/// Zygotes that took over from a spent or dead one: a successor started ahead (`ahead`), or
+/// one exec'd when it was needed (`cold`: the forks that came then waited for its start).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Handovers {
+    pub ahead: u64,
+    pub cold: u64,
+}
+
+/// What `stsd status` reads of the manager without its lock (held through a fork, and
+/// through a zygote's whole start when a fork waits for one).
+#[derive(Debug, Default)]
+struct Shown {
+    /// The ready successor's pid, 0 when there is none.
+    next: AtomicU32,
+    ahead: AtomicU64,
+    cold: AtomicU64,
+}
 
 /// The zygote's scheduling policy (see `os::priority`): background while it forks for the
 /// pool and at rest, normal while a call waits for a worker. One lock orders the changes and
@@ -182,6 +217,9 @@ impl Drop for Asking<'_> {
 #[derive(Debug)]
 pub struct Zygote {
     requests: Mutex<Option<mpsc::Sender<Request>>>,
+    /// Set as the daemon stops: a successor still starting is not waited for.
+    stopping: Arc<AtomicBool>,
+    shown: Arc<Shown>,
     /// The live zygote and what makes the next one, shared with the manager thread: a caller
     /// asks a live zygote for a worker itself, and only a zygote to be (re)started goes
     /// through the thread.
@@ -199,6 +237,8 @@ impl Zygote {
         let (tx, rx) = mpsc::channel::<Request>();
         let pid = Arc::new(Mutex::new(None));
         let policy = Arc::new(Policy::default());
+        let stopping = Arc::new(AtomicBool::new(false));
+        let shown = Arc::new(Shown::default());
         let exe_path = exe.exec_path();
         let m = Manager {
             exe,
@@ -211,12 +251,18 @@ impl Zygote {
             pid: pid.clone(),
             policy: policy.clone(),
             code: None,
+            next: None,
+            tending: false,
+            retired: Vec::new(),
+            had_one: false,
+            shown: shown.clone(),
         };
         let manager = Arc::new(Mutex::new(m));
         let shared = manager.clone();
+        let stop = stopping.clone();
         let thread = std::thread::Builder::new()
             .name("stsd-zygote".into())
-            .spawn(move || Manager::run(&shared, rx));
+            .spawn(move || Manager::run(&shared, rx, &stop));
         let thread = match thread {
             Ok(t) => Some(t),
             Err(e) => {
@@ -226,6 +272,8 @@ impl Zygote {
         };
         Zygote {
             requests: Mutex::new(Some(tx)),
+            stopping,
+            shown,
             manager,
             pid,
             policy,
@@ -240,6 +288,23 @@ impl Zygote {
 
     pub fn pid(&self) -> Option<u32> {
         *self.pid.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn manager(&self) -> std::sync::MutexGuard<'_, Manager> {
+        self.manager.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The live zygote's successor, when one has been started and said it is ready.
+    pub fn successor_pid(&self) -> Option<u32> {
+        Some(self.shown.next.load(Ordering::SeqCst)).filter(|&p| p != 0)
+    }
+
+    /// The handovers so far (see [`Handovers`]).
+    pub fn handovers(&self) -> Handovers {
+        Handovers {
+            ahead: self.shown.ahead.load(Ordering::SeqCst),
+            cold: self.shown.cold.load(Ordering::SeqCst),
+        }
     }
 
     /// A new worker, forked by the zygote (replaced first if it has died). `urgent`: a call
@@ -258,30 +323,42 @@ impl Zygote {
         // a failed exchange) goes to the manager thread, which alone execs zygotes: a
         // zygote's parent-death signal, and through CLONE_PARENT its workers', fire when the
         // thread that started it exits.
-        {
-            let mut m = self.manager.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(r) = m.fork_direct(urgent) {
-                return r;
-            }
+        let (direct, tend) = {
+            let mut m = self.manager();
+            let direct = m.fork_direct(urgent);
+            (direct, m.take_tending())
+        };
+        if tend {
+            self.request(Request::Tend);
+        }
+        if let Some(r) = direct {
+            return r;
         }
         let (tx, rx) = mpsc::sync_channel(1);
-        let sent = self
-            .requests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(|r| r.send((tx, urgent)));
-        if !matches!(sent, Some(Ok(()))) {
+        if !self.request(Request::Fork(tx, urgent)) {
             return Err(std::io::Error::other("the zygote thread is not running"));
         }
         rx.recv()
             .unwrap_or_else(|_| Err(std::io::Error::other("the zygote thread went away")))
     }
+
+    /// Sends `r` to the manager thread; false when it is not running.
+    fn request(&self, r: Request) -> bool {
+        let sent = self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|q| q.send(r));
+        matches!(sent, Some(Ok(())))
+    }
 }
 
 impl Drop for Zygote {
     fn drop(&mut self) {
-        // Closing the request channel ends the thread, which kills and reaps the zygote.
+        // Closing the request channel ends the thread, which kills and reaps the zygote (and
+        // its successor, which it does not wait for any more).
+        self.stopping.store(true, Ordering::SeqCst);
         self.requests
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -313,6 +390,17 @@ struct Manager {
     /// The code memfd a zygote offered (`ZYGOTE_CODE_OFFER`): stsd's code in huge pages, which
     /// each later zygote maps instead of making its own (held above fd 16, close-on-exec).
     code: Option<OwnedFd>,
+    /// The live zygote's successor, exec'd ahead and ready (it said [`ZYGOTE_READY`]).
+    next: Option<Live>,
+    /// The manager thread has been asked to tend (start a successor, reap retired zygotes)
+    /// and has not finished: no second request is sent meanwhile.
+    tending: bool,
+    /// Zygotes a handover retired on a caller's thread: their sockets are closed (they exit),
+    /// and the manager thread reaps them.
+    retired: Vec<ChildProc>,
+    /// A zygote has been live before (the first start is no handover).
+    had_one: bool,
+    shown: Arc<Shown>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -325,16 +413,17 @@ impl std::fmt::Debug for Manager {
 }
 
 impl Manager {
-    fn run(this: &Mutex<Manager>, rx: mpsc::Receiver<Request>) {
+    fn run(this: &Mutex<Manager>, rx: mpsc::Receiver<Request>, stopping: &AtomicBool) {
         let lock = || this.lock().unwrap_or_else(|e| e.into_inner());
         let _placed = super::placement::background_thread();
         lock().replace();
         loop {
             match rx.recv_timeout(LIVENESS_CHECK) {
-                Ok((reply, urgent)) => {
+                Ok(Request::Fork(reply, urgent)) => {
                     let r = lock().fork(urgent);
                     let _ = reply.send(r);
                 }
+                Ok(Request::Tend) => {}
                 Err(RecvTimeoutError::Timeout) => {
                     let mut m = lock();
                     let dead = m.live.as_mut().is_none_or(|l| !l.proc.is_alive());
@@ -342,19 +431,123 @@ impl Manager {
                         tracing::warn!("the zygote died; starting a new one");
                         m.replace();
                     }
+                    if let Some(mut n) = m.next.take_if(|n| !n.proc.is_alive()) {
+                        tracing::warn!("the zygote's successor died before it took over");
+                        m.shown.next.store(0, Ordering::SeqCst);
+                        n.proc.kill_and_reap();
+                    }
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             }
+            // After every request, the thread's own forks included.
+            Manager::tend(this, stopping);
         }
-        lock().retire();
+        let mut m = lock();
+        m.retire();
+        if let Some(mut n) = m.next.take() {
+            m.shown.next.store(0, Ordering::SeqCst);
+            n.proc.kill_and_reap();
+        }
+        m.retired.drain(..).for_each(|mut p| p.kill_and_reap());
+    }
+
+    /// Whether the manager thread has tending to do that nobody asked it for yet; if so, it
+    /// counts as asked (the caller sends [`Request::Tend`]).
+    fn take_tending(&mut self) -> bool {
+        let wanted = !self.retired.is_empty() || self.successor_wanted();
+        wanted && !std::mem::replace(&mut self.tending, true)
+    }
+
+    /// The live zygote has a fifth of its budget left, and no successor is ready.
+    fn successor_wanted(&self) -> bool {
+        let at = self.max_forks.saturating_sub(ahead(self.max_forks));
+        self.next.is_none() && self.live.as_ref().is_some_and(|l| l.forks >= at)
+    }
+
+    /// On the manager thread (a zygote's parent-death signal follows the thread that exec'd
+    /// it): reaps the zygotes handovers retired, and starts the live zygote's successor when
+    /// one is wanted, without holding the lock while it starts.
+    fn tend(this: &Mutex<Manager>, stopping: &AtomicBool) {
+        let lock = || this.lock().unwrap_or_else(|e| e.into_inner());
+        let (retired, command) = {
+            let mut m = lock();
+            let command = m.successor_wanted().then(|| m.zygote_command());
+            (std::mem::take(&mut m.retired), command)
+        };
+        retired.into_iter().for_each(|mut p| p.kill_and_reap());
+        if let Some(command) = command {
+            let started = command.and_then(spawn_zygote).and_then(|mut l| {
+                // Its start yields to calls; it is put back at the normal policy as it takes over.
+                stsd_profiles::os::priority::background(l.proc.id());
+                match await_ready(&l, stopping) {
+                    Ok(offered) => {
+                        if let Some(code) = offered {
+                            lock().code.get_or_insert(code);
+                        }
+                        Ok(l)
+                    }
+                    Err(e) => {
+                        l.proc.kill_and_reap();
+                        Err(e)
+                    }
+                }
+            });
+            match started {
+                Ok(mut l) => {
+                    let mut m = lock();
+                    if m.next.is_none() && !stopping.load(Ordering::SeqCst) {
+                        m.shown.next.store(l.proc.id(), Ordering::SeqCst);
+                        m.next = Some(l);
+                    } else {
+                        l.proc.kill_and_reap();
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot start the zygote's successor"),
+            }
+        }
+        lock().tending = false;
+    }
+
+    /// The successor takes over from the live zygote, if one is ready and alive; the live one
+    /// is retired without waiting for it (the manager thread reaps it).
+    fn hand_over(&mut self) -> bool {
+        let Some(mut next) = self.next.take() else {
+            return false;
+        };
+        self.shown.next.store(0, Ordering::SeqCst);
+        if !next.proc.is_alive() {
+            next.proc.kill_and_reap();
+            return false;
+        }
+        if let Some(old) = self.live.take() {
+            self.policy.zygote_gone();
+            super::placement::zygote_gone(old.proc.id());
+            // Its socket closed, it exits of itself.
+            drop(old.ctrl);
+            self.retired.push(old.proc);
+        }
+        stsd_profiles::os::priority::foreground(next.proc.id());
+        self.install(next);
+        self.shown.ahead.fetch_add(1, Ordering::SeqCst);
+        true
+    }
+
+    /// `l` is the live zygote from now on.
+    fn install(&mut self, l: Live) {
+        self.set_pid(Some(l.proc.id()));
+        self.policy.new_zygote(l.proc.id());
+        super::placement::zygote_started(l.proc.id());
+        self.had_one = true;
+        self.live = Some(l);
     }
 
     /// One worker from the live zygote, on the calling thread; None when that would take a
-    /// zygote started first (none yet, a dead one, its fork budget spent), or the exchange
-    /// failed (the zygote is retired: the manager thread starts the next).
+    /// zygote started first (none yet, a dead one, its fork budget spent and no successor
+    /// ready), or the exchange failed (the zygote is retired: the manager thread starts the
+    /// next).
     fn fork_direct(&mut self, urgent: bool) -> Option<std::io::Result<Spawned>> {
         // A dead zygote is found by the exchange failing (its socket is closed).
-        if self.live.as_ref()?.forks >= self.max_forks {
+        if self.live.as_ref()?.forks >= self.max_forks && !self.hand_over() {
             return None;
         }
         self.prioritise(urgent);
@@ -386,21 +579,25 @@ impl Manager {
         *self.pid.lock().unwrap_or_else(|e| e.into_inner()) = pid;
     }
 
-    /// Retires the current zygote and execs a new one (it gets ready while nobody waits).
+    /// Hands over to the successor if one is ready; else retires the current zygote and
+    /// execs a new one (it gets ready while nobody waits, or as the first fork waits).
     fn replace(&mut self) {
+        if self.hand_over() {
+            return;
+        }
         self.retire();
-        match self.exec_zygote() {
-            Ok(l) => {
-                self.set_pid(Some(l.proc.id()));
-                self.policy.new_zygote(l.proc.id());
-                super::placement::zygote_started(l.proc.id());
-                self.live = Some(l);
-            }
+        if self.had_one {
+            self.shown.cold.fetch_add(1, Ordering::SeqCst);
+        }
+        match self.zygote_command().and_then(spawn_zygote) {
+            Ok(l) => self.install(l),
             Err(e) => tracing::error!(error = %e, "cannot start the zygote"),
         }
     }
 
-    fn exec_zygote(&self) -> std::io::Result<Live> {
+    /// The command that execs a zygote, with its end of the control socket (kept open until
+    /// it has been exec'd) and the supervisor's.
+    fn zygote_command(&self) -> std::io::Result<ZygoteCommand> {
         let (ctrl, child_end) = seqpacket_pair()?;
         let mut cmd = self.exe.command("zygote", self.uid, self.gid, &child_end);
         if self.huge_code {
@@ -433,14 +630,10 @@ impl Manager {
                 });
             }
         }
-        let child = cmd.spawn()?;
-        drop(child_end);
-        let proc = ChildProc::from_pid(child.id());
-        drop(child);
-        Ok(Live {
-            proc,
+        Ok(ZygoteCommand {
+            cmd,
             ctrl,
-            forks: 0,
+            child_end,
         })
     }
 
@@ -478,6 +671,77 @@ impl Manager {
         }
         Err(last.unwrap_or_else(|| std::io::Error::other("no zygote could be started")))
     }
+}
+
+struct ZygoteCommand {
+    cmd: std::process::Command,
+    ctrl: OwnedFd,
+    child_end: OwnedFd,
+}
+
+/// Execs a zygote (the calling thread is its parent as far as its parent-death signal goes:
+/// the manager thread's).
+fn spawn_zygote(z: ZygoteCommand) -> std::io::Result<Live> {
+    let ZygoteCommand {
+        mut cmd,
+        ctrl,
+        child_end,
+    } = z;
+    let child = cmd.spawn()?;
+    drop(child_end);
+    let proc = ChildProc::from_pid(child.id());
+    drop(child);
+    Ok(Live {
+        proc,
+        ctrl,
+        forks: 0,
+    })
+}
+
+/// Waits for a zygote just exec'd to say it is ready ([`ZYGOTE_READY`]), within its first
+/// answer's time and while the daemon is not stopping. Returns the code memfd it offered
+/// first, if it made one.
+fn await_ready(l: &Live, stopping: &AtomicBool) -> std::io::Result<Option<OwnedFd>> {
+    let until = Instant::now() + FIRST_FORK_TIMEOUT;
+    let mut offered = None;
+    loop {
+        if stopping.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("the daemon is stopping"));
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the zygote did not say it was ready in time",
+            ));
+        }
+        if !poll_record(l, left.min(Duration::from_millis(50)))? {
+            continue;
+        }
+        let (buf, n, fds) = read_record(l)?;
+        match &buf[..n] {
+            b if b == ZYGOTE_READY => return Ok(offered),
+            b if b == ZYGOTE_CODE_OFFER => offered = keep_offered(fds),
+            [] => return Err(std::io::Error::other("the zygote exited")),
+            _ => {
+                return Err(std::io::Error::other(
+                    "the zygote sent something else first",
+                ))
+            }
+        }
+    }
+}
+
+/// The code memfd a zygote offered, kept well above the fds a child's exec places (as
+/// ExeFile is).
+fn keep_offered(fds: Vec<OwnedFd>) -> Option<OwnedFd> {
+    let [fd] = &fds[..] else {
+        return None;
+    };
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own; the copy is owned at once.
+    let raw = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 16) };
+    // SAFETY: fcntl just returned `raw`, and nothing else owns it.
+    (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// How long a zygote may take to answer the fork request just counted. A new zygote's first
@@ -524,15 +788,13 @@ fn ask(l: &Live, code: &mut Option<OwnedFd>, budget: &Budget<'_>) -> std::io::Re
     loop {
         let (buf, n, fds) = next_record(l, budget)?;
         if &buf[..n] == ZYGOTE_CODE_OFFER {
-            if let [fd] = &fds[..] {
-                // Kept well above the fds a child's exec places (as ExeFile is).
-                // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own; the copy is owned at once.
-                let raw = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 16) };
-                if raw >= 0 {
-                    // SAFETY: fcntl just returned `raw`, and nothing else owns it.
-                    *code = Some(unsafe { OwnedFd::from_raw_fd(raw) });
-                }
+            if let Some(fd) = keep_offered(fds) {
+                *code = Some(fd);
             }
+            continue;
+        }
+        // A zygote that was not started ahead says it is ready before its first answer.
+        if &buf[..n] == ZYGOTE_READY {
             continue;
         }
         return fork_reply(&buf[..n], fds);
@@ -556,17 +818,29 @@ fn next_record(
                 "the zygote did not answer in time",
             ));
         }
-        let ms = left.as_millis().min(i32::MAX as u128) as i32;
-        let mut fds = [PollFd::new(l.ctrl.as_fd(), PollFlags::POLLIN)];
-        match poll(
-            &mut fds,
-            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-        ) {
-            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-            Ok(_) => break,
-            Err(e) => return Err(e.into()),
+        if poll_record(l, left)? {
+            break;
         }
     }
+    read_record(l)
+}
+
+/// Whether a record from `l`'s zygote is waiting, after up to `within`.
+fn poll_record(l: &Live, within: Duration) -> std::io::Result<bool> {
+    let ms = within.as_millis().min(i32::MAX as u128) as i32;
+    let mut fds = [PollFd::new(l.ctrl.as_fd(), PollFlags::POLLIN)];
+    match poll(
+        &mut fds,
+        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+    ) {
+        Ok(0) | Err(nix::errno::Errno::EINTR) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The record waiting from `l`'s zygote, with the descriptors it carried.
+fn read_record(l: &Live) -> std::io::Result<([u8; ForkReply::BYTES + 1], usize, Vec<OwnedFd>)> {
     let mut buf = [0u8; ForkReply::BYTES + 1];
     let mut cmsg = nix::cmsg_space!([RawFd; 2]);
     let (n, fds) = {
