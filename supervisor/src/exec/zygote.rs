@@ -373,6 +373,8 @@ struct Live {
     proc: ChildProc,
     ctrl: OwnedFd,
     forks: u32,
+    /// It said [`ZYGOTE_READY`]: its start is over.
+    ready: bool,
 }
 
 struct Manager {
@@ -476,14 +478,17 @@ impl Manager {
         };
         retired.into_iter().for_each(|mut p| p.kill_and_reap());
         if let Some(command) = command {
+            // Its start runs at the manager thread's policy, the normal one: under SCHED_IDLE
+            // it need not end while calls keep the CPUs busy, and a fork at the budget's end
+            // waits for it.
             let started = command.and_then(spawn_zygote).and_then(|mut l| {
-                // Its start yields to calls; it is put back at the normal policy as it takes over.
-                stsd_profiles::os::priority::background(l.proc.id());
+                stsd_profiles::os::priority::foreground(l.proc.id());
                 match await_ready(&l, stopping) {
                     Ok(offered) => {
                         if let Some(code) = offered {
                             lock().code.get_or_insert(code);
                         }
+                        l.ready = true;
                         Ok(l)
                     }
                     Err(e) => {
@@ -526,7 +531,6 @@ impl Manager {
             drop(old.ctrl);
             self.retired.push(old.proc);
         }
-        stsd_profiles::os::priority::foreground(next.proc.id());
         self.install(next);
         self.shown.ahead.fetch_add(1, Ordering::SeqCst);
         true
@@ -641,8 +645,11 @@ impl Manager {
     /// that it yields to calls; the normal priority when a call waits for the worker.
     fn prioritise(&self, urgent: bool) {
         // An urgent fork's promotion was made by the calling thread (`Zygote::fork`), and a
-        // zygote started since then starts at the normal policy.
-        if !urgent {
+        // zygote started since then starts at the normal policy. A zygote still starting is
+        // not put in the background: every worker waits for its start, and on a machine whose
+        // CPUs other work keeps busy a start under SCHED_IDLE did not end (a test waited 60 s
+        // for the zygote to name itself beside two busy loops).
+        if !urgent && self.live.as_ref().is_some_and(|l| l.ready) {
             self.policy.background();
         }
     }
@@ -695,6 +702,7 @@ fn spawn_zygote(z: ZygoteCommand) -> std::io::Result<Live> {
         proc,
         ctrl,
         forks: 0,
+        ready: false,
     })
 }
 
@@ -783,7 +791,7 @@ impl Budget<'_> {
 
 /// Asks `l`'s zygote for one worker and takes its socket, within `budget`. A code memfd the
 /// zygote offered first (see `ZYGOTE_CODE_OFFER`) is kept in `code`.
-fn ask(l: &Live, code: &mut Option<OwnedFd>, budget: &Budget<'_>) -> std::io::Result<Spawned> {
+fn ask(l: &mut Live, code: &mut Option<OwnedFd>, budget: &Budget<'_>) -> std::io::Result<Spawned> {
     send(l.ctrl.as_raw_fd(), b"F", MsgFlags::MSG_NOSIGNAL).map_err(std::io::Error::from)?;
     loop {
         let (buf, n, fds) = next_record(l, budget)?;
@@ -795,6 +803,7 @@ fn ask(l: &Live, code: &mut Option<OwnedFd>, budget: &Budget<'_>) -> std::io::Re
         }
         // A zygote that was not started ahead says it is ready before its first answer.
         if &buf[..n] == ZYGOTE_READY {
+            l.ready = true;
             continue;
         }
         return fork_reply(&buf[..n], fds);
