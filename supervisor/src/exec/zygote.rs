@@ -4,12 +4,12 @@
 //! while idle, at once when asked for a worker) and replaces it, and replaces it with a
 //! freshly exec'd one every `zygote_max_forks` forks so that workers do not share one
 //! address-space layout forever. That successor is exec'd ahead, when a fifth of the live
-//! zygote's budget is left, as background work, and takes over at the budget's last fork once
-//! it has said it is ready ([`ZYGOTE_READY`]): a zygote's start (some 20 ms) used to be waited
-//! for by the forks, and so the calls, that came at the handover. A live zygote is asked for a
-//! worker by the thread that wants one (the pool's refill thread, or a call's), under the same
-//! lock: a hand-off to the
-//! manager thread and back cost two wake-ups on another CPU per worker (one-shot p50 0.427 ->
+//! zygote's budget is left, by the manager thread without its lock, and takes over at the
+//! budget's last fork once it has said it is ready ([`ZYGOTE_READY`]): a zygote's start (some
+//! 20 ms) used to be waited for by the forks, and so the calls, that came at the handover. A
+//! live zygote is asked for a worker by the thread that wants one (the pool's refill thread,
+//! or a call's), under the same lock: a hand-off to the manager thread and back cost two
+//! wake-ups on another CPU per worker (one-shot p50 0.427 ->
 //! 0.382 ms and 0.396 -> 0.360, `N=800 scripts/ab 6 1 stats-summary`, CPU per call the same).
 //! The thread lives as long as the daemon: the
 //! zygote's parent-death signal, and through `CLONE_PARENT` every forked worker's, fire when
@@ -323,14 +323,17 @@ impl Zygote {
         // a failed exchange) goes to the manager thread, which alone execs zygotes: a
         // zygote's parent-death signal, and through CLONE_PARENT its workers', fire when the
         // thread that started it exits.
-        let (direct, tend) = {
+        let direct = {
             let mut m = self.manager();
             let direct = m.fork_direct(urgent);
-            (direct, m.take_tending())
+            // Sent under the lock: a fork that finds the budget spent later, on another
+            // thread, must queue behind it (the manager thread would otherwise take that
+            // fork first, with no successor started yet).
+            if m.take_tending() {
+                self.request(Request::Tend);
+            }
+            direct
         };
-        if tend {
-            self.request(Request::Tend);
-        }
         if let Some(r) = direct {
             return r;
         }
@@ -473,7 +476,11 @@ impl Manager {
         let lock = || this.lock().unwrap_or_else(|e| e.into_inner());
         let (retired, command) = {
             let mut m = lock();
-            let command = m.successor_wanted().then(|| m.zygote_command());
+            // Cleared where the work is taken: what a caller asks for from now on is asked
+            // again, and done by the next call of this (on this thread, so never twice at once).
+            m.tending = false;
+            let wanted = m.successor_wanted() && !stopping.load(Ordering::SeqCst);
+            let command = wanted.then(|| m.zygote_command());
             (std::mem::take(&mut m.retired), command)
         };
         retired.into_iter().for_each(|mut p| p.kill_and_reap());
@@ -510,7 +517,6 @@ impl Manager {
                 Err(e) => tracing::warn!(error = %e, "cannot start the zygote's successor"),
             }
         }
-        lock().tending = false;
     }
 
     /// The successor takes over from the live zygote, if one is ready and alive; the live one
@@ -590,11 +596,13 @@ impl Manager {
             return;
         }
         self.retire();
-        if self.had_one {
-            self.shown.cold.fetch_add(1, Ordering::SeqCst);
-        }
         match self.zygote_command().and_then(spawn_zygote) {
-            Ok(l) => self.install(l),
+            Ok(l) => {
+                if self.had_one {
+                    self.shown.cold.fetch_add(1, Ordering::SeqCst);
+                }
+                self.install(l);
+            }
             Err(e) => tracing::error!(error = %e, "cannot start the zygote"),
         }
     }
@@ -621,7 +629,10 @@ impl Manager {
         // itself is linked with BIND_NOW): once, here, instead of lazily in every forked
         // worker. The static executable (.cargo/config.toml) has none to bind.
         cmd.env("LD_BIND_NOW", "1");
-        if let Some(code) = &self.code {
+        // A copy of its own (above fd 16, close-on-exec), which lives as long as the command:
+        // the exec may happen after the manager's lock is let go.
+        let code = self.code.as_ref().map(dup_high).transpose()?;
+        if let Some(code) = &code {
             let raw = code.as_raw_fd();
             // SAFETY: dup2 only, between fork and exec; `raw` is above 16 (never fd 3, where
             // the control socket goes) and the new fd 4 is not close-on-exec.
@@ -638,6 +649,7 @@ impl Manager {
             cmd,
             ctrl,
             child_end,
+            _code: code,
         })
     }
 
@@ -684,6 +696,8 @@ struct ZygoteCommand {
     cmd: std::process::Command,
     ctrl: OwnedFd,
     child_end: OwnedFd,
+    /// The code memfd the command places on fd 4, kept open until the exec.
+    _code: Option<OwnedFd>,
 }
 
 /// Execs a zygote (the calling thread is its parent as far as its parent-death signal goes:
@@ -693,9 +707,11 @@ fn spawn_zygote(z: ZygoteCommand) -> std::io::Result<Live> {
         mut cmd,
         ctrl,
         child_end,
+        _code: code,
     } = z;
     let child = cmd.spawn()?;
     drop(child_end);
+    drop(code);
     let proc = ChildProc::from_pid(child.id());
     drop(child);
     Ok(Live {
@@ -746,10 +762,19 @@ fn keep_offered(fds: Vec<OwnedFd>) -> Option<OwnedFd> {
     let [fd] = &fds[..] else {
         return None;
     };
+    dup_high(fd).ok()
+}
+
+/// A close-on-exec copy of `fd` numbered 16 or above: never where a child's exec places its
+/// descriptors (3 and 4).
+fn dup_high(fd: &OwnedFd) -> std::io::Result<OwnedFd> {
     // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own; the copy is owned at once.
     let raw = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 16) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     // SAFETY: fcntl just returned `raw`, and nothing else owns it.
-    (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// How long a zygote may take to answer the fork request just counted. A new zygote's first
@@ -769,7 +794,7 @@ impl Budget<'_> {
     fn of<'a>(l: &Live, running: Duration, urgent: bool, policy: &'a Policy) -> Budget<'a> {
         Budget {
             asked: Instant::now(),
-            first: l.forks <= 1,
+            first: l.forks <= 1 && !l.ready,
             running,
             urgent,
             policy,
@@ -796,8 +821,9 @@ fn ask(l: &mut Live, code: &mut Option<OwnedFd>, budget: &Budget<'_>) -> std::io
     loop {
         let (buf, n, fds) = next_record(l, budget)?;
         if &buf[..n] == ZYGOTE_CODE_OFFER {
+            // The first kept stays: a command being built may hold its number.
             if let Some(fd) = keep_offered(fds) {
-                *code = Some(fd);
+                code.get_or_insert(fd);
             }
             continue;
         }
