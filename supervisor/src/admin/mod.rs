@@ -134,6 +134,7 @@ impl Admin {
         let p = self.service.published();
         let sandbox = stsd_profiles::os::landlock::abi_version();
         let spawner = self.service.exec_options().spawner;
+        let handovers = spawner.zygote_handovers();
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "uptimeSeconds": self.started.elapsed().as_secs(),
@@ -147,10 +148,7 @@ impl Admin {
                 },
                 "zygotePid": spawner.zygote_pid(),
                 "zygoteNext": spawner.zygote_successor_pid(),
-                "zygoteHandovers": {
-                    "ahead": spawner.zygote_handovers().ahead,
-                    "cold": spawner.zygote_handovers().cold,
-                },
+                "zygoteHandovers": {"ahead": handovers.ahead, "cold": handovers.cold},
             },
             "calls": {"inFlight": self.service.in_flight(), "waiting": self.service.waiting()},
             "catalog": {"served": p.tools.len(), "withheld": p.withheld.len()},
