@@ -92,6 +92,24 @@ fn an_allocation_loop_hits_the_memory_limit() {
     assert_eq!(err_code(&out), Code::MemoryLimit, "{out:?}");
 }
 
+/// A limit hit so near the top of the heap that QuickJS cannot allocate its own "out of
+/// memory" error: QuickJS then throws a bare `null`, which used to come back as the tool's
+/// own `JS_ERROR: Uncaught null`. The sort's temporaries are freed by the time the call is
+/// classified, so only the refusal itself can tell the two apart. A tool's own `throw null`
+/// stays a JS_ERROR (`errors_and_strings`).
+#[test]
+fn a_limit_hit_where_quickjs_cannot_make_its_error_is_memory_limit() {
+    let (mut j, _b) = base_job(
+        "const a = []; for (let i = 0; i < 300000; i++) a.push(i * 7919 % 300007);\n\
+         while (true) { a.slice().sort(); }",
+    );
+    j.limits.max_steps = u64::MAX;
+    j.limits.timeout_ms = 20_000;
+    j.limits.memory_bytes = 32 * 1024 * 1024;
+    let out = run(&j);
+    assert_eq!(err_code(&out), Code::MemoryLimit, "{out:?}");
+}
+
 #[test]
 fn deep_recursion_is_a_clean_js_error() {
     let (mut j, _b) = base_job("function f(n) { return f(n + 1) + 1; }\nreturn f(0);");

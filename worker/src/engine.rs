@@ -87,11 +87,14 @@ pub struct Warm {
     console: console::ConsoleSlot,
     /// Math.random's state, for the Math.random installed here.
     random: crate::globals::RandomState,
+    /// The runtime's allocator's count: the call's memory limit is enforced there.
+    meter: Rc<crate::heap::Meter>,
 }
 
 impl Warm {
     pub fn new() -> Result<Warm, Failure> {
-        let runtime = Runtime::new()
+        let meter = Rc::new(crate::heap::Meter::default());
+        let runtime = Runtime::new_with_alloc(crate::heap::Metered(meter.clone()))
             .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS runtime: {e}")))?;
         let context = Context::custom::<Intrinsics>(&runtime)
             .map_err(|e| Failure::new(Code::WorkerCrashed, format!("QuickJS context: {e}")))?;
@@ -112,6 +115,7 @@ impl Warm {
             runtime,
             console,
             random,
+            meter,
         })
     }
 }
@@ -129,6 +133,7 @@ pub struct Engine {
     /// Interrupt-handler calls so far (the step budget), counted from the call's start.
     ticks: Rc<Cell<u64>>,
     limits: stsd_protocol::frames::JobLimits,
+    meter: Rc<crate::heap::Meter>,
 }
 
 /// A body compiled ahead of its call (a primed worker), with the wrapper prefix it was
@@ -196,6 +201,7 @@ impl Engine {
         self.ticks.set(0);
         self.stop.set(None);
         self.console_over.set(false);
+        self.meter.set_limit(self.limits.memory_bytes as usize);
         let statics = self.context.with(|ctx| -> rquickjs::Result<Vec<String>> {
             let v: Value = ctx.json_parse(job.statics_json.as_bytes())?;
             match v.as_object() {
@@ -221,8 +227,10 @@ impl Engine {
             runtime: rt,
             console,
             random,
+            meter,
         } = warm;
-        rt.set_memory_limit(l.memory_bytes as usize);
+        // Not QuickJS's own limit: see `heap` for why the allocator enforces it.
+        meter.set_limit(l.memory_bytes as usize);
         crate::globals::set_memory_budget(l.memory_bytes as usize);
         rt.set_max_stack_size(l.stack_bytes as usize);
         let stop: Rc<Cell<Option<Stop>>> = Rc::new(Cell::new(None));
@@ -287,6 +295,7 @@ impl Engine {
             deadline,
             ticks,
             limits: l.clone(),
+            meter,
         })
     }
 
@@ -307,7 +316,7 @@ impl Engine {
                 let source = job.wrapped_body(&prefix);
                 return match compile(&ctx, source, false) {
                     Ok(_) => Ok(Returned::Undefined),
-                    Err(e) => Err(classify(e)),
+                    Err(e) => Err(classify(e, self.meter.refused())),
                 };
             }
             // Compiled ahead (a primed worker) for the arguments this call supplied, or now.
@@ -330,8 +339,8 @@ impl Engine {
                 return Err(self.stop_failure(stop));
             }
             match outcome {
-                Ok(v) => serialize(&ctx, v, self.limits.max_result_bytes),
-                Err(e) => Err(missing_grant_hint(classify(e), job)),
+                Ok(v) => serialize(&ctx, v, self.limits.max_result_bytes, &self.meter),
+                Err(e) => Err(missing_grant_hint(classify(e, self.meter.refused()), job)),
             }
         })
     }
@@ -415,7 +424,12 @@ fn run_in<'js>(
     }
 }
 
-fn serialize<'js>(ctx: &Ctx<'js>, v: Value<'js>, max: u64) -> Result<Returned, Failure> {
+fn serialize<'js>(
+    ctx: &Ctx<'js>,
+    v: Value<'js>,
+    max: u64,
+    meter: &crate::heap::Meter,
+) -> Result<Returned, Failure> {
     if v.is_undefined() || v.is_null() {
         return Ok(Returned::Undefined);
     }
@@ -425,7 +439,7 @@ fn serialize<'js>(ctx: &Ctx<'js>, v: Value<'js>, max: u64) -> Result<Returned, F
             .map_err(|e| Failure::new(Code::JsError, e.to_string()))?,
         Ok(None) => return Ok(Returned::Undefined),
         Err(e) => {
-            let f = classify(e);
+            let f = classify(e, meter.refused());
             return Err(Failure::new(
                 f.code,
                 format!("the result is not JSON-serialisable: {}", f.message),
@@ -472,8 +486,14 @@ fn missing_grant_hint(mut f: Failure, job: &Job) -> Failure {
     f
 }
 
-fn classify(e: CaughtError<'_>) -> Failure {
+/// `refused`: the runtime's allocator refused a request during the call (see `heap`). Then
+/// QuickJS's out-of-memory error, the `null` it throws when it cannot make one, and a failed
+/// allocation on stsd's side are the memory limit's.
+fn classify(e: CaughtError<'_>, refused: bool) -> Failure {
+    let memory_limit = || Failure::new(Code::MemoryLimit, "the tool exceeded its memory limit");
     match e {
+        CaughtError::Value(v) if refused && v.is_null() => memory_limit(),
+        CaughtError::Error(rquickjs::Error::Allocation) if refused => memory_limit(),
         CaughtError::Exception(ex) => {
             let obj: &Object = ex.as_object();
             let text = |key: &str| {
@@ -485,7 +505,7 @@ fn classify(e: CaughtError<'_>) -> Failure {
             let name = text("name").unwrap_or_else(|| "Error".into());
             let message = text("message").unwrap_or_default();
             if name == "InternalError" && message.contains("out of memory") {
-                return Failure::new(Code::MemoryLimit, "the tool exceeded its memory limit");
+                return memory_limit();
             }
             // Errors thrown by the safety.* helpers carry their class in the name.
             let helper = match name.as_str() {

@@ -9,6 +9,7 @@ mod channel;
 mod console;
 mod engine;
 mod globals;
+mod heap;
 mod inherit;
 mod jsstring;
 mod zygote;
