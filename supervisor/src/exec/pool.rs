@@ -216,8 +216,10 @@ impl Pool {
                         || st.ready.len() < self.target
                         || !st.prime_wanted.is_empty()
                     {
+                        crate::exec::worker::refill_busy(true);
                         break expired;
                     }
+                    crate::exec::worker::refill_busy(false);
                     st = match st.next_expiry(now, idle) {
                         Some(d) => {
                             self.wake

@@ -454,12 +454,37 @@ static REAPER_IDLE: AtomicBool = AtomicBool::new(false);
 /// reaper runs at the normal policy until it has caught up.
 const MAX_IDLE_BACKLOG: usize = 8;
 
+/// Whether the pool's refill thread has work now (a worker to make or to prime): set by
+/// `Pool::refill_loop`, read by the reaper.
+static POOL_REFILLING: AtomicBool = AtomicBool::new(false);
+
+/// The pool's refill thread says whether it has work (see [`reaper`]).
+pub fn refill_busy(busy: bool) {
+    POOL_REFILLING.store(busy, Ordering::Relaxed);
+}
+
+/// The most finished workers whose kill the reaper holds, and for how long at most.
+const HOLD_AT_MOST: usize = 4;
+const HOLD_FOR: Duration = Duration::from_millis(20);
+
+/// Whether the reaper goes on holding the kills of `held` finished workers, the oldest
+/// held for `oldest`.
+fn holds(refilling: bool, held: usize, oldest: Option<Duration>) -> bool {
+    refilling && held < HOLD_AT_MOST && oldest.is_none_or(|d| d < HOLD_FOR)
+}
+
 /// Kills and reaps finished workers as background work (SCHED_IDLE, see `os::priority`):
 /// on a small machine a teardown (unmapping all of a process's memory, freeing its seccomp
 /// programs) otherwise lands on the CPU where the next call is about to run. A finished
 /// worker waits for its kill, idle. When more than [`MAX_IDLE_BACKLOG`] wait, `reap_later`
 /// puts this thread back to the normal policy until none does, so load never makes them
 /// pile up. Reaping never blocks on one worker.
+///
+/// While the pool's refill thread has work, a finished worker's kill is held, for at most
+/// [`HOLD_AT_MOST`] workers or [`HOLD_FOR`]: the refill's fork and priming, which the next
+/// call waits for, go before the teardowns, and the teardowns come together rather than
+/// beside each fork (docs/src/performance.md, "Kills held while the pool refills"). A held
+/// worker has its outcome taken already; it is background work from the moment it arrives.
 fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
     use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
     use stsd_profiles::os::priority;
@@ -467,12 +492,18 @@ fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
     REAPER_TID.store(unsafe { libc::gettid() } as u32, Ordering::SeqCst);
     let _placed = super::placement::background_thread();
     let mut dying: Vec<ReadyWorker> = Vec::new();
+    // Finished workers whose kill is held, and since when.
+    let mut held: Vec<(ReadyWorker, Instant)> = Vec::new();
     loop {
-        if dying.is_empty() && !REAPER_IDLE.load(Ordering::SeqCst) && priority::can_restore() {
+        if dying.is_empty()
+            && held.is_empty()
+            && !REAPER_IDLE.load(Ordering::SeqCst)
+            && priority::can_restore()
+        {
             priority::background(0);
             REAPER_IDLE.store(true, Ordering::SeqCst);
         }
-        let next = if dying.is_empty() {
+        let next = if dying.is_empty() && held.is_empty() {
             rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
         } else {
             match rx.try_recv() {
@@ -482,18 +513,24 @@ fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
             }
         };
         match next {
-            Ok(mut w) => {
+            Ok(w) => {
                 // The teardown inherits this thread's standing.
                 if REAPER_IDLE.load(Ordering::SeqCst) {
                     priority::background(w.pid());
                 }
                 let _ = super::placement::with_background(w.pid());
-                w.proc.kill();
-                dying.push(w);
+                held.push((w, Instant::now()));
             }
             Err(RecvTimeoutError::Timeout) => {}
             // The daemon is ending: the rest are killed and reaped as they are dropped.
             Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let oldest = held.first().map(|(_, since)| since.elapsed());
+        if !holds(POOL_REFILLING.load(Ordering::Relaxed), held.len(), oldest) {
+            for (mut w, _) in held.drain(..) {
+                w.proc.kill();
+                dying.push(w);
+            }
         }
         let before = dying.len();
         // A reaped worker is dropped (its Drop finds nothing left to kill).
@@ -586,6 +623,19 @@ pub(super) fn encode_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Kills are held only while the refill works, and never past either bound: a busy
+    /// refill that never stops still lets every worker go within [`HOLD_FOR`] and never
+    /// keeps more than [`HOLD_AT_MOST`] waiting.
+    #[test]
+    fn a_kill_is_held_only_while_the_pool_refills_and_within_its_bounds() {
+        let short = Some(Duration::from_millis(1));
+        assert!(holds(true, 0, None));
+        assert!(holds(true, HOLD_AT_MOST - 1, short));
+        assert!(!holds(false, 1, short), "an idle refill: killed at once");
+        assert!(!holds(true, HOLD_AT_MOST, short), "as many as it may hold");
+        assert!(!holds(true, 1, Some(HOLD_FOR)), "held long enough");
+    }
 
     fn record(frames: &[FromWorker]) -> Vec<u8> {
         frames
