@@ -629,6 +629,28 @@ fn malloc_size(ctx: &Ctx<'_>) -> u64 {
 mod heap_tests {
     use super::*;
 
+    /// QuickJS throws a bare `null` when it cannot make its out-of-memory error: that is the
+    /// memory limit's only after the allocator refused a request; else it is the tool's own.
+    #[test]
+    fn a_thrown_null_is_the_memory_limit_only_after_a_refusal() {
+        let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+        let context = Context::full(&rt).unwrap_or_else(|e| panic!("{e}"));
+        context.with(|ctx| {
+            for (refused, code) in [(true, Code::MemoryLimit), (false, Code::JsError)] {
+                let Err(e) = ctx.eval::<Value, _>("throw null").catch(&ctx) else {
+                    panic!("throw null did not throw");
+                };
+                assert!(matches!(&e, CaughtError::Value(v) if v.is_null()));
+                assert_eq!(classify(e, refused).code, code);
+            }
+            // A thrown object stays the tool's error either way.
+            let Err(e) = ctx.eval::<Value, _>("throw new TypeError('t')").catch(&ctx) else {
+                panic!("throw did not throw");
+            };
+            assert_eq!(classify(e, true).code, Code::JsError);
+        });
+    }
+
     #[test]
     fn heap_bytes_is_what_quickjs_counts() {
         let rt = Runtime::new().unwrap_or_else(|e| panic!("{e}"));

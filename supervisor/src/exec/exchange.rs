@@ -394,6 +394,7 @@ impl<'j> Exchange<'j> {
             Ending::Kept(w)
         } else {
             // The outcome is known; killing and reaping need not delay the reply.
+            w.ended_on_its_own = clean && !frames_left;
             reap_later(w);
             Ending::Released
         }

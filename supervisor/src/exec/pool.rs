@@ -208,6 +208,7 @@ impl Pool {
                 let mut st = self.lock();
                 loop {
                     if st.stopping {
+                        crate::exec::worker::refill_busy(false);
                         return;
                     }
                     let now = Instant::now();
@@ -243,6 +244,7 @@ impl Pool {
                 Ok(w) => {
                     let mut st = self.lock();
                     if st.stopping {
+                        crate::exec::worker::refill_busy(false);
                         return; // `w` is dropped: killed and reaped
                     }
                     st.ready.push_back(w);

@@ -201,6 +201,10 @@ pub struct ReadyWorker {
     /// The supervisor put it at the normal policy (a priming) and nothing has put it back
     /// since: its call need not do it again (a syscall on the call's path).
     pub(super) at_normal_policy: bool,
+    /// It gave its own outcome (a result or a JS error) and nothing after it: it waits for
+    /// its kill, and the reaper may hold that kill (see [`reaper`]). A worker the supervisor
+    /// stopped (a deadline, a cap it broke, a protocol error) is killed at once.
+    pub(super) ended_on_its_own: bool,
 }
 
 impl ReadyWorker {
@@ -463,7 +467,8 @@ pub fn refill_busy(busy: bool) {
     POOL_REFILLING.store(busy, Ordering::Relaxed);
 }
 
-/// The most finished workers whose kill the reaper holds, and for how long at most.
+/// The reaper kills the finished workers it holds once this many are waiting, or once the
+/// first has waited this long.
 const HOLD_AT_MOST: usize = 4;
 const HOLD_FOR: Duration = Duration::from_millis(20);
 
@@ -480,11 +485,13 @@ fn holds(refilling: bool, held: usize, oldest: Option<Duration>) -> bool {
 /// puts this thread back to the normal policy until none does, so load never makes them
 /// pile up. Reaping never blocks on one worker.
 ///
-/// While the pool's refill thread has work, a finished worker's kill is held, for at most
-/// [`HOLD_AT_MOST`] workers or [`HOLD_FOR`]: the refill's fork and priming, which the next
-/// call waits for, go before the teardowns, and the teardowns come together rather than
-/// beside each fork (docs/src/performance.md, "Kills held while the pool refills"). A held
-/// worker has its outcome taken already; it is background work from the moment it arrives.
+/// While the pool's refill thread has work, a finished worker's kill is held until
+/// [`HOLD_AT_MOST`] are waiting or the first has waited [`HOLD_FOR`] (give or take this
+/// loop's 2 ms poll): the refill's fork and priming, which the next call waits for, go before
+/// the teardowns, and the teardowns come together rather than beside each fork
+/// (docs/src/performance.md, "Kills held while the pool refills"). Only a worker that ended
+/// on its own outcome (`ended_on_its_own`) is held, and only while this thread is background
+/// work, so that the worker is too; any other is killed as it arrives.
 fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
     use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
     use stsd_profiles::os::priority;
@@ -513,13 +520,20 @@ fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
             }
         };
         match next {
-            Ok(w) => {
+            Ok(mut w) => {
                 // The teardown inherits this thread's standing.
-                if REAPER_IDLE.load(Ordering::SeqCst) {
+                let idle = REAPER_IDLE.load(Ordering::SeqCst);
+                if idle {
                     priority::background(w.pid());
                 }
                 let _ = super::placement::with_background(w.pid());
-                held.push((w, Instant::now()));
+                // Held only when it waits for its kill as background work.
+                if idle && w.ended_on_its_own {
+                    held.push((w, Instant::now()));
+                } else {
+                    w.proc.kill();
+                    dying.push(w);
+                }
             }
             Err(RecvTimeoutError::Timeout) => {}
             // The daemon is ending: the rest are killed and reaped as they are dropped.
@@ -575,6 +589,7 @@ pub fn spawn_ready(opts: &ExecOptions, urgent: bool) -> Result<ReadyWorker, Call
         primed: None,
         kept_away: away_before || super::placement::keeping_away(),
         at_normal_policy: false,
+        ended_on_its_own: false,
     };
     let mut buf = [0u8; 256];
     let problem = match recv_until(&w.socket, t0 + READY_TIMEOUT, &mut buf) {
