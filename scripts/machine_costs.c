@@ -11,12 +11,22 @@
 //             two 2 MiB transparent huge pages (one entry each), when the kernel has them
 //   wake      a one-byte ping-pong between two processes over a socket pair, one round
 //             trip: on two different CPUs, and both on one CPU
+//   floor     a fresh process per call with nothing else: a parent holding a heap the size of
+//             stsd's zygote's (648 KiB, present) forks a child per call over a new socket
+//             pair; the child reads a byte, writes 47 pages of the heap (the copy-on-write
+//             faults a forked worker takes in a one-shot `stats-summary` call), answers a byte
+//             and waits; the parent reads the answer, kills and reaps it. CPU per call of the
+//             parent and its children (getrusage; any CPU), the median of 5 batches of 400:
+//             what the kernel charges for the process alone, before any JavaScript, Landlock,
+//             seccomp, MCP or supervisor
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -163,6 +173,57 @@ static double wake_us(int a, int b) {
     return median(v, N);
 }
 
+static double rusage_us(int who) {
+    struct rusage r;
+    getrusage(who, &r);
+    return r.ru_utime.tv_sec * 1e6 + r.ru_utime.tv_usec + r.ru_stime.tv_sec * 1e6 +
+           r.ru_stime.tv_usec;
+}
+
+static double floor_us(void) {
+    enum { BATCHES = 5, CALLS = 400, HEAP_PAGES = 162, WRITTEN = 47 };
+    static double v[BATCHES];
+    // Every CPU, as stsd's processes have (wake_us pinned this one).
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        CPU_SET(i, &all);
+    sched_setaffinity(0, sizeof all, &all);
+    char *heap = malloc((size_t)HEAP_PAGES * PAGE);
+    if (!heap)
+        return -1;
+    memset(heap, 1, (size_t)HEAP_PAGES * PAGE);
+    for (int b = 0; b < BATCHES; b++) {
+        double cpu0 = rusage_us(RUSAGE_SELF) + rusage_us(RUSAGE_CHILDREN);
+        for (int i = 0; i < CALLS; i++) {
+            int sv[2];
+            char x = 0;
+            if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+                return -1;
+            pid_t c = fork();
+            if (c == 0) {
+                if (read(sv[1], &x, 1) != 1)
+                    _exit(1);
+                for (int k = 0; k < WRITTEN; k++)
+                    heap[(size_t)k * HEAP_PAGES / WRITTEN * PAGE] = 2;
+                if (write(sv[1], &x, 1) != 1)
+                    _exit(1);
+                pause();
+                _exit(0);
+            }
+            close(sv[1]);
+            if (c < 0 || write(sv[0], &x, 1) != 1 || read(sv[0], &x, 1) != 1)
+                return -1;
+            close(sv[0]);
+            kill(c, SIGKILL);
+            waitpid(c, 0, 0);
+        }
+        v[b] = (rusage_us(RUSAGE_SELF) + rusage_us(RUSAGE_CHILDREN) - cpu0) / CALLS;
+    }
+    free(heap);
+    return median(v, BATCHES);
+}
+
 int main(void) {
     printf("  a fresh anonymous page (allocated, zeroed, mapped)     %6.2f\n", page_us());
     printf("  a page copied on a forked child's first write          %6.2f\n", cow_us());
@@ -178,5 +239,6 @@ int main(void) {
     if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
         printf("  socket ping-pong round trip, two CPUs                  %6.1f\n", wake_us(0, 1));
     printf("  socket ping-pong round trip, one CPU                   %6.1f\n", wake_us(0, 0));
+    printf("  a fresh process per call, nothing else: CPU per call   %6.1f\n", floor_us());
     return 0;
 }
