@@ -125,7 +125,8 @@ impl<'j> Exchange<'j> {
         // they are not pinned, and one kept away is let go to any CPU. One-shot workers too
         // (they were pinned for every call): `stats-summary` one-shot calls/s at c=8 1583 ->
         // 1655, CPU per call 1025 -> 1012 µs (medians of seven alternating rounds).
-        let (in_flight, lone) = InFlight::enter();
+        let (in_flight, alone) = InFlight::enter();
+        let lone = super::placement::alone_for_a_while(alone);
         if lone {
             super::placement::lone_call_here();
         } else {

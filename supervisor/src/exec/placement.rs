@@ -8,10 +8,14 @@
 //! calls overlap, the background may run anywhere again.
 //!
 //! [`lone_call_here`] and [`calls_overlap`] are called as a call's exchange begins; each
-//! changes placements only when the calls' CPU changes (one atomic read otherwise).
+//! changes placements only when the calls' CPU changes (one atomic read otherwise). A call
+//! counts as lone only once no calls have overlapped for a while ([`alone_for_a_while`]), so
+//! that concurrent load, whose calls are often alone for a moment, does not move the
+//! background back and forth.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 use stsd_profiles::os::priority;
 
 /// The CPU the background keeps off, or [`ANYWHERE`].
@@ -51,6 +55,41 @@ fn move_to(away: usize) {
     for &id in bg.threads.iter().chain(&bg.zygotes) {
         place(id, away);
     }
+}
+
+/// When calls last overlapped (milliseconds since [`epoch`]), or [`NEVER`].
+static LAST_OVERLAP_MS: AtomicU64 = AtomicU64::new(NEVER);
+const NEVER: u64 = u64::MAX;
+/// How long after calls last overlapped a call alone in flight is still taken as one of
+/// overlapping calls (see [`alone_for_a_while`]).
+const SETTLE: Duration = Duration::from_millis(50);
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_ms() -> u64 {
+    epoch().elapsed().as_millis() as u64
+}
+
+/// Whether a call that finds itself alone in flight (`alone`) is one of calls that come one at
+/// a time: alone, and no calls have overlapped for [`SETTLE`]. Under concurrent load a call
+/// often finds itself alone for a moment (the others between their calls); taken as lone, each
+/// such call moved the whole background away from its CPU and pinned its worker, and the next
+/// overlapping call moved them all back (5.5 `sched_setaffinity` calls per call at c=8, 3 at
+/// c=1).
+pub fn alone_for_a_while(alone: bool) -> bool {
+    settled(alone, &LAST_OVERLAP_MS, now_ms())
+}
+
+fn settled(alone: bool, last_overlap: &AtomicU64, now: u64) -> bool {
+    if !alone {
+        last_overlap.store(now, Ordering::Relaxed);
+        return false;
+    }
+    let last = last_overlap.load(Ordering::Relaxed);
+    last == NEVER || now.saturating_sub(last) >= SETTLE.as_millis() as u64
 }
 
 /// A call alone in flight runs its exchange on this thread's CPU: the background keeps off it.
@@ -111,4 +150,27 @@ pub fn zygote_started(pid: u32) {
 /// A zygote is being retired: no placement reaches its pid any more.
 pub fn zygote_gone(pid: u32) {
     lock().zygotes.retain(|&z| z != pid);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{settled, NEVER, SETTLE};
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn a_lone_call_counts_as_lone_only_once_calls_have_not_overlapped_for_a_while() {
+        let settle = SETTLE.as_millis() as u64;
+        let last = AtomicU64::new(NEVER);
+        // Calls have never overlapped: alone is lone.
+        assert!(settled(true, &last, 5));
+        // Calls overlap at 1000 ms: not lone, and nor is a call alone soon after.
+        assert!(!settled(false, &last, 1000));
+        assert!(!settled(true, &last, 1001));
+        assert!(!settled(true, &last, 1000 + settle - 1));
+        // Alone for the settling time: lone again.
+        assert!(settled(true, &last, 1000 + settle));
+        // Another overlap starts the wait over.
+        assert!(!settled(false, &last, 2000));
+        assert!(!settled(true, &last, 2001));
+    }
 }
