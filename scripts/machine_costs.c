@@ -16,9 +16,9 @@
 //             pair; the child reads a byte, writes 47 pages of the heap (the copy-on-write
 //             faults a forked worker takes in a one-shot `stats-summary` call), answers a byte
 //             and waits; the parent reads the answer, kills and reaps it. CPU per call of the
-//             parent and its children (getrusage; any CPU), the median of 5 batches of 400:
-//             what the kernel charges for the process alone, before any JavaScript, Landlock,
-//             seccomp, MCP or supervisor
+//             parent and its children (getrusage; on the CPUs it started with), the median of
+//             5 batches of 400: what the kernel charges for the process alone, before any
+//             JavaScript, Landlock, seccomp, MCP or supervisor
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdio.h>
@@ -180,28 +180,30 @@ static double rusage_us(int who) {
            r.ru_stime.tv_usec;
 }
 
+/* The CPUs this process may use when it starts (wake_us pins it to one, then another). */
+static cpu_set_t start_cpus;
+
 static double floor_us(void) {
     enum { BATCHES = 5, CALLS = 400, HEAP_PAGES = 162, WRITTEN = 47 };
     static double v[BATCHES];
-    // Every CPU, as stsd's processes have (wake_us pinned this one).
-    cpu_set_t all;
-    CPU_ZERO(&all);
-    for (int i = 0; i < CPU_SETSIZE; i++)
-        CPU_SET(i, &all);
-    sched_setaffinity(0, sizeof all, &all);
+    // The CPUs this process started with, as stsd's processes have (wake_us pinned it).
+    if (sched_setaffinity(0, sizeof start_cpus, &start_cpus) != 0)
+        return -1;
     char *heap = malloc((size_t)HEAP_PAGES * PAGE);
     if (!heap)
         return -1;
     memset(heap, 1, (size_t)HEAP_PAGES * PAGE);
+    double result = -1;
     for (int b = 0; b < BATCHES; b++) {
         double cpu0 = rusage_us(RUSAGE_SELF) + rusage_us(RUSAGE_CHILDREN);
         for (int i = 0; i < CALLS; i++) {
             int sv[2];
             char x = 0;
             if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-                return -1;
+                goto out;
             pid_t c = fork();
             if (c == 0) {
+                close(sv[0]); // the parent's end: a parent that goes away is seen (EOF)
                 if (read(sv[1], &x, 1) != 1)
                     _exit(1);
                 for (int k = 0; k < WRITTEN; k++)
@@ -212,19 +214,28 @@ static double floor_us(void) {
                 _exit(0);
             }
             close(sv[1]);
-            if (c < 0 || write(sv[0], &x, 1) != 1 || read(sv[0], &x, 1) != 1)
-                return -1;
+            int answered = c > 0 && write(sv[0], &x, 1) == 1 && read(sv[0], &x, 1) == 1;
             close(sv[0]);
-            kill(c, SIGKILL);
-            waitpid(c, 0, 0);
+            if (c > 0) {
+                kill(c, SIGKILL);
+                waitpid(c, 0, 0);
+            }
+            if (!answered)
+                goto out;
         }
         v[b] = (rusage_us(RUSAGE_SELF) + rusage_us(RUSAGE_CHILDREN) - cpu0) / CALLS;
     }
+    result = median(v, BATCHES);
+out:
     free(heap);
-    return median(v, BATCHES);
+    return result;
 }
 
 int main(void) {
+    if (sched_getaffinity(0, sizeof start_cpus, &start_cpus) != 0) {
+        CPU_ZERO(&start_cpus);
+        CPU_SET(0, &start_cpus);
+    }
     printf("  a fresh anonymous page (allocated, zeroed, mapped)     %6.2f\n", page_us());
     printf("  a page copied on a forked child's first write          %6.2f\n", cow_us());
     double base = fork_us();
@@ -239,6 +250,8 @@ int main(void) {
     if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
         printf("  socket ping-pong round trip, two CPUs                  %6.1f\n", wake_us(0, 1));
     printf("  socket ping-pong round trip, one CPU                   %6.1f\n", wake_us(0, 0));
-    printf("  a fresh process per call, nothing else: CPU per call   %6.1f\n", floor_us());
+    double floor = floor_us();
+    if (floor >= 0)
+        printf("  a fresh process per call, nothing else: CPU per call   %6.1f\n", floor);
     return 0;
 }

@@ -6,10 +6,14 @@ use stsd::exec::{run_job, run_keeping, spawn_ready, Event};
 use stsd_profiles::baseline::SpawnMode;
 use stsd_tests::{cpus_allowed, exec_options, scratch_base, spinning_job};
 
-/// Held by each test for its whole run, so that no other test's call is in flight beside it.
+/// Held by each test for its whole run, so that no other test's call is in flight beside it;
+/// and taken a while after the last test's calls, which may have overlapped: a call alone
+/// counts as lone only once calls have not overlapped for 50 ms (`placement::SETTLE`).
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    guard
 }
 
 /// The CPUs this process may use, or None (said) when it may use one only: placement

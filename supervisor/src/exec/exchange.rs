@@ -76,7 +76,9 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        if IN_FLIGHT.fetch_sub(1, Ordering::SeqCst) > 1 {
+            super::placement::overlap_ended();
+        }
     }
 }
 

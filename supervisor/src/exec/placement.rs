@@ -9,9 +9,9 @@
 //!
 //! [`lone_call_here`] and [`calls_overlap`] are called as a call's exchange begins; each
 //! changes placements only when the calls' CPU changes (one atomic read otherwise). A call
-//! counts as lone only once no calls have overlapped for a while ([`alone_for_a_while`]), so
-//! that concurrent load, whose calls are often alone for a moment, does not move the
-//! background back and forth.
+//! counts as lone only once no calls have overlapped for a while ([`alone_for_a_while`],
+//! [`overlap_ended`]), so that concurrent load, whose calls are often alone for a moment, does
+//! not move the background back and forth.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -57,9 +57,8 @@ fn move_to(away: usize) {
     }
 }
 
-/// When calls last overlapped (milliseconds since [`epoch`]), or [`NEVER`].
-static LAST_OVERLAP_MS: AtomicU64 = AtomicU64::new(NEVER);
-const NEVER: u64 = u64::MAX;
+/// When calls last overlapped: one more than the milliseconds since [`epoch`], 0 if never.
+static LAST_OVERLAP: AtomicU64 = AtomicU64::new(0);
 /// How long after calls last overlapped a call alone in flight is still taken as one of
 /// overlapping calls (see [`alone_for_a_while`]).
 const SETTLE: Duration = Duration::from_millis(50);
@@ -74,22 +73,34 @@ fn now_ms() -> u64 {
 }
 
 /// Whether a call that finds itself alone in flight (`alone`) is one of calls that come one at
-/// a time: alone, and no calls have overlapped for [`SETTLE`]. Under concurrent load a call
-/// often finds itself alone for a moment (the others between their calls); taken as lone, each
-/// such call moved the whole background away from its CPU and pinned its worker, and the next
-/// overlapping call moved them all back (5.5 `sched_setaffinity` calls per call at c=8, 3 at
-/// c=1).
+/// a time: alone, and no calls have overlapped for [`SETTLE`] (calls overlap from the start of
+/// one beside another until one of them ends with the other still in flight). Under
+/// concurrent load a call often finds itself alone for a moment (the others between their
+/// calls); taken as lone, each such call moved the whole background away from its CPU and
+/// pinned its worker, and the next overlapping call moved them all back: 5.5
+/// `sched_setaffinity` calls per one-shot call at c=8, 1.0 since (c=1 keeps its 3: the lone
+/// call's own placement).
 pub fn alone_for_a_while(alone: bool) -> bool {
-    settled(alone, &LAST_OVERLAP_MS, now_ms())
+    settled(alone, &LAST_OVERLAP, now_ms())
+}
+
+/// A call ended with others still in flight: they overlapped until now.
+pub fn overlap_ended() {
+    overlapped(&LAST_OVERLAP, now_ms());
+}
+
+fn overlapped(last_overlap: &AtomicU64, now: u64) {
+    // The latest wins: two threads may record out of order.
+    last_overlap.fetch_max(now + 1, Ordering::Relaxed);
 }
 
 fn settled(alone: bool, last_overlap: &AtomicU64, now: u64) -> bool {
     if !alone {
-        last_overlap.store(now, Ordering::Relaxed);
+        overlapped(last_overlap, now);
         return false;
     }
     let last = last_overlap.load(Ordering::Relaxed);
-    last == NEVER || now.saturating_sub(last) >= SETTLE.as_millis() as u64
+    last == 0 || (now + 1).saturating_sub(last) >= SETTLE.as_millis() as u64
 }
 
 /// A call alone in flight runs its exchange on this thread's CPU: the background keeps off it.
@@ -154,23 +165,28 @@ pub fn zygote_gone(pid: u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::{settled, NEVER, SETTLE};
+    use super::{overlapped, settled, SETTLE};
     use std::sync::atomic::AtomicU64;
 
     #[test]
     fn a_lone_call_counts_as_lone_only_once_calls_have_not_overlapped_for_a_while() {
         let settle = SETTLE.as_millis() as u64;
-        let last = AtomicU64::new(NEVER);
-        // Calls have never overlapped: alone is lone.
-        assert!(settled(true, &last, 5));
-        // Calls overlap at 1000 ms: not lone, and nor is a call alone soon after.
+        let last = AtomicU64::new(0);
+        // Calls have never overlapped: alone is lone, even at the clock's start.
+        assert!(settled(true, &last, 0));
+        // A call starts beside another at 1000 ms: not lone, and nor is a call alone soon after.
         assert!(!settled(false, &last, 1000));
         assert!(!settled(true, &last, 1001));
         assert!(!settled(true, &last, 1000 + settle - 1));
         // Alone for the settling time: lone again.
         assert!(settled(true, &last, 1000 + settle));
-        // Another overlap starts the wait over.
+        // Calls that overlap until 2500 ms (one ends with the other in flight): the wait runs
+        // from there, and an earlier time recorded late does not shorten it.
         assert!(!settled(false, &last, 2000));
-        assert!(!settled(true, &last, 2001));
+        overlapped(&last, 2500);
+        overlapped(&last, 2100);
+        assert!(!settled(true, &last, 2000 + settle));
+        assert!(!settled(true, &last, 2500 + settle - 1));
+        assert!(settled(true, &last, 2500 + settle));
     }
 }
