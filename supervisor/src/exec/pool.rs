@@ -571,7 +571,93 @@ impl Drop for Pool {
 
 #[cfg(test)]
 mod tests {
-    use super::waits_for_parked;
+    use super::{waits_for_parked, Parked, State, DEATH_SWEEP};
+    use crate::exec::ReadyWorker;
+    use std::collections::{HashMap, VecDeque};
+    use std::time::{Duration, Instant};
+
+    /// A parked worker that died is removed by the sweep, once a [`DEATH_SWEEP`], and not by
+    /// every round of the refill thread before it (each look is a `wait4` under the pool's
+    /// lock, and the refill thread comes several times a call); one whose idle time is up is
+    /// removed on any round.
+    #[test]
+    fn a_parked_worker_that_died_goes_at_the_next_sweep_and_not_at_every_round() {
+        let spawn = || {
+            // Reaped by the stand-in worker's handle (as a worker is), not by `Child`.
+            #[allow(clippy::zombie_processes)]
+            let child = std::process::Command::new("sleep")
+                .arg("60")
+                .spawn()
+                .unwrap_or_else(|e| panic!("sleep: {e}"));
+            ReadyWorker::of_child(child.id()).unwrap_or_else(|e| panic!("socket: {e}"))
+        };
+        let (dead, idle_one) = (spawn(), spawn());
+        let dead_pid = dead.pid();
+        // On an injected clock that starts an idle time from now (no instant before the
+        // process's start is needed): "b" was parked then, "a" and the last sweep now.
+        let t0 = Instant::now();
+        let idle = Duration::from_secs(3600);
+        let now = t0 + idle;
+        let mut st = State {
+            ready: VecDeque::new(),
+            prime_wanted: HashMap::new(),
+            parked: HashMap::from([
+                (
+                    "a".to_string(),
+                    vec![Parked {
+                        w: dead,
+                        since: now,
+                    }],
+                ),
+                (
+                    "b".to_string(),
+                    vec![Parked {
+                        w: idle_one,
+                        since: t0,
+                    }],
+                ),
+            ]),
+            parked_total: 2,
+            stopping: false,
+            swept: now,
+        };
+        let idle_pid = st.parked["b"][0].w.pid();
+        // SAFETY: kill(2) on a child this test spawned and has not reaped.
+        unsafe { libc::kill(dead_pid as i32, libc::SIGKILL) };
+        // Dead (a zombie, not reaped: only the worker's own handle reaps it).
+        let zombie = || {
+            std::fs::read_to_string(format!("/proc/{dead_pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+                })
+                .unwrap_or(false)
+        };
+        while !zombie() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the kill never landed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Before the sweep is due: only the worker whose idle time is up goes.
+        let out = st.take_expired(now + Duration::from_millis(10), idle);
+        assert_eq!(
+            out.iter().map(ReadyWorker::pid).collect::<Vec<_>>(),
+            [idle_pid]
+        );
+        assert_eq!(st.parked_total, 1, "the dead one is left for the sweep");
+        drop(out);
+        // At the sweep: the dead one goes.
+        let out = st.take_expired(now + DEATH_SWEEP, idle);
+        assert_eq!(
+            out.iter().map(ReadyWorker::pid).collect::<Vec<_>>(),
+            [dead_pid]
+        );
+        assert_eq!(st.parked_total, 0);
+        assert!(st.parked.is_empty());
+    }
 
     #[test]
     fn one_shot_waits_for_a_priming_worker_and_reuse_only_when_it_must() {

@@ -383,6 +383,27 @@ pub(super) enum AwaitError {
     Protocol(String),
 }
 
+#[cfg(test)]
+impl ReadyWorker {
+    /// A stand-in around any child process of this one, for tests of the pool's bookkeeping:
+    /// it has a socket nobody answers on, and is killed and reaped when dropped, as a worker is.
+    pub(crate) fn of_child(pid: u32) -> std::io::Result<ReadyWorker> {
+        let (socket, _theirs) = super::spawn::seqpacket_pair()?;
+        Ok(ReadyWorker {
+            proc: ChildProc::from_pid(pid),
+            socket,
+            spawn_us: 0,
+            spawn_cpu_us: 0,
+            served: 0,
+            making_context: false,
+            primed: None,
+            kept_away: false,
+            at_normal_policy: false,
+            ended_on_its_own: false,
+        })
+    }
+}
+
 impl Drop for ReadyWorker {
     fn drop(&mut self) {
         // An unused worker is killed and reaped: no zombie outlives its handle.
