@@ -224,8 +224,11 @@ impl Target<'_> {
                 drop(scratch);
                 reply
             }
+            // Boxed: an upstream call's future (its HTTP or stdio client inside) is many times
+            // the size of an own tool's, and every call's future, moved whole at each await
+            // that starts it and into its task, was as large as the largest branch.
             (Target::Wrapped { gw, tool }, Checked::Wrapped { args }) => {
-                run_wrapped(gw, tool, args, door, record, secrets).await
+                Box::pin(run_wrapped(gw, tool, args, door, record, secrets)).await
             }
             _ => ToolReply::error(Code::WorkerCrashed, "a call checked for another target"),
         }
