@@ -92,7 +92,8 @@ struct State {
     swept: Instant,
 }
 
-/// How often the refill thread looks for parked workers that died while they waited.
+/// How often, at most, the refill thread looks for parked workers that died while they
+/// waited (on its rounds: it is not woken for it).
 const DEATH_SWEEP: Duration = Duration::from_secs(1);
 
 impl State {
@@ -124,12 +125,13 @@ impl State {
         Some(p.w)
     }
 
-    /// Removes parked workers that waited `idle` or longer, and, once a [`DEATH_SWEEP`],
-    /// those that died while they waited. The refill thread comes here several times a
-    /// call, and asking the kernel each time whether each parked worker lives (a `wait4`
-    /// each, under the pool's lock) was 3 of the daemon's 41 syscalls a one-shot call at
-    /// one call after another. A worker that dies parked is found sooner anyway: the call
-    /// that takes it checks.
+    /// Removes parked workers that waited `idle` or longer, and, on a round at least a
+    /// [`DEATH_SWEEP`] after the last such look, those that died while they waited. The
+    /// refill thread comes here several times a call, and asking the kernel each time
+    /// whether each parked worker lives (a `wait4` each, under the pool's lock) was 3 of the
+    /// daemon's 41 syscalls a one-shot call at one call after another. A dead parked worker
+    /// may stay longer (until a round after the sweep is due, or until a call that scans
+    /// its key reaches it, or its idle time is up), holding its key's place meanwhile.
     fn take_expired(&mut self, now: Instant, idle: Duration) -> Vec<ReadyWorker> {
         let sweep = now.duration_since(self.swept) >= DEATH_SWEEP;
         if sweep {
