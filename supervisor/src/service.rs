@@ -525,7 +525,7 @@ impl Service {
         // At shutdown, a call still running when the grace period ends is cut off (its worker
         // killed) and still answered and audited.
         let flag = cancel.clone();
-        // Boxed: the call's state (some 10 KiB: the pipeline, its record and the job) would
+        // Boxed: the call's state (over 6 KiB: the pipeline, its record and the job) would
         // otherwise be held twice here (as `raise_on`'s argument and in its own state), and
         // the whole of it moved (memcpy) at each await that starts it and into the task
         // that runs it: 34 KiB a call, `memmove` 4.7% of the daemon's CPU in reuse mode.
