@@ -327,3 +327,127 @@ fn bytecode_sent_in_a_call_is_refused() {
         Ok(v) => panic!("the call stood: {v:?}"),
     }
 }
+
+/// A prime whose job carries the probe of `j` (`Job::template` drops it; the pool never
+/// primes one, the suite does, to run it in a template's child).
+fn probe_prime(j: &stsd_protocol::frames::Job) -> std::sync::Arc<stsd_protocol::frames::Prime> {
+    let mut t = j.template();
+    t.attack = j.attack.clone();
+    std::sync::Arc::new(stsd_protocol::frames::Prime {
+        job: t,
+        expect_args: Vec::new(),
+        want_bytecode: false,
+    })
+}
+
+/// The same hostile probes, in children of a posture's template (`exec::template`): the
+/// template applied the posture's rlimits and Landlock once and kept the zygote's filter (it
+/// must fork); each child stacks the narrowing and forbids new processes itself. Every probe
+/// must be denied there exactly as in a worker that applied its whole profile alone.
+#[test]
+fn every_hostile_syscall_is_denied_in_a_templates_child_under_every_posture() {
+    let base = fixture();
+    let opts = exec_options_in(stsd_profiles::baseline::SpawnMode::Zygote);
+    let (mut killed, mut errno) = (0, 0);
+    for fs in [
+        FsAccess::None,
+        FsAccess::ReadOnly,
+        FsAccess::WriteOnly,
+        FsAccess::ReadWrite,
+    ] {
+        let mut template = None;
+        for name in HOSTILE {
+            let mut j = job("", fs, base.path());
+            j.attack = Some(name.to_string());
+            let prime = probe_prime(&j);
+            // One template per posture; the probe is part of the prime, so each probe's
+            // children come from a template made for it.
+            let t = template
+                .take()
+                .filter(|t: &stsd::exec::template::Template| t.is_for(&prime));
+            let mut t = match t {
+                Some(t) => t,
+                None => stsd::exec::template::Template::start(&opts, prime.clone())
+                    .unwrap_or_else(|e| panic!("{fs:?}: no template: {e}")),
+            };
+            let child = t
+                .fork()
+                .unwrap_or_else(|e| panic!("{fs:?} {name}: no child: {e}"));
+            assert_ne!(child.pid(), t.pid());
+            let out = stsd::exec::run_on(child, &j, &opts, None, &mut |_| {});
+            assert_denied(name, fs, &out);
+            if out.probe.is_some() {
+                errno += 1;
+            } else {
+                killed += 1;
+            }
+            template = Some(t);
+        }
+    }
+    assert!(killed > 0 && errno > 0, "killed {killed}, errno {errno}");
+}
+
+/// A template's child holds the whole profile of a worker of its posture (two filters, no
+/// new process, no core, no file size), and the template itself only what lets it fork.
+#[test]
+fn a_templates_child_holds_the_whole_profile_and_the_template_only_what_lets_it_fork() {
+    let base = fixture();
+    let opts = exec_options_in(stsd_profiles::baseline::SpawnMode::Zygote);
+    let j = job("return 1;", FsAccess::None, base.path());
+    let prime = std::sync::Arc::new(stsd_protocol::frames::Prime {
+        job: j.template(),
+        expect_args: Vec::new(),
+        want_bytecode: false,
+    });
+    let mut t = stsd::exec::template::Template::start(&opts, prime)
+        .unwrap_or_else(|e| panic!("no template: {e}"));
+    let child = t.fork().unwrap_or_else(|e| panic!("no child: {e}"));
+    let pid = child.pid() as i32;
+    // The supervisor's child (CLONE_PARENT), not the template's.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let ppid = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().nth(1))
+        .and_then(|p| p.parse::<u32>().ok());
+    assert_eq!(ppid, Some(std::process::id()), "{stat}");
+    // Confined once its own filter is stacked on the zygote's (NPROC is set just before).
+    let t0 = std::time::Instant::now();
+    while stsd_tests::harness::seccomp_filters(pid) < 2 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "the child never stacked its filter"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let limit = |pid: i32, name: &str| {
+        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
+        limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map(|l| {
+                l[name.len()..]
+                    .split_whitespace()
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_else(|| panic!("no {name} for {pid}: {limits}"))
+    };
+    for (name, want) in [
+        ("Max processes", "0 0"),
+        ("Max core file size", "0 0"),
+        ("Max file size", "0 0"),
+        ("Max open files", "8 8"),
+    ] {
+        assert_eq!(limit(pid, name), want, "the child's {name}");
+    }
+    let tp = t.pid() as i32;
+    assert_eq!(stsd_tests::harness::seccomp_filters(tp), 1, "the template");
+    assert_ne!(limit(tp, "Max processes"), "0 0", "the template must fork");
+    assert_eq!(limit(tp, "Max open files"), "8 8", "the template's posture");
+    let out = stsd::exec::run_on(child, &j, &opts, None, &mut |_| {});
+    assert!(
+        matches!(&out.result, Ok(stsd::exec::CallValue::Json(v)) if v == "1"),
+        "{out:?}"
+    );
+}

@@ -1664,3 +1664,154 @@ fn the_pool_keeps_each_tools_bytecode_from_its_first_primed_worker() {
     let r = c.response();
     assert!(text(&r).contains(r#""n":4"#), "{r}");
 }
+
+fn prime_of(code: &str) -> std::sync::Arc<stsd_protocol::frames::Prime> {
+    let base = std::env::temp_dir();
+    let j = stsd_tests::job(code, stsd_protocol::frames::FsAccess::None, &base);
+    std::sync::Arc::new(stsd_protocol::frames::Prime {
+        job: j.template(),
+        expect_args: Vec::new(),
+        want_bytecode: false,
+    })
+}
+
+/// Whether `pid` is gone (reaped: no /proc entry) within 10 s.
+fn gone(pid: u32) -> bool {
+    let t0 = Instant::now();
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if t0.elapsed() > Duration::from_secs(10) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// One template per key, for the prime it was made with: kept while the prime is the same,
+/// replaced (the old one killed and reaped) when the prime changes or its forks run out; at
+/// most as many as allowed, the least recently used going first; and gone once idle. Its
+/// children run their calls.
+#[test]
+fn a_template_is_kept_per_key_and_prime_and_replaced_when_either_runs_out() {
+    use stsd::exec::template::Templates;
+    let opts = stsd_tests::exec_options_in(stsd_profiles::baseline::SpawnMode::Zygote);
+    let (one, two, three) = (
+        prime_of("return 1;"),
+        prime_of("return 2;"),
+        prime_of("return 3;"),
+    );
+    let ts = Templates::new(2, 3);
+    let fork = |key: &str, p| {
+        ts.fork(key, p, &opts)
+            .unwrap_or_else(|e| panic!("{key}: no child: {e}"))
+    };
+    let first = fork("a", &one);
+    let made = ts.list();
+    assert_eq!(made.len(), 1);
+    let a = made[0].0;
+    drop(fork("a", &one));
+    drop(fork("a", &one));
+    assert_eq!(ts.list(), [(a, 3)], "the same template, three forks");
+    // A child runs its call.
+    let j = stsd_tests::job(
+        "return 1;",
+        stsd_protocol::frames::FsAccess::None,
+        &std::env::temp_dir(),
+    );
+    let out = stsd::exec::run_on(first, &j, &opts, None, &mut |_| {});
+    assert!(
+        matches!(&out.result, Ok(stsd::exec::CallValue::Json(v)) if v == "1"),
+        "{out:?}"
+    );
+    // Its forks ran out: replaced.
+    drop(fork("a", &one));
+    let a2 = ts.list()[0].0;
+    assert_ne!(a2, a);
+    assert!(gone(a), "the replaced template {a} lives on");
+    // Another prime under the key (its code changed): replaced.
+    drop(fork("a", &two));
+    let a3 = ts.list()[0].0;
+    assert_ne!(a3, a2);
+    assert!(gone(a2), "the replaced template {a2} lives on");
+    // A third key beside two: the least recently used ("a") goes.
+    drop(fork("b", &one));
+    drop(fork("c", &three));
+    assert_eq!(ts.list().len(), 2);
+    assert!(gone(a3), "the least recently used template {a3} lives on");
+    // Idle: all go.
+    let left = ts.list();
+    ts.expire(
+        Instant::now() + Duration::from_secs(3600),
+        Duration::from_secs(60),
+    );
+    assert!(ts.list().is_empty());
+    for (pid, _) in left {
+        assert!(gone(pid), "the idle template {pid} lives on");
+    }
+}
+
+/// A daemon's primed workers come from their tool's template once the tool's bytecode is
+/// known (`stsd status` names it and counts its forks); the template runs under the zygote's
+/// filter alone and holds nothing of any call. With `[worker] template = false` there is none.
+#[test]
+fn a_tools_primed_workers_are_forked_by_its_template_which_holds_nothing_of_any_call() {
+    if stsd_tests::spawn_mode_from_env() == Some(stsd_profiles::baseline::SpawnMode::Exec) {
+        eprintln!("skipped: templates are made only in zygote mode");
+        return;
+    }
+    let d = Daemon::start(2, "[worker]\nprime = true\n");
+    let mut c = d.connect();
+    let arg = format!("tpl-arg-{}-{}", std::process::id(), line!());
+    for i in 0..6 {
+        c.call(i, "echo-console", json!({ "text": arg }));
+        let r = c.response();
+        assert!(!is_error(&r), "{r}");
+    }
+    // Each call wants its replacement primed: from the template, after the first.
+    let t0 = Instant::now();
+    let (pid, forks) = loop {
+        let s = status_of(&d).unwrap_or_default();
+        let t = &s["pool"]["templates"];
+        if let Some(t) = t.as_array().and_then(|a| a.first()) {
+            let forks = t["forks"].as_u64().unwrap_or(0);
+            if forks >= 3 {
+                break (t["pid"].as_i64().unwrap_or(0) as i32, forks);
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no template forked three children: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(forks >= 3);
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    assert_eq!(comm.trim(), "stsd-template");
+    assert_eq!(status_field(pid, "Seccomp_filters:"), "1", "template {pid}");
+    assert_eq!(status_field(pid, "NoNewPrivs:"), "1", "template {pid}");
+    if !stsd_tests::is_root() {
+        return;
+    }
+    let mem = memory_of(pid);
+    assert!(
+        contains(&mem, b"stsd-prelude.js"),
+        "the scan of {pid} cannot see the runtime it must hold ({} bytes read)",
+        mem.len()
+    );
+    assert!(
+        !contains(&mem, arg.as_bytes()),
+        "the template {pid} holds a call's argument"
+    );
+    drop(c);
+    drop(d);
+    let d = Daemon::start(2, "[worker]\nprime = true\ntemplate = false\n");
+    let mut c = d.connect();
+    for i in 0..6 {
+        c.call(i, "echo-console", json!({ "text": "x" }));
+        let r = c.response();
+        assert!(!is_error(&r), "{r}");
+    }
+    settle_on_primed(&d, 2);
+    let s = status_of(&d).unwrap_or_default();
+    assert_eq!(s["pool"]["templates"], json!([]), "{s}");
+}

@@ -550,6 +550,10 @@ pub struct WorkerConfig {
     /// (confined to its posture, its globals bound and its body compiled, before any
     /// argument exists). Each primed worker still serves one call.
     pub prime: bool,
+    /// One-shot with priming: the primed workers of a tool are forked by a template of its
+    /// posture (a process that applied the posture's rlimits and Landlock once and never
+    /// runs tool code), so that each applies only the rest of its profile. Zygote mode only.
+    pub template: bool,
     /// The zygote holds stsd's code in huge pages (a sealed memfd), so that a worker maps it
     /// with a few page-table entries instead of inheriting about a thousand. Making them costs
     /// the first zygote 13 to 16 ms, which a daemon's workers repay many times and one `stsd
@@ -588,6 +592,7 @@ impl Default for WorkerConfig {
             zygote_max_forks: 1000,
             fork_timeout_ms: 1000,
             prime: true,
+            template: true,
             huge_code: true,
         }
     }

@@ -224,8 +224,9 @@ impl Job {
             && self.sandbox == other.sandbox
             && self.seccomp == other.seccomp
             && self.limits == other.limits
-            && self.attack.is_none()
-            && other.attack.is_none()
+            // The pool primes no test probe (`exec::pool::primable`); the escape suite
+            // primes one to run it in a template's child.
+            && self.attack == other.attack
             && !self.compile_only
             && !other.compile_only
     }
@@ -314,6 +315,16 @@ pub enum ToWorker {
         args_json: String,
         keep_alive: bool,
     },
+    /// Sent to a fresh worker instead of a job: it becomes the template of this prime's
+    /// posture. It applies the posture's rlimits and Landlock (not `RLIMIT_NPROC` and not the
+    /// seccomp narrowing: it must still fork), says Ready, and from then on answers each
+    /// [`ToWorker::Fork`] as the zygote answers a fork request. It never runs or parses tool
+    /// code; each child it forks stacks the narrowing, forbids new processes, primes itself
+    /// with this prime and says Ready (see `worker/src/template.rs`).
+    Template(Box<Prime>),
+    /// To a template: fork one primed child. The answer is a [`ForkReply`] record (not a
+    /// frame) carrying the supervisor's end of the child's socket.
+    Fork,
 }
 
 /// A tool's `fetch`, as the worker forwards it to the supervisor's broker. A body, when

@@ -14,6 +14,8 @@ pub enum Work {
     Job(Box<Job>),
     /// Get ready for a call of this template, then wait for its [`Work::Go`].
     Prime(Box<Prime>),
+    /// Become the template of this prime's posture (see `template.rs`).
+    Template(Box<Prime>),
     /// A primed worker's call.
     Go {
         call_id: u64,
@@ -38,6 +40,11 @@ impl Channel {
             buf: RefCell::new(Vec::new()),
             deferred: RefCell::new(Vec::new()),
         }
+    }
+
+    /// The socket (a template sends its fork replies on it, with a descriptor attached).
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
     }
 
     /// Queues a frame that needs no answer (`Confined`, `Timings`) to go out in one record
@@ -77,6 +84,7 @@ impl Channel {
         match self.recv()? {
             ToWorker::Job(job) => Ok(Work::Job(job)),
             ToWorker::Prime(p) => Ok(Work::Prime(p)),
+            ToWorker::Template(p) => Ok(Work::Template(p)),
             ToWorker::Go {
                 call_id,
                 args_json,

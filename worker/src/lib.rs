@@ -12,6 +12,7 @@ mod globals;
 mod heap;
 mod inherit;
 mod jsstring;
+mod template;
 mod zygote;
 
 // Compiled only into debug (test) builds, even when a workspace build unifies the feature on.
@@ -137,7 +138,7 @@ pub fn run() -> i32 {
 fn serve(
     uid: u32,
     gid: u32,
-    mut warm: Result<engine::Warm, engine::Failure>,
+    warm: Result<engine::Warm, engine::Failure>,
     heap: Option<usize>,
 ) -> i32 {
     // A forked worker's parent is the supervisor too (the zygote forks with CLONE_PARENT).
@@ -167,10 +168,74 @@ fn serve(
     };
     // Before its first work, hence before any seccomp filter (poll is not in one).
     inherit::own_heap_while_idle(heap, |ms| channel.has_record_within(ms));
-    let mut confined: Option<stsd_protocol::frames::SandboxSpec> = None;
+    serve_calls(channel, prepared, warm, parent, None, Confinement::None)
+}
+
+/// A template's child (see `template.rs`), just forked: its socket is on fd 3 and `channel`
+/// reads it. It applies the posture-independent half again (closing every other descriptor,
+/// the template's own among them), then is confined and primed as a primed pool worker is,
+/// except that the template already applied the posture's rlimits and Landlock.
+fn serve_child(
+    channel: Rc<Channel>,
+    prime: stsd_protocol::frames::Prime,
+    warm: Result<engine::Warm, engine::Failure>,
+) -> i32 {
+    let (uid, gid) = ids_from_args();
+    // CLONE_PARENT: the supervisor, as for any forked worker.
+    let parent = nix::unistd::getppid().as_raw() as u32;
+    let prepared = match os::prepare_worker(uid, gid, parent) {
+        Ok(p) => p,
+        Err(e) => {
+            return fail(
+                &channel,
+                Code::SandboxUnavailable,
+                format!(
+                    "the OS sandbox cannot be fully enforced here, so the tool was not run: {}",
+                    e.0
+                ),
+            )
+        }
+    };
+    let spec = prime.job.sandbox.clone();
+    serve_calls(
+        channel,
+        prepared,
+        warm,
+        parent,
+        Some(Work::Prime(Box::new(prime))),
+        Confinement::Template(spec),
+    )
+}
+
+/// How far this worker is confined.
+enum Confinement {
+    /// Not yet: its first job (or prime) applies its posture.
+    None,
+    /// Forked by a template of this posture: its rlimits and Landlock are in force, the
+    /// seccomp narrowing and `RLIMIT_NPROC` are not.
+    Template(stsd_protocol::frames::SandboxSpec),
+    /// Wholly, to this posture: it only ever runs jobs of it.
+    Full(stsd_protocol::frames::SandboxSpec),
+}
+
+/// A worker's jobs, from `first` (a template's child's prime) or its socket, until it is let
+/// go or it becomes a template.
+fn serve_calls(
+    channel: Rc<Channel>,
+    prepared: os::Prepared,
+    mut warm: Result<engine::Warm, engine::Failure>,
+    // The attack probes' (test builds): the supervisor's pid, which they try to signal.
+    #[cfg_attr(
+        not(all(feature = "attack", debug_assertions)),
+        allow(unused_variables)
+    )]
+    parent: u32,
+    mut first: Option<Work>,
+    mut confined: Confinement,
+) -> i32 {
     let mut served = 0u32;
     loop {
-        let work = match channel.recv_work() {
+        let work = match first.take().map_or_else(|| channel.recv_work(), Ok) {
             Ok(w) => w,
             // The supervisor closed the socket (done), or sent something other than a job (a
             // fetch answer with no fetch outstanding): stop either way.
@@ -181,6 +246,16 @@ fn serve(
         let (job, primed) = match work {
             Work::Job(job) => (job, None),
             Work::Go { .. } => return fail(&channel, Code::InvalidInput, "a go with no prime"),
+            Work::Template(prime) => {
+                if served > 0 || !matches!(confined, Confinement::None) {
+                    return fail(
+                        &channel,
+                        Code::InvalidInput,
+                        "only a fresh worker becomes a template",
+                    );
+                }
+                return template::run(channel, prepared, *prime, warm);
+            }
             Work::Prime(prime) => {
                 if let Err(code) = confine_once(&channel, &mut confined, &prime.job, &prepared) {
                     return code;
@@ -383,36 +458,47 @@ fn take_warm(
 /// jobs of the posture it is confined to. Err: the exit code (the failure is sent).
 fn confine_once(
     channel: &Channel,
-    confined: &mut Option<stsd_protocol::frames::SandboxSpec>,
+    confined: &mut Confinement,
     job: &stsd_protocol::frames::Job,
     prepared: &os::Prepared,
 ) -> Result<(), i32> {
-    match confined {
-        None => {
-            if let Err(e) = os::confine(
-                prepared,
-                &job.sandbox,
-                &job.limits,
-                &job.seccomp,
-                job.reuse_calls,
-            ) {
-                return Err(fail(
-                    channel,
-                    Code::SandboxUnavailable,
-                    format!(
-                        "the OS sandbox cannot be fully enforced here, so the tool was not run: {}",
-                        e.0
-                    ),
-                ));
-            }
-            *confined = Some(job.sandbox.clone());
-            Ok(())
+    let applied = match confined {
+        Confinement::None => os::confine(
+            prepared,
+            &job.sandbox,
+            &job.limits,
+            &job.seccomp,
+            job.reuse_calls,
+        ),
+        Confinement::Template(s) if *s == job.sandbox => {
+            os::confine_from_template(prepared, &job.sandbox, &job.seccomp)
         }
-        Some(s) if *s != job.sandbox => Err(fail(
+        Confinement::Template(_) => {
+            return Err(fail(
+                channel,
+                Code::SandboxUnavailable,
+                "a template's child was sent a job of another posture",
+            ))
+        }
+        Confinement::Full(s) if *s != job.sandbox => {
+            return Err(fail(
+                channel,
+                Code::SandboxUnavailable,
+                "a reused worker was sent a job of another posture",
+            ))
+        }
+        Confinement::Full(_) => return Ok(()),
+    };
+    if let Err(e) = applied {
+        return Err(fail(
             channel,
             Code::SandboxUnavailable,
-            "a reused worker was sent a job of another posture",
-        )),
-        Some(_) => Ok(()),
+            format!(
+                "the OS sandbox cannot be fully enforced here, so the tool was not run: {}",
+                e.0
+            ),
+        ));
     }
+    *confined = Confinement::Full(job.sandbox.clone());
+    Ok(())
 }

@@ -29,7 +29,7 @@ const CONTROL_FD: i32 = WORKER_SOCKET_FD;
 
 /// fork(2), except that the child's parent is this process's parent (the supervisor).
 /// Returns the child's pid in the parent, 0 in the child, -1 on failure (errno set).
-fn fork_for_parent() -> libc::c_long {
+pub(crate) fn fork_for_parent() -> libc::c_long {
     // SAFETY: a fork-like clone (no new stack: the child continues here on a copy of this
     // single-threaded process). glibc's fork handlers are skipped, which is safe here: this
     // process has one thread and holds no lock at this point, and the child never relies on
@@ -166,7 +166,7 @@ pub fn run() -> i32 {
     }
 }
 
-fn reply(ctrl: &OwnedFd, r: ForkReply, fd: Option<&OwnedFd>) -> nix::Result<usize> {
+pub(crate) fn reply(ctrl: &OwnedFd, r: ForkReply, fd: Option<&OwnedFd>) -> nix::Result<usize> {
     send_with_fd(ctrl, &r.encode(), fd)
 }
 

@@ -118,9 +118,10 @@ pub fn prepare(uid: u32, gid: u32, parent_pid: u32) -> Result<Prepared, SandboxU
     Ok(Prepared { uid, gid })
 }
 
-/// [`prepare`] plus the rlimits that do not depend on the posture: a worker's whole
-/// posture-independent half, applied before it says Ready. (The zygote applies only
-/// [`prepare`]: it must still fork.)
+/// [`prepare`] plus the rlimit that depends on no posture and leaves the process able to fork
+/// (no core dump): a worker's posture-independent half, applied before it says Ready. (The
+/// zygote applies only [`prepare`]. `RLIMIT_NPROC` goes to 0 as a worker is confined: a fresh
+/// worker may still become a posture's template, which forks.)
 pub fn prepare_worker(uid: u32, gid: u32, parent_pid: u32) -> Result<Prepared, SandboxUnavailable> {
     let p = prepare(uid, gid, parent_pid)?;
     privileges::apply_fixed_rlimits().map_err(SandboxUnavailable)?;
@@ -136,13 +137,63 @@ pub fn confine(
     bpf: &stsd_protocol::frames::SeccompBpf,
     calls: u32,
 ) -> Result<(), SandboxUnavailable> {
+    let program = checked_program(prep, spec, bpf)?;
+    confine_posture(prep, spec, limits, calls)?;
+    privileges::forbid_new_processes().map_err(SandboxUnavailable)?;
+    stack(&program)
+}
+
+/// A posture's template (`worker/src/template.rs`), once: the posture's rlimits (for one
+/// call: every child it forks inherits them, with a CPU clock of its own) and Landlock; not
+/// `RLIMIT_NPROC` and not the seccomp narrowing, for it must still fork. What its children
+/// add is [`confine_from_template`].
+pub fn confine_template(
+    prep: &Prepared,
+    spec: &SandboxSpec,
+    limits: &JobLimits,
+) -> Result<(), SandboxUnavailable> {
+    confine_posture(prep, spec, limits, 1)
+}
+
+/// A child forked by a template confined by [`confine_template`] to `spec`: what [`confine`]
+/// adds to it, no new process and the seccomp filter. Together they are [`confine`] with one
+/// call, in its order: rlimits, Landlock, then seccomp.
+pub fn confine_from_template(
+    prep: &Prepared,
+    spec: &SandboxSpec,
+    bpf: &stsd_protocol::frames::SeccompBpf,
+) -> Result<(), SandboxUnavailable> {
+    let program = checked_program(prep, spec, bpf)?;
+    privileges::forbid_new_processes().map_err(SandboxUnavailable)?;
+    stack(&program)
+}
+
+/// The posture's seccomp program for this process, for a job of this worker's user. Made
+/// before anything is applied: nothing after Landlock may allocate in ways the filters could
+/// refuse. One filter that decides as the ENOSYS program stacked before the
+/// allowlist would, or, stacked on a zygote's filter, the posture's narrowing of it.
+fn checked_program(
+    prep: &Prepared,
+    spec: &SandboxSpec,
+    bpf: &stsd_protocol::frames::SeccompBpf,
+) -> Result<seccompiler::BpfProgram, SandboxUnavailable> {
     let fail = |e: String| SandboxUnavailable(e);
-    if (spec.uid, spec.gid) != (prep.uid, prep.gid) {
-        return Err(fail(format!(
-            "the job asks for uid/gid {}/{} but this worker runs as {}/{}",
-            spec.uid, spec.gid, prep.uid, prep.gid
-        )));
+    check_user(prep, spec)?;
+    if bpf.allow.is_empty() || bpf.enosys.is_empty() {
+        return Err(fail("the job carries no seccomp program".into()));
     }
+    zygote_filter::worker_program(bpf, std::process::id()).map_err(fail)
+}
+
+/// The posture's rlimits and Landlock.
+fn confine_posture(
+    prep: &Prepared,
+    spec: &SandboxSpec,
+    limits: &JobLimits,
+    calls: u32,
+) -> Result<(), SandboxUnavailable> {
+    let fail = |e: String| SandboxUnavailable(e);
+    check_user(prep, spec)?;
     let base = Path::new(&spec.base_path);
     if spec.fs != FsAccess::None && !base.is_absolute() {
         return Err(fail(format!(
@@ -150,15 +201,21 @@ pub fn confine(
             spec.base_path
         )));
     }
-    if bpf.allow.is_empty() || bpf.enosys.is_empty() {
-        return Err(fail("the job carries no seccomp program".into()));
-    }
-    // Made before anything is applied: nothing after Landlock may allocate in ways the
-    // filters could refuse. One filter that decides as the ENOSYS program stacked before the
-    // allowlist would, or, stacked on a zygote's filter, the posture's narrowing of it.
-    let program = zygote_filter::worker_program(bpf, std::process::id()).map_err(fail)?;
     privileges::apply_rlimits(&rlimits_for(spec, limits, calls)).map_err(fail)?;
-    landlock::restrict(spec.fs, base).map_err(fail)?;
-    seccompiler::apply_filter(&program).map_err(|e| fail(format!("seccomp: {e}")))?;
+    landlock::restrict(spec.fs, base).map_err(fail)
+}
+
+/// A job for another user than the one this worker runs as is refused.
+fn check_user(prep: &Prepared, spec: &SandboxSpec) -> Result<(), SandboxUnavailable> {
+    if (spec.uid, spec.gid) != (prep.uid, prep.gid) {
+        return Err(SandboxUnavailable(format!(
+            "the job asks for uid/gid {}/{} but this worker runs as {}/{}",
+            spec.uid, spec.gid, prep.uid, prep.gid
+        )));
+    }
     Ok(())
+}
+
+fn stack(program: &seccompiler::BpfProgram) -> Result<(), SandboxUnavailable> {
+    seccompiler::apply_filter(program).map_err(|e| SandboxUnavailable(format!("seccomp: {e}")))
 }

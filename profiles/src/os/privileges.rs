@@ -133,10 +133,15 @@ pub struct RLimits {
     pub file_size: u64,
 }
 
-/// The limits that do not depend on any posture: no core dump, no new process. Set by every
-/// worker before it says Ready (never by the zygote, which must fork).
+/// The limit that depends on no posture and leaves the process able to fork: no core dump.
+/// Set by every worker before it says Ready (never by the zygote).
 pub fn apply_fixed_rlimits() -> Result<(), String> {
-    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(|e| format!("setrlimit CORE: {e}"))?;
+    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(|e| format!("setrlimit CORE: {e}"))
+}
+
+/// No new process (or thread) for this user from here on. Set as a worker is confined, not
+/// before its Ready: a fresh worker may still be made a posture's template, which forks.
+pub fn forbid_new_processes() -> Result<(), String> {
     setrlimit(Resource::RLIMIT_NPROC, 0, 0).map_err(|e| format!("setrlimit NPROC: {e}"))
 }
 

@@ -149,6 +149,9 @@ impl Admin {
                 "zygotePid": spawner.zygote_pid(),
                 "zygoteNext": spawner.zygote_successor_pid(),
                 "zygoteHandovers": {"ahead": handovers.ahead, "cold": handovers.cold},
+                "templates": self.service.pool.templates().into_iter()
+                    .map(|(pid, forks)| json!({"pid": pid, "forks": forks}))
+                    .collect::<Vec<_>>(),
             },
             "calls": {"inFlight": self.service.in_flight(), "waiting": self.service.waiting()},
             "catalog": {"served": p.tools.len(), "withheld": p.withheld.len()},

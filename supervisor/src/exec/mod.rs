@@ -12,6 +12,7 @@ pub mod placement;
 pub mod pool;
 pub mod spawn;
 pub mod spawner;
+pub mod template;
 pub mod worker;
 pub mod zygote;
 

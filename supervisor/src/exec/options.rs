@@ -23,6 +23,11 @@ pub struct ExecOptions {
     pub reuse_max_parked: Option<usize>,
     /// One-shot: pool workers are primed for the tools called lately (`[worker] prime`).
     pub prime: bool,
+    /// One-shot with priming: primed workers are forked by a template of their posture
+    /// (`[worker] template`, see [`super::template`]).
+    pub template: bool,
+    /// Forks a zygote, or a template, makes before it is replaced.
+    pub max_forks: u32,
 }
 
 impl ExecOptions {
@@ -45,6 +50,8 @@ impl ExecOptions {
             reuse_idle: Duration::from_secs(config.worker.reuse_idle_seconds),
             reuse_max_parked: config.worker.reuse_max_parked,
             prime: config.worker.prime,
+            template: config.worker.template,
+            max_forks: config.worker.zygote_max_forks,
         })
     }
 }

@@ -9,6 +9,7 @@
 //! by the refill thread.
 
 use super::bodies::{Bodies, PRIMED_WAIT};
+use super::template::Templates;
 use crate::exec::{reap_later, spawn_ready, CallError, ExecOptions, ReadyWorker};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -174,12 +175,16 @@ pub struct Pool {
     refill: Mutex<Option<JoinHandle<()>>>,
     /// One-shot with priming: tools' bodies as bytecode, from their first primed workers.
     bodies: Bodies,
+    /// One-shot with priming (`[worker] template`): the templates that fork tools' primed
+    /// workers, by key.
+    templates: Templates,
 }
 
 impl Pool {
     /// Starts the pool and its refill thread; returns at once (warming happens behind).
     pub fn start(opts: ExecOptions, target: usize) -> Arc<Pool> {
         let max_parked = opts.reuse_max_parked.unwrap_or(target);
+        let max_forks = opts.max_forks;
         let pool = Arc::new(Pool {
             opts,
             target,
@@ -195,6 +200,7 @@ impl Pool {
             wake: Condvar::new(),
             refill: Mutex::new(None),
             bodies: Bodies::default(),
+            templates: Templates::new(target, max_forks),
         });
         let p = pool.clone();
         let handle = std::thread::Builder::new()
@@ -229,6 +235,7 @@ impl Pool {
                         return;
                     }
                     let now = Instant::now();
+                    self.templates.expire(now, idle);
                     let expired = st.take_expired(now, idle);
                     if !expired.is_empty()
                         || st.ready.len() < self.target
@@ -238,7 +245,11 @@ impl Pool {
                         break expired;
                     }
                     crate::exec::worker::refill_busy(false);
-                    st = match st.next_expiry(now, idle) {
+                    let next = [
+                        st.next_expiry(now, idle),
+                        self.templates.next_expiry(now, idle),
+                    ];
+                    st = match next.into_iter().flatten().min() {
                         Some(d) => {
                             self.wake
                                 .wait_timeout(st, d)
@@ -277,7 +288,7 @@ impl Pool {
     /// Primes one pool worker for a tool that wants one, and parks it under the tool's key.
     /// False when no tool wants one (or the one asked for has enough already).
     fn prime_one(&self) -> bool {
-        let (key, prime, w) = {
+        let (key, prime) = {
             let mut st = self.lock();
             let Some(key) = st.prime_wanted.keys().next().cloned() else {
                 return false;
@@ -294,10 +305,23 @@ impl Pool {
                 st.prime_wanted
                     .insert(key.clone(), (prime.clone(), tries - 1));
             }
-            let w = st.pop_ready();
-            (key, prime, w)
+            (key, prime)
         };
         let prime = self.bodies.prime(&key, &prime);
+        // A template's child, when the prime asks for no bytecode (the first prime under a
+        // key does, and goes to a pool worker: only there is it taken).
+        if self.opts.template && !prime.want_bytecode {
+            match self.templates.fork(&key, &prime, &self.opts) {
+                Ok(w) => {
+                    if !self.park(&key, w) {
+                        self.lock().prime_wanted.remove(&key);
+                    }
+                    return true;
+                }
+                Err(e) => tracing::debug!(error = %e, "no template child; priming a pool worker"),
+            }
+        }
+        let w = self.lock().pop_ready();
         let mut w = match w {
             Some(w) => w,
             None => match spawn_ready(&self.opts, false) {
@@ -535,6 +559,11 @@ impl Pool {
         self.lock().ready.iter().map(ReadyWorker::pid).collect()
     }
 
+    /// Each template's pid and the children it has forked (see [`super::template`]).
+    pub fn templates(&self) -> Vec<(u32, u32)> {
+        self.templates.list()
+    }
+
     /// How many tools' bodies the pool holds as bytecode (`stsd status`).
     pub fn bytecode_count(&self) -> usize {
         self.bodies.count()
@@ -561,6 +590,8 @@ impl Pool {
         if let Some(h) = self.lock_refill().take() {
             let _ = h.join();
         }
+        // After the refill thread: it may have been making one.
+        self.templates.clear();
     }
 }
 

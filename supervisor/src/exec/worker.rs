@@ -306,6 +306,43 @@ impl ReadyWorker {
         Ok(())
     }
 
+    /// Makes a fresh worker the template of `prime`'s posture (`exec::template`): it applies
+    /// the posture's rlimits and Landlock and says Ready again (within [`READY_TIMEOUT`]).
+    /// From then on it only forks; it is never given a call.
+    pub(super) fn make_template(&mut self, prime: &Prime) -> Result<(), String> {
+        if self.served > 0 || self.making_context || self.primed.is_some() {
+            return Err("only a fresh worker becomes a template".into());
+        }
+        let frame = frames::encode(&ToWorker::Template(Box::new(prime.clone())))
+            .map_err(|e| format!("the template's prime does not fit one frame: {e}"))?;
+        send(self.socket.as_raw_fd(), &frame, MsgFlags::MSG_NOSIGNAL)
+            .map_err(|e| format!("cannot send the template's prime: {e}"))?;
+        self.making_context = true;
+        self.await_context().map_err(|e| match e {
+            AwaitError::Refused(e) => e.message,
+            AwaitError::Protocol(e) => e,
+        })
+    }
+
+    /// A child just forked by a template of `prime` (`exec::template`): it confines and
+    /// primes itself and says Ready when it has, as a fresh worker sent `prime` does. It runs
+    /// at the normal policy (priming does, see [`ReadyWorker::prime`]).
+    pub(super) fn template_child(s: Spawned, prime: Arc<Prime>, kept_away: bool) -> ReadyWorker {
+        stsd_profiles::os::priority::foreground(s.proc.id());
+        ReadyWorker {
+            proc: s.proc,
+            socket: s.socket,
+            spawn_us: 0,
+            spawn_cpu_us: s.maker_cpu_ns / 1000,
+            served: 0,
+            making_context: true,
+            primed: Some(prime),
+            kept_away,
+            at_normal_policy: true,
+            ended_on_its_own: false,
+        }
+    }
+
     /// A fresh worker primed with `want_bytecode`: waits (up to `wait`) for its Ready, and
     /// takes the bytecode it may send ahead of it (a body that did not compile, or too large,
     /// sends none). Only here is a worker's bytecode accepted: from a prime that asked, before

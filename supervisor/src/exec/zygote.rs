@@ -739,10 +739,10 @@ fn await_ready(l: &Live, stopping: &AtomicBool) -> std::io::Result<Option<OwnedF
                 "the zygote did not say it was ready in time",
             ));
         }
-        if !poll_record(l, left.min(Duration::from_millis(50)))? {
+        if !poll_record(&l.ctrl, left.min(Duration::from_millis(50)))? {
             continue;
         }
-        let (buf, n, fds) = read_record(l)?;
+        let (buf, n, fds) = read_record(&l.ctrl)?;
         match &buf[..n] {
             b if b == ZYGOTE_READY => return Ok(offered),
             b if b == ZYGOTE_CODE_OFFER => offered = keep_offered(fds),
@@ -853,17 +853,17 @@ fn next_record(
                 "the zygote did not answer in time",
             ));
         }
-        if poll_record(l, left)? {
+        if poll_record(&l.ctrl, left)? {
             break;
         }
     }
-    read_record(l)
+    read_record(&l.ctrl)
 }
 
-/// Whether a record from `l`'s zygote is waiting, after up to `within`.
-fn poll_record(l: &Live, within: Duration) -> std::io::Result<bool> {
+/// Whether a record from a zygote (or a template) on `ctrl` is waiting, after up to `within`.
+pub(super) fn poll_record(ctrl: &OwnedFd, within: Duration) -> std::io::Result<bool> {
     let ms = within.as_millis().min(i32::MAX as u128) as i32;
-    let mut fds = [PollFd::new(l.ctrl.as_fd(), PollFlags::POLLIN)];
+    let mut fds = [PollFd::new(ctrl.as_fd(), PollFlags::POLLIN)];
     match poll(
         &mut fds,
         PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
@@ -874,14 +874,17 @@ fn poll_record(l: &Live, within: Duration) -> std::io::Result<bool> {
     }
 }
 
-/// The record waiting from `l`'s zygote, with the descriptors it carried.
-fn read_record(l: &Live) -> std::io::Result<([u8; ForkReply::BYTES + 1], usize, Vec<OwnedFd>)> {
+/// The record waiting from a zygote (or a template) on `ctrl`, with the descriptors it
+/// carried.
+pub(super) fn read_record(
+    ctrl: &OwnedFd,
+) -> std::io::Result<([u8; ForkReply::BYTES + 1], usize, Vec<OwnedFd>)> {
     let mut buf = [0u8; ForkReply::BYTES + 1];
     let mut cmsg = nix::cmsg_space!([RawFd; 2]);
     let (n, fds) = {
         let mut iov = [IoSliceMut::new(&mut buf)];
         let msg = recvmsg::<()>(
-            l.ctrl.as_raw_fd(),
+            ctrl.as_raw_fd(),
             &mut iov,
             Some(&mut cmsg),
             MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
@@ -903,7 +906,7 @@ fn read_record(l: &Live) -> std::io::Result<([u8; ForkReply::BYTES + 1], usize, 
 }
 
 /// A fork request's answer: the new worker, or why there is none.
-fn fork_reply(buf: &[u8], fds: Vec<OwnedFd>) -> std::io::Result<Spawned> {
+pub(super) fn fork_reply(buf: &[u8], fds: Vec<OwnedFd>) -> std::io::Result<Spawned> {
     let n = buf.len();
     if n == 0 {
         return Err(std::io::Error::other("the zygote exited"));
