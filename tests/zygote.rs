@@ -1815,3 +1815,62 @@ fn a_tools_primed_workers_are_forked_by_its_template_which_holds_nothing_of_any_
     let s = status_of(&d).unwrap_or_default();
     assert_eq!(s["pool"]["templates"], json!([]), "{s}");
 }
+
+/// The template's pid and forks as `stsd status` names them, once it has forked `forks`
+/// children (other than `not`), within 60 s.
+fn wait_for_template(d: &Daemon, forks: u64, not: Option<i32>) -> i32 {
+    let t0 = Instant::now();
+    loop {
+        let s = status_of(d).unwrap_or_default();
+        let found = s["pool"]["templates"].as_array().and_then(|a| {
+            a.iter()
+                .filter(|t| t["forks"].as_u64().unwrap_or(0) >= forks)
+                .map(|t| t["pid"].as_i64().unwrap_or(0) as i32)
+                .find(|p| Some(*p) != not)
+        });
+        if let Some(pid) = found {
+            return pid;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no template with {forks} forks (other than {not:?}): {s}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A template killed (-9) while calls come: every call is answered, and the tool gets a new
+/// template.
+#[test]
+fn killing_a_template_loses_no_call_and_the_tool_gets_another() {
+    if stsd_tests::spawn_mode_from_env() == Some(stsd_profiles::baseline::SpawnMode::Exec) {
+        eprintln!("skipped: templates are made only in zygote mode");
+        return;
+    }
+    let d = Daemon::start(2, "[worker]\nprime = true\n");
+    let mut c = d.connect();
+    let mut id = 0;
+    let mut call = |c: &mut stsd_tests::harness::Conn| {
+        id += 1;
+        c.call(id, "echo-console", json!({ "text": "k" }));
+        let r = c.response();
+        assert!(!is_error(&r), "{r}");
+        assert_eq!(text(&r), "echo: k");
+    };
+    for _ in 0..4 {
+        call(&mut c);
+    }
+    let mut killed = None;
+    for _ in 0..2 {
+        let t = wait_for_template(&d, 1, killed);
+        // SAFETY: kill(2) on the daemon's child that `stsd status` names (once: the daemon
+        // reaps it when it next asks it for a child).
+        unsafe { libc::kill(t, libc::SIGKILL) };
+        killed = Some(t);
+        for _ in 0..4 {
+            call(&mut c);
+        }
+    }
+    wait_for_template(&d, 1, killed);
+    call(&mut c);
+}

@@ -27,8 +27,10 @@ use stsd_profiles::baseline::SpawnMode;
 use stsd_protocol::frames::{self, Prime, ToWorker};
 
 /// How long a template may take to answer a fork request (a fork takes well under a
-/// millisecond). Past it, it is taken for hung and replaced.
-const FORK_TIMEOUT: Duration = Duration::from_secs(1);
+/// millisecond). Past it, it is taken for hung and replaced. As long as the zygote's
+/// background forks get: a template forks as background work (`SCHED_IDLE`), for the refill
+/// thread, and on CPUs that calls keep busy that may wait.
+const FORK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One posture's template process.
 pub struct Template {
@@ -88,6 +90,9 @@ impl Template {
             }
         }
         let (buf, n, fds) = read_record(socket).map_err(|e| format!("the template: {e}"))?;
+        if n == 0 {
+            return Err("the template exited".into());
+        }
         let child = fork_reply(&buf[..n], fds).map_err(|e| format!("the template: {e}"))?;
         Ok(ReadyWorker::template_child(
             child,
