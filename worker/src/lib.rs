@@ -196,14 +196,14 @@ fn serve_child(
             )
         }
     };
-    let spec = prime.job.sandbox.clone();
+    let posture = (prime.job.sandbox.clone(), prime.job.limits.clone());
     serve_calls(
         channel,
         prepared,
         warm,
         parent,
         Some(Work::Prime(Box::new(prime))),
-        Confinement::Template(spec),
+        Confinement::Template(Box::new(posture)),
     )
 }
 
@@ -211,9 +211,14 @@ fn serve_child(
 enum Confinement {
     /// Not yet: its first job (or prime) applies its posture.
     None,
-    /// Forked by a template of this posture: its rlimits and Landlock are in force, the
-    /// seccomp narrowing and `RLIMIT_NPROC` are not.
-    Template(stsd_protocol::frames::SandboxSpec),
+    /// Forked by a template of this posture and these limits: the rlimits made from them
+    /// and Landlock are in force, the seccomp narrowing and `RLIMIT_NPROC` are not.
+    Template(
+        Box<(
+            stsd_protocol::frames::SandboxSpec,
+            stsd_protocol::frames::JobLimits,
+        )>,
+    ),
     /// Wholly, to this posture: it only ever runs jobs of it.
     Full(stsd_protocol::frames::SandboxSpec),
 }
@@ -470,14 +475,15 @@ fn confine_once(
             &job.seccomp,
             job.reuse_calls,
         ),
-        Confinement::Template(s) if *s == job.sandbox => {
+        // Its rlimits are the template's: a job with other limits is refused too.
+        Confinement::Template(t) if t.0 == job.sandbox && t.1 == job.limits => {
             os::confine_from_template(prepared, &job.sandbox, &job.seccomp)
         }
         Confinement::Template(_) => {
             return Err(fail(
                 channel,
                 Code::SandboxUnavailable,
-                "a template's child was sent a job of another posture",
+                "a template's child was sent a job of another posture or other limits",
             ))
         }
         Confinement::Full(s) if *s != job.sandbox => {
