@@ -426,6 +426,7 @@ impl<'j> Exchange<'j> {
             profile_us = out.timings.worker.profile_us,
             context_us = out.timings.worker.context_us,
             run_us = out.timings.worker.run_us,
+            faults = ?out.timings.worker.faults,
             "worker exchange"
         );
         out.result = match (self.settled.take(), self.protocol_error.take()) {

@@ -151,14 +151,15 @@ impl Drop for BackgroundThread {
     }
 }
 
-/// A zygote started (it is background work).
+/// A zygote (or a posture's template, `exec::template`, whose children inherit its CPUs as a
+/// zygote's workers do) started: it is background work.
 pub fn zygote_started(pid: u32) {
     let mut bg = lock();
     bg.zygotes.push(pid);
     place(pid, AWAY_FROM.load(Ordering::SeqCst));
 }
 
-/// A zygote is being retired: no placement reaches its pid any more.
+/// A zygote (or a template) is being retired: no placement reaches its pid any more.
 pub fn zygote_gone(pid: u32) {
     lock().zygotes.retain(|&z| z != pid);
 }
