@@ -156,14 +156,7 @@ fn serve(
         Ok(p) => p,
         Err(e) => {
             let _ = channel.recv();
-            return fail(
-                &channel,
-                Code::SandboxUnavailable,
-                format!(
-                    "the OS sandbox cannot be fully enforced here, so the tool was not run: {}",
-                    e.0
-                ),
-            );
+            return unenforceable(&channel, &e);
         }
     };
     // Before its first work, hence before any seccomp filter (poll is not in one).
@@ -185,16 +178,7 @@ fn serve_child(
     let parent = nix::unistd::getppid().as_raw() as u32;
     let prepared = match os::prepare_worker(uid, gid, parent) {
         Ok(p) => p,
-        Err(e) => {
-            return fail(
-                &channel,
-                Code::SandboxUnavailable,
-                format!(
-                    "the OS sandbox cannot be fully enforced here, so the tool was not run: {}",
-                    e.0
-                ),
-            )
-        }
+        Err(e) => return unenforceable(&channel, &e),
     };
     let posture = (prime.job.sandbox.clone(), prime.job.limits.clone());
     serve_calls(
@@ -426,6 +410,19 @@ fn serve_calls(
     }
 }
 
+/// The tool is refused (SANDBOX_UNAVAILABLE): its profile cannot be applied here. Returns the
+/// exit code.
+fn unenforceable(channel: &Channel, e: &os::SandboxUnavailable) -> i32 {
+    fail(
+        channel,
+        Code::SandboxUnavailable,
+        format!(
+            "the OS sandbox cannot be fully enforced here, so the tool was not run: {}",
+            e.0
+        ),
+    )
+}
+
 /// Ready: this worker waits for work (after its start, after priming, after a reused call's
 /// next context).
 fn send_ready(channel: &Channel) -> Result<(), String> {
@@ -496,14 +493,7 @@ fn confine_once(
         Confinement::Full(_) => return Ok(()),
     };
     if let Err(e) = applied {
-        return Err(fail(
-            channel,
-            Code::SandboxUnavailable,
-            format!(
-                "the OS sandbox cannot be fully enforced here, so the tool was not run: {}",
-                e.0
-            ),
-        ));
+        return Err(unenforceable(channel, &e));
     }
     *confined = Confinement::Full(job.sandbox.clone());
     Ok(())

@@ -18,7 +18,6 @@
 
 use crate::channel::Channel;
 use crate::engine::{Failure, Warm};
-use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use stsd_profiles::os::{self, WORKER_SOCKET_FD};
@@ -54,20 +53,10 @@ pub(crate) fn run(
             // Closed (replaced, idle, or the daemon stops), or anything else: stop.
             _ => return 0,
         }
-        let pair = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        );
-        let (theirs, mine) = match pair {
-            Ok(p) => p,
-            Err(e) => {
-                if super::zygote::reply(channel.fd(), ForkReply::failed(e as i32), None).is_err() {
-                    return 0;
-                }
-                continue;
-            }
+        let (theirs, mine) = match super::zygote::pair_or_reply(channel.fd()) {
+            Ok(Some(p)) => p,
+            Ok(None) => continue,
+            Err(()) => return 0,
         };
         let cpu0 = os::cpu_time_ns(libc::CLOCK_THREAD_CPUTIME_ID);
         let pid = super::zygote::fork_for_parent();

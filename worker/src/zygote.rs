@@ -118,20 +118,10 @@ pub fn run() -> i32 {
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => return 0,
         }
-        let pair = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        );
-        let (theirs, mine) = match pair {
-            Ok(p) => p,
-            Err(e) => {
-                if reply(&ctrl, ForkReply::failed(e as i32), None).is_err() {
-                    return 0;
-                }
-                continue;
-            }
+        let (theirs, mine) = match pair_or_reply(&ctrl) {
+            Ok(Some(p)) => p,
+            Ok(None) => continue,
+            Err(()) => return 0,
         };
         // The thread's clock: this process has one thread, and the process clock sums the
         // thread group in the kernel (thread_group_cputime: 0.4% of a one-shot call's CPU).
@@ -163,6 +153,24 @@ pub fn run() -> i32 {
         if r.is_err() {
             return 0;
         }
+    }
+}
+
+/// The socket pair of the next worker (the supervisor's end, the worker's). Ok(None): it
+/// could not be made, and the failure was replied on `ctrl`; Err: nor could that be (the
+/// supervisor is gone).
+pub(crate) fn pair_or_reply(ctrl: &OwnedFd) -> Result<Option<(OwnedFd, OwnedFd)>, ()> {
+    match socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    ) {
+        Ok(p) => Ok(Some(p)),
+        Err(e) => match reply(ctrl, ForkReply::failed(e as i32), None) {
+            Ok(_) => Ok(None),
+            Err(_) => Err(()),
+        },
     }
 }
 
