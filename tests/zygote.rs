@@ -1740,11 +1740,13 @@ fn a_template_is_kept_per_key_and_prime_and_replaced_when_either_runs_out() {
     assert!(gone(a3), "the least recently used template {a3} lives on");
     // Idle: all go.
     let left = ts.list();
-    ts.expire(
+    let expired = ts.take_expired(
         Instant::now() + Duration::from_secs(3600),
         Duration::from_secs(60),
     );
+    assert_eq!(expired.len(), 2);
     assert!(ts.list().is_empty());
+    drop(expired);
     for (pid, _) in left {
         assert!(gone(pid), "the idle template {pid} lives on");
     }

@@ -227,7 +227,7 @@ impl Pool {
         let _placed = crate::exec::placement::background_thread();
         let idle = self.opts.reuse_idle;
         loop {
-            let expired = {
+            let (expired, templates_expired) = {
                 let mut st = self.lock();
                 loop {
                     if st.stopping {
@@ -235,14 +235,15 @@ impl Pool {
                         return;
                     }
                     let now = Instant::now();
-                    self.templates.expire(now, idle);
                     let expired = st.take_expired(now, idle);
+                    let templates_expired = self.templates.take_expired(now, idle);
                     if !expired.is_empty()
+                        || !templates_expired.is_empty()
                         || st.ready.len() < self.target
                         || !st.prime_wanted.is_empty()
                     {
                         crate::exec::worker::refill_busy(true);
-                        break expired;
+                        break (expired, templates_expired);
                     }
                     crate::exec::worker::refill_busy(false);
                     let next = [
@@ -260,6 +261,10 @@ impl Pool {
                     };
                 }
             };
+            if !templates_expired.is_empty() {
+                tracing::debug!(count = templates_expired.len(), "templates expired");
+                drop(templates_expired); // killed and reaped, outside the lock
+            }
             if !expired.is_empty() {
                 tracing::debug!(count = expired.len(), "parked workers expired");
                 drop(expired); // killed and reaped, outside the lock

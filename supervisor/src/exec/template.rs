@@ -133,56 +133,56 @@ impl Templates {
     }
 
     /// A child of `key`'s template for `prime`, made (or replaced) first when need be. A
-    /// template that cannot fork is let go (the next call makes another).
+    /// template that cannot fork is let go (the next call makes another). The lock is not
+    /// held while a template starts or forks, nor while one is killed and reaped.
     pub fn fork(
         &self,
         key: &str,
         prime: &Arc<Prime>,
         opts: &ExecOptions,
     ) -> Result<ReadyWorker, String> {
-        let mut map = self.lock();
-        let fit = map
-            .get(key)
-            .is_some_and(|t| t.is_for(prime) && t.forks < self.max_forks);
-        if !fit {
-            map.remove(key);
-            if map.len() >= self.max {
+        let (fit, gone) = {
+            let mut map = self.lock();
+            let (fit, mut gone) = match map.remove(key) {
+                Some(t) if t.is_for(prime) && t.forks < self.max_forks => (Some(t), Vec::new()),
+                other => (None, other.into_iter().collect::<Vec<Template>>()),
+            };
+            if fit.is_none() && map.len() >= self.max {
                 let oldest = map
                     .iter()
                     .min_by_key(|(_, t)| t.used)
                     .map(|(k, _)| k.clone());
-                if let Some(k) = oldest {
-                    map.remove(&k);
-                }
+                gone.extend(oldest.and_then(|k| map.remove(&k)));
             }
-            let t = Template::start(opts, prime.clone())?;
-            tracing::debug!(pid = t.pid(), "template made");
-            map.insert(key.to_string(), t);
-        }
-        let t = map
-            .get_mut(key)
-            .ok_or_else(|| "the template went away".to_string())?;
-        match t.fork() {
-            Ok(w) => Ok(w),
-            Err(e) => {
-                map.remove(key);
-                Err(e)
+            (fit, gone)
+        };
+        drop(gone);
+        let mut t = match fit {
+            Some(t) => t,
+            None => {
+                let t = Template::start(opts, prime.clone())?;
+                tracing::debug!(pid = t.pid(), "template made");
+                t
             }
-        }
+        };
+        let child = t.fork()?;
+        // Back in the map (only the refill thread forks, so no other was made meanwhile;
+        // were one, it would be let go).
+        let replaced = self.lock().insert(key.to_string(), t);
+        drop(replaced);
+        Ok(child)
     }
 
-    /// Lets go of the templates unused for `idle` or longer.
-    pub fn expire(&self, now: Instant, idle: Duration) {
-        let gone: Vec<Template> = {
-            let mut map = self.lock();
-            let keys: Vec<String> = map
-                .iter()
-                .filter(|(_, t)| now.saturating_duration_since(t.used) >= idle)
-                .map(|(k, _)| k.clone())
-                .collect();
-            keys.iter().filter_map(|k| map.remove(k)).collect()
-        };
-        drop(gone); // killed and reaped outside the lock
+    /// Takes the templates unused for `idle` or longer, for the caller to let go of (killed
+    /// and reaped as they are dropped).
+    pub fn take_expired(&self, now: Instant, idle: Duration) -> Vec<Template> {
+        let mut map = self.lock();
+        let keys: Vec<String> = map
+            .iter()
+            .filter(|(_, t)| now.saturating_duration_since(t.used) >= idle)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.iter().filter_map(|k| map.remove(k)).collect()
     }
 
     /// How long until the least recently used template expires (None: there is none).
