@@ -1530,10 +1530,11 @@ fn primed_workers_answer_intl_calls_as_unprimed_ones() {
                 out.push((is_error(&r), text(&r)));
                 if prime {
                     // The priming this call asked for is done: a worker primed since (only
-                    // this tool wants primes now), and nothing changing any more. Workers
-                    // primed for the tool before are not enough to tell.
-                    settle_confined(&d, "a worker primed after the call", |now| {
-                        now.iter().any(|p| !before.contains(p))
+                    // this tool wants primes now), two primed in all (the tool's two; the
+                    // call's own worker gone), and nothing changing any more. Workers primed
+                    // for the tool before are not enough to tell.
+                    settle_confined(&d, "two workers, one primed after the call", |now| {
+                        now.len() == 2 && now.iter().any(|p| !before.contains(p))
                     });
                 }
             }
