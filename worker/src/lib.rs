@@ -1,6 +1,7 @@
 //! stsd-worker: the process that runs one tool call. Started with its socket on fd 3, never as
-//! a fork of the multi-threaded supervisor: either forked by the zygote (`stsd zygote`, see
-//! [`zygote`]) or exec'd fresh (`stsd worker`, `[worker] spawn = "exec"`). It reports Ready,
+//! a fork of the multi-threaded supervisor: forked by the zygote (`stsd zygote`, see
+//! [`zygote`]), forked by a posture's template (a zygote-forked worker made one, see
+//! [`template`]), or exec'd fresh (`stsd worker`, `[worker] spawn = "exec"`). It reports Ready,
 //! takes a job, applies the OS profile before the tool's code is even parsed, runs the body in
 //! QuickJS, streams console lines and the result back, and exits.
 
