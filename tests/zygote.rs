@@ -1298,6 +1298,21 @@ fn skip_unless_huge_code() -> bool {
     false
 }
 
+/// Bytes of `pid`'s own executable mapped executable from the file itself (small pages), not
+/// from the code memfd.
+fn small_code_bytes(pid: i32) -> u64 {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let exe = exe.to_string_lossy().to_string();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    maps.lines()
+        .filter(|l| l.contains(" r-xp ") && l.ends_with(exe.as_str()))
+        .filter_map(|l| {
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            Some(u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?)
+        })
+        .sum()
+}
+
 /// stsd's code is held by the zygote in huge pages (a sealed memfd mapped over it, read-only
 /// and executable), and a worker maps each 2 MiB block of it that it runs with one page-table
 /// entry: fork copies none of the code's entries and exit clears a handful, where 4 KiB pages
@@ -1312,8 +1327,21 @@ fn the_code_is_huge_pages_a_worker_maps_a_block_at_a_time() {
     // and daemons: 17.8 MB of the code stayed small once) it keeps the small pages, by
     // design. What this test asserts is the zygote's part, so the kernel's is given its
     // chance first: compacted memory (root, which the skip above ensured).
-    let _ = std::fs::write("/proc/sys/vm/compact_memory", "1");
-    let (d, zygote) = settled_after_one_call();
+    //
+    // Compacting does not always leave a free 2 MiB for every block when the test runs beside
+    // the rest of a CI run (11.8 MB of the code stayed small once after it): a daemon whose
+    // first zygote left a block small is replaced by a fresh one (which makes its own code
+    // memfd), up to three in all. A zygote that never replaces a block fails every time.
+    let mut tries = 0;
+    let (d, zygote) = loop {
+        tries += 1;
+        let _ = std::fs::write("/proc/sys/vm/compact_memory", "1");
+        let (d, zygote) = settled_after_one_call();
+        if tries == 3 || small_code_bytes(zygote) == 0 {
+            break (d, zygote);
+        }
+        eprintln!("try {tries}: the kernel left a block of the code small; a fresh daemon");
+    };
     let z = memfd_mappings(zygote, "stsd-code");
     // The binary's code segment starts on a 2 MiB boundary (supervisor/build.rs), and the
     // next segment on the next one: all of it, its last partial block padded, is in huge
@@ -1334,14 +1362,7 @@ fn the_code_is_huge_pages_a_worker_maps_a_block_at_a_time() {
         maps.lines().any(|l| l.ends_with(exe.as_str())),
         "the zygote maps nothing of {exe}"
     );
-    let small: u64 = maps
-        .lines()
-        .filter(|l| l.contains(" r-xp ") && l.ends_with(exe.as_str()))
-        .filter_map(|l| {
-            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
-            Some(u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?)
-        })
-        .sum();
+    let small = small_code_bytes(zygote);
     assert_eq!(
         small, 0,
         "{small} bytes of the code of {exe} are left in small pages (its last block?)"

@@ -331,10 +331,22 @@ impl Scratch {
         }
     }
 
-    /// Makes the block at `off` one huge page; false when the kernel cannot.
+    /// Makes the block at `off` one huge page; false when the kernel cannot. EAGAIN is the
+    /// kernel's transient failure (a lock on the pages it could not take, as when several
+    /// zygotes start at once): asked again, a few times.
     fn collapse(&self, off: usize, madv_collapse: libc::c_int) -> bool {
-        // SAFETY: the block lies in this scratch mapping.
-        unsafe { libc::madvise((self.at + off) as *mut libc::c_void, HUGE, madv_collapse) == 0 }
+        for _ in 0..4 {
+            // SAFETY: the block lies in this scratch mapping.
+            let rc =
+                unsafe { libc::madvise((self.at + off) as *mut libc::c_void, HUGE, madv_collapse) };
+            if rc == 0 {
+                return true;
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
+                return false;
+            }
+        }
+        false
     }
 }
 
