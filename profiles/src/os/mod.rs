@@ -138,7 +138,7 @@ pub fn confine(
     calls: u32,
 ) -> Result<(), SandboxUnavailable> {
     let program = checked_program(prep, spec, bpf)?;
-    confine_posture(prep, spec, limits, calls)?;
+    confine_posture(spec, limits, calls)?;
     privileges::forbid_new_processes().map_err(SandboxUnavailable)?;
     stack(&program)
 }
@@ -152,7 +152,8 @@ pub fn confine_template(
     spec: &SandboxSpec,
     limits: &JobLimits,
 ) -> Result<(), SandboxUnavailable> {
-    confine_posture(prep, spec, limits, 1)
+    check_user(prep, spec)?;
+    confine_posture(spec, limits, 1)
 }
 
 /// A child forked by a template confined by [`confine_template`] to `spec`: what [`confine`]
@@ -168,9 +169,9 @@ pub fn confine_from_template(
     stack(&program)
 }
 
-/// The posture's seccomp program for this process, for a job of this worker's user. Made
-/// before anything is applied: nothing after Landlock may allocate in ways the filters could
-/// refuse. One filter that decides as the ENOSYS program stacked before the
+/// The posture's seccomp program for this process, for a job of this worker's user (checked
+/// here, first). Made before anything is applied: nothing after Landlock may allocate in ways
+/// the filters could refuse. One filter that decides as the ENOSYS program stacked before the
 /// allowlist would, or, stacked on a zygote's filter, the posture's narrowing of it.
 fn checked_program(
     prep: &Prepared,
@@ -185,15 +186,13 @@ fn checked_program(
     zygote_filter::worker_program(bpf, std::process::id()).map_err(fail)
 }
 
-/// The posture's rlimits and Landlock.
+/// The posture's rlimits and Landlock (the job's user is checked by the caller).
 fn confine_posture(
-    prep: &Prepared,
     spec: &SandboxSpec,
     limits: &JobLimits,
     calls: u32,
 ) -> Result<(), SandboxUnavailable> {
     let fail = |e: String| SandboxUnavailable(e);
-    check_user(prep, spec)?;
     let base = Path::new(&spec.base_path);
     if spec.fs != FsAccess::None && !base.is_absolute() {
         return Err(fail(format!(
