@@ -1843,6 +1843,72 @@ fn a_tools_primed_workers_are_forked_by_its_template_which_holds_nothing_of_any_
     assert_eq!(s["pool"]["templates"], json!([]), "{s}");
 }
 
+/// A template loads the Intl its tool's code names once, before its first fork: its memory
+/// holds a default collator made (the JSON of its options, which only constructing one
+/// writes), and so every child it forks inherits it loaded instead of loading it as it
+/// primes. A template of a tool whose code names no Intl holds none.
+#[test]
+fn a_template_loads_the_intl_its_tools_code_names_once_for_all_its_children() {
+    if stsd_tests::spawn_mode_from_env() == Some(stsd_profiles::baseline::SpawnMode::Exec) {
+        eprintln!("skipped: templates are made only in zygote mode");
+        return;
+    }
+    if stsd_tests::skip_unless_root("reading a template's memory needs root") {
+        return;
+    }
+    let tools = [
+        (
+            "sorts",
+            "return ['z','ä','a'].sort((a, b) => a.localeCompare(b)).join(',');",
+        ),
+        ("plain", "return [3, 1, 2].sort().join(',');"),
+    ];
+    let specs: Vec<_> = tools
+        .iter()
+        .map(|(name, code)| {
+            json!({"name": name, "description": "template Intl", "codeType": "Javascript",
+            "draft": false, "code": code})
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let catalog = dir.path().join("catalog.json");
+    std::fs::write(&catalog, json!(specs).to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let catalog = catalog.display().to_string();
+    let d = Daemon::launch(
+        dir,
+        2,
+        "[worker]\nprime = true\n",
+        Some(&catalog),
+        &[],
+        None,
+    );
+    let mut c = d.connect();
+    let mut id = 0;
+    let mut call = |name: &str| {
+        id += 1;
+        c.call(id, name, json!({}));
+        let r = c.response();
+        assert!(!is_error(&r), "{name}: {r}");
+    };
+    let collator = br#""sensitivity":"variant""#;
+    let sorts = call_until_template(&d, None, || call("sorts"));
+    assert!(
+        contains(&memory_of(sorts), collator),
+        "the template {sorts} of a tool that sorts with localeCompare has no collator made"
+    );
+    let plain = call_until_template(&d, Some(sorts), || call("plain"));
+    let mem = memory_of(plain);
+    assert!(
+        contains(&mem, b"stsd-prelude.js"),
+        "the scan of {plain} cannot see the runtime it must hold ({} bytes read)",
+        mem.len()
+    );
+    assert!(
+        !contains(&mem, collator),
+        "the template {plain} of a tool that names no Intl made a collator"
+    );
+}
+
 /// The pid of a template that `stsd status` names with at least one fork, other than `not`.
 /// Calls are what has templates made and forking, so `call` is made between looks, until one
 /// is there (two minutes at most: on CPUs that other work keeps busy, the background waits).

@@ -118,6 +118,15 @@ impl Warm {
             meter,
         })
     }
+
+    /// Loads the parts of Intl that `code` names into this context ahead of any job
+    /// (`globals::preload_intl`: stsd's own code; nothing of the tool runs). A template does
+    /// it once, and every child it forks inherits Intl loaded instead of loading it as it
+    /// primes.
+    pub fn preload_intl(&self, code: &str) {
+        self.context
+            .with(|ctx| crate::globals::preload_intl(&ctx, code));
+    }
 }
 
 pub struct Engine {

@@ -220,7 +220,8 @@ const INTL_PRELOADS: &[(&str, &str)] = &[
 ];
 
 /// A primed worker, before the tool's code is compiled (so nothing of the tool can stand in
-/// for `Intl` or the methods touched): loads the parts of Intl that `code` names, as its
+/// for `Intl` or the methods touched), and a template once for all its children (which then
+/// find it done): loads the parts of Intl that `code` names, as its
 /// first use would, so that the call does not. A failure (the tool's memory limit, say)
 /// caches nothing (each part is kept only once it loaded), so the call loads it again if it
 /// touches it.
