@@ -120,10 +120,13 @@ impl Warm {
     }
 
     /// Loads the parts of Intl that `code` names into this context ahead of any job
-    /// (`globals::preload_intl`: stsd's own code; nothing of the tool runs). A template does
-    /// it once, and every child it forks inherits Intl loaded instead of loading it as it
-    /// primes.
-    pub fn preload_intl(&self, code: &str) {
+    /// (`globals::preload_intl`: stsd's own code; nothing of the tool runs), under the job's
+    /// memory limit as a priming child would (a part that does not fit is not kept, and is
+    /// loaded by a call that touches it). A template does it once, and every child it forks
+    /// inherits Intl loaded instead of loading it as it primes.
+    pub fn preload_intl(&self, code: &str, memory_bytes: u64) {
+        self.meter.set_limit(memory_bytes as usize);
+        crate::globals::set_memory_budget(memory_bytes as usize);
         self.context
             .with(|ctx| crate::globals::preload_intl(&ctx, code));
     }

@@ -49,7 +49,7 @@ pub(crate) fn run(
     // again as it primes, 300-400 µs of CPU each for a tool that sorts with localeCompare;
     // now it finds it loaded, its copy shared with the template's until written.
     if let Ok(w) = &warm {
-        w.preload_intl(&prime.job.code);
+        w.preload_intl(&prime.job.code, prime.job.limits.memory_bytes);
     }
     if super::send_ready(&channel).is_err() {
         return 75;
