@@ -52,6 +52,13 @@ fn wait_for_zygote(d: &Daemon, not: Option<i32>) -> i32 {
     }
 }
 
+/// `specs` written as a catalog file in `dir`, for `Daemon::launch`: its path.
+fn write_catalog(dir: &tempfile::TempDir, specs: &serde_json::Value) -> String {
+    let catalog = dir.path().join("catalog.json");
+    std::fs::write(&catalog, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    catalog.display().to_string()
+}
+
 /// Every writable mapping of `pid`, concatenated: all that a process can have been given
 /// since it was made (its read-only mappings are the binary and libraries). Root reads any
 /// process's memory.
@@ -961,9 +968,7 @@ fn a_tool_called_in_bursts_keeps_two_primed_workers() {
     code.push_str("return 'sum ' + x;");
     let specs = json!([{"name": "long", "description": "a long body", "codeType": "Javascript",
         "draft": false, "code": code}]);
-    let catalog = dir.path().join("catalog.json");
-    std::fs::write(&catalog, specs.to_string()).unwrap_or_else(|e| panic!("{e}"));
-    let catalog = catalog.display().to_string();
+    let catalog = write_catalog(&dir, &specs);
     // Four pool workers: the pool has one warm when a primed worker is not ready.
     let d = Daemon::launch_env(
         dir,
@@ -1521,9 +1526,7 @@ fn primed_workers_answer_intl_calls_as_unprimed_ones() {
         .collect();
     let answers = |prime: bool| -> Vec<(bool, String)> {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let catalog = dir.path().join("catalog.json");
-        std::fs::write(&catalog, json!(specs).to_string()).unwrap_or_else(|e| panic!("{e}"));
-        let catalog = catalog.display().to_string();
+        let catalog = write_catalog(&dir, &json!(specs));
         let config = format!("[worker]\nprime = {prime}\n");
         let d = Daemon::launch_env(
             dir,
@@ -1871,9 +1874,7 @@ fn a_template_loads_the_intl_its_tools_code_names_once_for_all_its_children() {
         })
         .collect();
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let catalog = dir.path().join("catalog.json");
-    std::fs::write(&catalog, json!(specs).to_string()).unwrap_or_else(|e| panic!("{e}"));
-    let catalog = catalog.display().to_string();
+    let catalog = write_catalog(&dir, &json!(specs));
     let d = Daemon::launch(
         dir,
         2,
