@@ -274,7 +274,16 @@ pub fn run(name: &str, base: &str, parent: u32) -> ProbeOutcome {
                 let p = cstr("/etc/shadow");
                 let mut st: libc::statx = std::mem::zeroed();
                 outcome(
-                    libc::statx(libc::AT_FDCWD, p.as_ptr(), 0, libc::STATX_SIZE, &mut st) as i64,
+                    // The raw call: libc's `statx` is a weak symbol in std's static build, which
+                    // a link-time-optimised build may leave unresolved (null).
+                    libc::syscall(
+                        libc::SYS_statx,
+                        libc::AT_FDCWD,
+                        p.as_ptr(),
+                        0,
+                        libc::STATX_SIZE,
+                        &mut st as *mut libc::statx,
+                    ),
                     "statx(/etc/shadow)",
                 )
             }

@@ -134,8 +134,7 @@ pub fn with_background(pid: u32) -> bool {
 
 /// The calling thread is background work while the guard lives.
 pub fn background_thread() -> BackgroundThread {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() } as u32;
+    let tid = nix::unistd::gettid().as_raw() as u32;
     let mut bg = lock();
     bg.threads.push(tid);
     place(tid, AWAY_FROM.load(Ordering::SeqCst));

@@ -553,8 +553,7 @@ fn holds(refilling: bool, held: usize, oldest: Option<Duration>) -> bool {
 fn reaper(rx: std::sync::mpsc::Receiver<ReadyWorker>) {
     use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
     use stsd_profiles::os::priority;
-    // SAFETY: gettid has no preconditions.
-    REAPER_TID.store(unsafe { libc::gettid() } as u32, Ordering::SeqCst);
+    REAPER_TID.store(nix::unistd::gettid().as_raw() as u32, Ordering::SeqCst);
     let _placed = super::placement::background_thread();
     let mut dying: Vec<ReadyWorker> = Vec::new();
     // Finished workers whose kill is held, and since when.

@@ -129,8 +129,7 @@ impl Policy {
         if s.asker.is_some() {
             return false;
         }
-        // SAFETY: gettid has no preconditions.
-        s.asker = Some(unsafe { libc::gettid() } as u32);
+        s.asker = Some(nix::unistd::gettid().as_raw() as u32);
         s.asker_promoted = false;
         if s.urgent_waiting > 0 {
             Self::promote_asker(&mut s);
@@ -977,8 +976,9 @@ mod tests {
                     .unwrap()
                 });
                 assert!(!second);
-                // SAFETY: gettid has no preconditions.
-                asking_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+                asking_tx
+                    .send(nix::unistd::gettid().as_raw() as u32)
+                    .unwrap();
                 answer_rx.recv().unwrap();
                 drop(asking);
                 policy_of(0)
